@@ -1,0 +1,47 @@
+# dynquota — see README.md. Every target installs what it needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup controlplane test unit integration lint bench bench-admission demo clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+# Builds (only when missing) and prints the directory of the control-plane binaries.
+controlplane:
+	@hack/controlplane/build.sh
+
+lint: setup
+	$(VENV)/bin/ruff check dynquota tests
+	$(VENV)/bin/ruff format --check dynquota tests
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(PY) -m pytest tests/unit
+
+integration: setup controlplane
+	$(PY) -m pytest -m integration tests/integration
+
+# The full suite: lint, types, unit and integration tests against a real control plane.
+test: lint controlplane
+	$(PY) -m pytest -m 'not bench' tests
+
+bench: setup controlplane
+	$(PY) -m pytest -m bench -s tests/bench
+
+bench-admission: setup
+	$(PY) -m pytest -m bench -s tests/bench -k admission
+
+demo: setup controlplane
+	$(PY) -m dynquota.cli demo
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache

@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools pins the commands built from this module (see build.sh).
+package tools
+
+import (
+	_ "helm.sh/helm/v3/cmd/helm"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
