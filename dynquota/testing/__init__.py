@@ -1,0 +1,1 @@
+"""Test and demo helpers; never imported by the operator."""

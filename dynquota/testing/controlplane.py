@@ -1,0 +1,512 @@
+"""A real local Kubernetes control plane: etcd, kube-apiserver and kube-controller-manager.
+
+Used by the integration tests, the benchmarks and ``dynquota demo``; never imported by the
+operator. The binaries come from ``hack/controlplane/build.sh`` (built from Go modules, cached
+outside the repository by version) or from ``$DYNQUOTA_CONTROLPLANE_ASSETS``.
+
+Everything listens on 127.0.0.1 on free ports. Authentication: a static admin token (group
+``system:masters``) and ServiceAccount tokens; authorization: ``Node,RBAC``; the default
+admission plugins stay on, so the ResourceQuota admission plugin enforces quotas. Each
+component's output goes to ``<workdir>/logs/<component>.log``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import datetime as dt
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
+ASSETS_ENV = "DYNQUOTA_CONTROLPLANE_ASSETS"
+CONTROLLERS = (
+    "resourcequota",
+    "replicaset",
+    "deployment",
+    "namespace",
+    "serviceaccount",
+    "serviceaccount-token",
+    "root-ca-certificate-publisher",
+    "garbagecollector",
+    "podgc",
+)
+ADMIN_USER = "dynquota-admin"
+
+
+class ControlPlaneError(RuntimeError):
+    """A component failed to build, start or become ready; the message names it and its log."""
+
+
+def find_binaries() -> Path:
+    """Return the directory holding the control-plane binaries, building them when missing.
+
+    Uses ``$DYNQUOTA_CONTROLPLANE_ASSETS`` when it holds every binary; otherwise runs
+    ``hack/controlplane/build.sh`` from this source tree (a cold build takes tens of minutes).
+
+    Raises:
+        ControlPlaneError: no binaries and no build script, or the build failed.
+    """
+    assets = os.environ.get(ASSETS_ENV)
+    if assets and all(os.access(Path(assets, b), os.X_OK) for b in BINARIES):
+        return Path(assets)
+    script = Path(__file__).resolve().parents[2] / "hack" / "controlplane" / "build.sh"
+    if not script.exists():
+        raise ControlPlaneError(
+            f"control-plane binaries not found: set {ASSETS_ENV} to a directory holding "
+            f"{', '.join(BINARIES)}, or run from a dynquota source checkout"
+        )
+    done = subprocess.run([str(script)], stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError(f"{script} failed with exit code {done.returncode}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    # PR_SET_PDEATHSIG = 1: the child gets SIGKILL when the launching process dies, so a
+    # crashed or killed test run leaves nothing listening.
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+@dataclass
+class _Pki:
+    ca_pem: bytes
+    serving_cert_pem: bytes
+    serving_key_pem: bytes
+    sa_key_pem: bytes
+    sa_pub_pem: bytes
+
+
+def _make_pki() -> _Pki:
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dynquota-local-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = [
+        x509.DNSName("localhost"),
+        x509.DNSName("kubernetes"),
+        x509.DNSName("kubernetes.default"),
+        x509.DNSName("kubernetes.default.svc"),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+    ]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    sa_key = ec.generate_private_key(ec.SECP256R1())
+    pem = serialization.Encoding.PEM
+    return _Pki(
+        ca_pem=ca.public_bytes(pem),
+        serving_cert_pem=cert.public_bytes(pem),
+        serving_key_pem=key.private_bytes(
+            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+        sa_key_pem=sa_key.private_bytes(
+            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+        sa_pub_pem=sa_key.public_key().public_bytes(
+            pem, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    )
+
+
+@dataclass
+class LocalControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager on loopback, as separate processes.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`. After start:
+    ``kubeconfig`` is the path of an admin kubeconfig (static token in ``system:masters``),
+    ``server`` the apiserver URL, ``etcd_url`` etcd's client URL, ``log_dir`` the component logs.
+
+    Args:
+        bin_dir: directory of the binaries (default: :func:`find_binaries`).
+        workdir: where data, certificates and logs go (default: a new temporary directory,
+            removed by :meth:`stop` unless ``keep_workdir``).
+        resource_quota_sync_period: seconds between the quota controller's full resyncs.
+        extra_apiserver_args: appended to kube-apiserver's command line.
+    """
+
+    bin_dir: Path | None = None
+    workdir: Path | None = None
+    resource_quota_sync_period: int = 10
+    extra_apiserver_args: Sequence[str] = ()
+    keep_workdir: bool = False
+    ready_timeout: float = 120.0
+
+    kubeconfig: str = field(init=False, default="")
+    server: str = field(init=False, default="")
+    etcd_url: str = field(init=False, default="")
+    admin_token: str = field(init=False, default="")
+    _procs: dict[str, subprocess.Popen[bytes]] = field(init=False, default_factory=dict)
+    _owns_workdir: bool = field(init=False, default=False)
+    _apiserver_port: int = field(init=False, default=0)
+
+    @property
+    def log_dir(self) -> Path:
+        """Directory of ``etcd.log``, ``kube-apiserver.log``, ``kube-controller-manager.log``."""
+        assert self.workdir is not None
+        return self.workdir / "logs"
+
+    @property
+    def ca_file(self) -> Path:
+        """PEM file of the CA that signed the apiserver's serving certificate."""
+        assert self.workdir is not None
+        return self.workdir / "pki" / "ca.crt"
+
+    def __enter__(self) -> LocalControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start all three components and wait until the apiserver answers ``/readyz``.
+
+        Raises:
+            ControlPlaneError: a component exited or did not become ready within
+                ``ready_timeout`` seconds; the message includes the tail of its log.
+        """
+        if self.bin_dir is None:
+            self.bin_dir = find_binaries()
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="dynquota-cp-"))
+            self._owns_workdir = True
+        for sub in ("pki", "logs", "etcd"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            self._write_pki()
+            self._start_etcd()
+            self._apiserver_port = _free_port()
+            self.server = f"https://127.0.0.1:{self._apiserver_port}"
+            self._write_kubeconfig()
+            self.start_apiserver()
+            self._start_controller_manager()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every component (SIGTERM, then SIGKILL after 10 s); idempotent."""
+        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+            self._stop(name)
+        if self._owns_workdir and not self.keep_workdir and self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver on its port and wait for ``/readyz``.
+
+        Raises:
+            ControlPlaneError: it exited or was not ready within ``ready_timeout`` seconds.
+        """
+        assert self.workdir is not None
+        pki = self.workdir / "pki"
+        self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self._apiserver_port}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--token-auth-file={pki / 'tokens.csv'}",
+                "--authorization-mode=Node,RBAC",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                *self.extra_apiserver_args,
+            ],
+        )
+        self._wait_ready()
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver (SIGTERM, then SIGKILL after 10 s); etcd keeps running."""
+        self._stop("kube-apiserver")
+
+    def restart_apiserver(self) -> None:
+        """Stop and start kube-apiserver on the same port; waits for ``/readyz``."""
+        self.stop_apiserver()
+        self.start_apiserver()
+
+    # -- helpers for tests ---------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        """Run kubectl with the admin kubeconfig and return its stdout.
+
+        Raises:
+            subprocess.CalledProcessError: kubectl exited non-zero (stderr attached).
+        """
+        assert self.bin_dir is not None
+        done = subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout
+
+    def etcd_revision(self) -> int:
+        """Current etcd revision (the apiserver's resourceVersion space), via etcd's gateway."""
+        answer = self._etcd_call("/v3/kv/range", {"key": base64.b64encode(b"\0").decode()})
+        header = answer["header"]
+        assert isinstance(header, dict)
+        return int(header["revision"])
+
+    def compact_etcd(self, revision: int | None = None) -> int:
+        """Compact etcd at ``revision`` (default: the current one); returns the revision.
+
+        Watches and lists from an older resourceVersion then fail with ``410 Gone`` once the
+        apiserver's watch cache no longer holds it (restart the apiserver to drop the cache).
+        """
+        rev = self.etcd_revision() if revision is None else revision
+        self._etcd_call("/v3/kv/compaction", {"revision": str(rev), "physical": True})
+        return rev
+
+    def log_tails(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of each component's log, for a failing test's report."""
+        parts = []
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+            path = self.log_dir / f"{name}.log"
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                parts.append(f"==> {path} <==\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _write_pki(self) -> None:
+        assert self.workdir is not None
+        pki = _make_pki()
+        d = self.workdir / "pki"
+        (d / "ca.crt").write_bytes(pki.ca_pem)
+        (d / "apiserver.crt").write_bytes(pki.serving_cert_pem)
+        (d / "apiserver.key").write_bytes(pki.serving_key_pem)
+        (d / "sa.key").write_bytes(pki.sa_key_pem)
+        (d / "sa.pub").write_bytes(pki.sa_pub_pem)
+        self.admin_token = secrets.token_hex(24)
+        (d / "tokens.csv").write_text(f'{self.admin_token},{ADMIN_USER},0,"system:masters"\n')
+
+    def _write_kubeconfig(self) -> None:
+        assert self.workdir is not None
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": base64.b64encode(
+                            self.ca_file.read_bytes()
+                        ).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": ADMIN_USER, "user": {"token": self.admin_token}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": ADMIN_USER}}],
+            "current-context": "local",
+        }
+        path = self.workdir / "kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        self.kubeconfig = str(path)
+
+    def _start_etcd(self) -> None:
+        assert self.workdir is not None
+        client, peer = _free_port(), _free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        peer_url = f"http://127.0.0.1:{peer}"
+        self._spawn(
+            "etcd",
+            [
+                "--name=default",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=default={peer_url}",
+                # test data only: losing it on a crash is fine, and fsync dominates on CI disks
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+        self._wait("etcd", lambda: self._http_ok(f"{self.etcd_url}/health"), "etcd /health not ok")
+
+    def _start_controller_manager(self) -> None:
+        assert self.workdir is not None
+        pki = self.workdir / "pki"
+        self._spawn(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                f"--resource-quota-sync-period={self.resource_quota_sync_period}s",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--use-service-account-credentials=false",
+            ],
+        )
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        assert self.bin_dir is not None
+        log = (self.log_dir / f"{name}.log").open("ab")
+        log.write(f"\n=== start {time.strftime('%H:%M:%S')} ===\n".encode())
+        log.flush()
+        self._procs[name] = subprocess.Popen(
+            [str(self.bin_dir / name), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
+        log.close()
+
+    def _stop(self, name: str) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def _wait_ready(self) -> None:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+
+        def ready() -> bool:
+            req = urllib.request.Request(
+                f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.admin_token}"}
+            )
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+                    return bool(resp.status == 200)
+            except (urllib.error.URLError, OSError):
+                return False
+
+        self._wait("kube-apiserver", ready, "/readyz not ok")
+
+    def _wait(self, name: str, check: object, what: str) -> None:
+        assert callable(check)
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            proc = self._procs.get(name)
+            if proc is None or proc.poll() is not None:
+                raise ControlPlaneError(f"{name} exited early\n{self.log_tails()}")
+            if check():
+                return
+            time.sleep(0.2)
+        raise ControlPlaneError(
+            f"{name}: {what} after {self.ready_timeout:.0f} s\n{self.log_tails()}"
+        )
+
+    def _http_ok(self, url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _etcd_call(self, path: str, body: dict[str, object]) -> dict[str, object]:
+        req = urllib.request.Request(
+            f"{self.etcd_url}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            result: dict[str, object] = json.loads(resp.read())
+            return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dynquota.testing.controlplane``: start, print the kubeconfig path, block."""
+    del argv
+    with LocalControlPlane() as cp:
+        print(f"export KUBECONFIG={cp.kubeconfig}", flush=True)
+        print(f"logs: {cp.log_dir}; Ctrl-C stops everything", file=sys.stderr, flush=True)
+        stop = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        signal.sigwait(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
