@@ -172,7 +172,9 @@ def test_tally_matches_naive_model(ops: list[tuple[object, ...]], offset: int) -
             assert changed == expected_changed
             continue
         event_type, ns, uid, expiry = op
-        assert isinstance(event_type, str) and isinstance(ns, str) and isinstance(uid, str)
+        assert isinstance(event_type, str)
+        assert isinstance(ns, str)
+        assert isinstance(uid, str)
         assert expiry is None or isinstance(expiry, float)
         key = (ns, uid)
         old = model.get(key)
