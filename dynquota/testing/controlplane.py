@@ -43,15 +43,17 @@ from cryptography.x509.oid import NameOID
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
 ASSETS_ENV = "DYNQUOTA_CONTROLPLANE_ASSETS"
 CONTROLLERS = (
-    "resourcequota",
-    "replicaset",
-    "deployment",
-    "namespace",
-    "serviceaccount",
-    "serviceaccount-token",
-    "root-ca-certificate-publisher",
-    "garbagecollector",
-    "podgc",
+    "resourcequota-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "garbage-collector-controller",
+    "pod-garbage-collector-controller",
+    # aggregates the chart's tenant ClusterRole into admin/edit
+    "clusterrole-aggregation-controller",
 )
 ADMIN_USER = "dynquota-admin"
 
