@@ -425,6 +425,12 @@ class LocalControlPlane:
                 "--use-service-account-credentials=false",
             ],
         )
+        # Ready once its serviceaccount controller has made `default` in `default`.
+        self._wait(
+            "kube-controller-manager",
+            lambda: self._api_get("/api/v1/namespaces/default/serviceaccounts/default"),
+            "no default ServiceAccount in namespace default",
+        )
 
     def _spawn(self, name: str, args: list[str]) -> None:
         assert self.bin_dir is not None
@@ -451,20 +457,20 @@ class LocalControlPlane:
             proc.kill()
             proc.wait(timeout=10)
 
-    def _wait_ready(self) -> None:
+    def _api_get(self, path: str) -> bool:
+        """True when the apiserver answers 200 to GET ``path`` as admin."""
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        req = urllib.request.Request(
+            f"{self.server}{path}", headers={"Authorization": f"Bearer {self.admin_token}"}
+        )
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
 
-        def ready() -> bool:
-            req = urllib.request.Request(
-                f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.admin_token}"}
-            )
-            try:
-                with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
-                    return bool(resp.status == 200)
-            except (urllib.error.URLError, OSError):
-                return False
-
-        self._wait("kube-apiserver", ready, "/readyz not ok")
+    def _wait_ready(self) -> None:
+        self._wait("kube-apiserver", lambda: self._api_get("/readyz"), "/readyz not ok")
 
     def _wait(self, name: str, check: object, what: str) -> None:
         assert callable(check)
