@@ -1,0 +1,79 @@
+{{/* Chart name. */}}
+{{- define "dynquota.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: release name, unless it lacks the chart name. */}}
+{{- define "dynquota.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "dynquota.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels (stable across upgrades). */}}
+{{- define "dynquota.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dynquota.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of every chart object. Note: managed-by is Helm here; the quotas the operator
+     manages carry app.kubernetes.io/managed-by=dynquota instead. */}}
+{{- define "dynquota.labels" -}}
+helm.sh/chart: {{ include "dynquota.chart" . }}
+{{ include "dynquota.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: dynquota
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's ServiceAccount name. */}}
+{{- define "dynquota.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "dynquota.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's user name as the apiserver sees it. */}}
+{{- define "dynquota.operatorUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "dynquota.serviceAccountName" . }}
+{{- end }}
+
+{{/* Name of the uninstall cleanup hook's ServiceAccount (and its RBAC and Job). */}}
+{{- define "dynquota.cleanupName" -}}
+{{- printf "%s-cleanup" (include "dynquota.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The cleanup hook's user name as the apiserver sees it. */}}
+{{- define "dynquota.cleanupUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "dynquota.cleanupName" . }}
+{{- end }}
+
+{{/* Image reference: digest wins over tag; tag defaults to appVersion. */}}
+{{- define "dynquota.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Leader election is on exactly when more than one replica runs. */}}
+{{- define "dynquota.leaderElection" -}}
+{{- if gt (int .Values.replicaCount) 1 }}true{{ else }}false{{ end }}
+{{- end }}
