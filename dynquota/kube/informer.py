@@ -588,13 +588,18 @@ class UsageWatcher:
         ]
 
     async def stop(self) -> None:
-        """Cancel the informer tasks and wait for them to end."""
+        """Cancel the informer tasks and wait for them to end.
+
+        A task that had already died is logged, not raised (:meth:`wait_synced` and
+        :meth:`healthy` report it while running).
+        """
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for task, result in zip(tasks, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("informer task %s had died: %r", task.get_name(), result)
 
     @property
     def synced(self) -> bool:
