@@ -243,11 +243,14 @@ class KubeMetadataSource:
             decoded = json.loads(body)
         except ValueError as exc:
             raise TransportError(f"list of {self._watched.path}: malformed JSON") from exc
-        if not isinstance(decoded, dict) or not isinstance(decoded.get("items", []), list):
+        items = decoded.get("items") if isinstance(decoded, dict) else None
+        if items is None and isinstance(decoded, dict) and "metadata" in decoded:
+            items = []  # an empty list may come as "items": null
+        if not isinstance(items, list):
             raise TransportError(f"list of {self._watched.path}: not a list")
         metadata = decoded.get("metadata") or {}
         return ListPage(
-            items=decoded.get("items") or [],
+            items=items,
             resource_version=str(metadata.get("resourceVersion") or ""),
             continue_token=metadata.get("continue") or None,
             size=len(body),
@@ -379,9 +382,10 @@ class MetadataInformer:
     async def run(self) -> None:
         """List, then watch for ever; relist on 410, back off on other errors.
 
-        Returns never; cancel the task to stop. Unexpected exceptions (bugs) propagate.
+        Returns never; cancel the task to stop. Run again after a cancel, it resumes
+        watching from ``resource_version`` (no list). Unexpected exceptions (bugs) propagate.
         """
-        need_list = True
+        need_list = self.resource_version is None
         while True:
             try:
                 if need_list:

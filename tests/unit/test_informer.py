@@ -498,3 +498,18 @@ async def test_usage_watcher_wait_synced_times_out() -> None:
 def test_usage_watcher_rejects_duplicate_resources() -> None:
     with pytest.raises(ValueError, match="two sources for 'configmaps'"):
         UsageWatcher([FakeSource(), FakeSource()])
+
+
+async def test_rerun_after_cancel_resumes_without_list() -> None:
+    source = FakeSource()
+    source.lists.append([page([meta("a", "u1")], "10")])
+    source.watches.append([event("ADDED", meta("a", "u2", "11"))])
+    source.watches.append([event("ADDED", meta("a", "u3", "12"))])
+    watcher = UsageWatcher([source], backoff=fast_backoff)
+    async with watcher:
+        await async_wait_until(lambda: watcher.usage("a", "configmaps") == 2, "u2", timeout=5)
+    assert source.open_watches == 0
+    async with watcher:
+        await async_wait_until(lambda: watcher.usage("a", "configmaps") == 3, "u3", timeout=5)
+    assert source.list_calls == [(500, None)]
+    assert source.watch_calls == [("10", 300), ("11", 300)]
