@@ -1,0 +1,466 @@
+"""The quota admission evaluator: batching per namespace, fold, one write per quota document.
+
+Port, in asyncio, of ``quotaEvaluator`` in kubernetes/kubernetes ``staging/src/k8s.io/
+apiserver/pkg/admission/plugin/resourcequota/controller.go`` (``Evaluate``, ``addWork``,
+``getWork``, ``completeWork``, ``doWork``, ``checkAttributes``, ``checkQuotas``), with the
+conflict policy of :mod:`dynquota.admission.policy`.
+
+Requests of one namespace wait on a workqueue keyed by namespace; a worker takes all of them
+as one batch while requests arriving meanwhile collect in a dirty buffer for the next batch.
+A batch is checked in phases: (0) keep the quotas as read, (1) fold each request into a
+running copy, checking it against *all* matching quotas, (2) if nothing changed, write
+nothing, (3) write each changed quota document once; if some writes fail, re-evaluate only the
+failed documents, for the requests still undecided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .accessor import LiveQuotaAccessor, QuotaAccessor
+from .check import check_request
+from .errors import (
+    AdmissionError,
+    DefaultDenyError,
+    QuotaAccessError,
+    QuotaConflictError,
+    QuotaTimeoutError,
+)
+from .evaluators import Registry
+from .policy import DYNQUOTA, ConflictPolicy
+from .resources import equals
+from .types import AdmissionAttributes, GroupResource, ResourceQuota
+
+__all__ = ["Evaluator", "EvaluatorStats"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class _UndecidedError(DefaultDenyError):
+    """Marker of a waiter that has no verdict yet."""
+
+
+@dataclass(eq=False)
+class _Waiter:
+    """One request waiting for its verdict (upstream ``admissionWaiter``)."""
+
+    attributes: AdmissionAttributes
+    deadline: float  # event-loop time
+    done: asyncio.Future[None]
+    result: BaseException | None
+    abandoned: bool = False  # the caller got its answer (deadline) or went away
+    charged: bool = False  # folded into a quota write still to be confirmed
+
+    @property
+    def pending(self) -> bool:
+        return isinstance(self.result, _UndecidedError) and not self.abandoned
+
+    def finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+@dataclass
+class EvaluatorStats:
+    """Counters of one evaluator since creation.
+
+    Attributes:
+        requests: requests that needed a quota check (waiters).
+        batches: batches evaluated (one per namespace turn of a worker).
+        max_batch: the largest batch.
+        rounds: fold-and-write rounds (a batch's first round plus its retries).
+        conflict_rounds: rounds whose failed writes were all 409 Conflicts.
+        error_rounds: rounds with another write error.
+        live_rereads: live re-reads after a conflict round.
+        timeouts: requests denied at their deadline.
+        late_charges: requests charged by a write that finished after their deadline (the
+            quota controller's recount removes such over-charges for the resources it counts).
+    """
+
+    requests: int = 0
+    batches: int = 0
+    max_batch: int = 0
+    rounds: int = 0
+    conflict_rounds: int = 0
+    error_rounds: int = 0
+    live_rereads: int = 0
+    timeouts: int = 0
+    late_charges: int = 0
+
+
+class _NamespaceQueue:
+    """A deduplicating FIFO of namespaces where a namespace is handed to one worker at a time.
+
+    The semantics of client-go's ``workqueue.Type`` (``Add``, ``Get``, ``Done``): a key added
+    while queued is not queued twice; a key added while being processed is queued again when
+    ``done`` is called.
+    """
+
+    def __init__(self) -> None:
+        self._ready: asyncio.Queue[str] = asyncio.Queue()
+        self._dirty: set[str] = set()
+        self._processing: set[str] = set()
+
+    def add(self, key: str) -> None:
+        if key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._ready.put_nowait(key)
+
+    async def get(self) -> str:
+        key = await self._ready.get()
+        self._processing.add(key)
+        self._dirty.discard(key)
+        return key
+
+    def done(self, key: str) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._ready.put_nowait(key)
+
+
+class Evaluator:
+    """Decides whether admission requests fit their namespace's quotas, and charges them.
+
+    Port of upstream ``quotaEvaluator`` (``resourcequota/controller.go``). Use as an async
+    context manager, or call :meth:`close` when done; workers start on the first request.
+
+    Args:
+        accessor: where quotas are read and written (:class:`QuotaAccessor`).
+        workers: concurrent namespace workers (upstream default 5).
+        deadline: seconds a request may wait for its verdict; then it is denied with
+            :class:`QuotaTimeoutError` (upstream: fixed 10 s).
+        policy: batching and conflict rules (:data:`~dynquota.admission.policy.DYNQUOTA`).
+        registry: usage evaluators (default: pods and object counts).
+        ignored_resources: group/resources never metered.
+        clock: wall clock in seconds since the epoch, for pod deletion grace periods.
+    """
+
+    def __init__(
+        self,
+        accessor: QuotaAccessor,
+        *,
+        workers: int = 5,
+        deadline: float = 10.0,
+        policy: ConflictPolicy = DYNQUOTA,
+        registry: Registry | None = None,
+        ignored_resources: Iterable[GroupResource] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        if deadline <= 0:
+            raise ValueError(f"deadline must be positive seconds, got {deadline}")
+        self.accessor = accessor
+        self.policy = policy
+        self.deadline = deadline
+        self.stats = EvaluatorStats()
+        self._workers = workers
+        self._registry = registry or Registry()
+        self._ignored = frozenset(ignored_resources)
+        self._clock = clock
+        self._queue: _NamespaceQueue | None = None
+        self._work: dict[str, list[_Waiter]] = {}
+        self._dirty_work: dict[str, list[_Waiter]] = {}
+        self._in_progress: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._started = False
+        self._closed = False
+
+    async def __aenter__(self) -> Evaluator:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop the workers; requests still waiting are denied (:class:`DefaultDenyError`)."""
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        for waiters in (*self._work.values(), *self._dirty_work.values()):
+            for waiter in waiters:
+                waiter.finish()
+        self._work.clear()
+        self._dirty_work.clear()
+
+    # --- entry point ------------------------------------------------------------------------
+
+    async def evaluate(self, attributes: AdmissionAttributes) -> None:
+        """Admit ``attributes`` against its namespace's quotas, charging them; or raise.
+
+        Requests that cannot change quota usage return at once: cluster-scoped requests,
+        subresources (except ``pods/resize``), ignored resources, and operations the usage
+        evaluator does not handle (object counts: CREATE only). Dry-run requests are checked
+        but never charged. Upstream ``quotaEvaluator.Evaluate`` and the filters of
+        ``QuotaAdmission.Validate`` (``admission.go``).
+
+        Raises:
+            QuotaForbiddenError: the request does not fit a quota (403), e.g. ``exceeded quota:
+                NAME, requested: ..., used: ..., limited: ...``.
+            QuotaTimeoutError: no verdict within ``deadline`` seconds (500).
+            QuotaConflictError: the quota write kept conflicting and the policy gave up (409;
+                never with the default policy before the deadline).
+            QuotaAccessError: quotas could not be read or written.
+            InvalidObjectError: the object's resource amounts are malformed.
+            DefaultDenyError: the evaluator was closed before deciding.
+        """
+        if self._closed:
+            raise DefaultDenyError("DEFAULT DENY: the quota evaluator is closed")
+        gr = attributes.resource
+        if not attributes.namespace or gr in self._ignored:
+            return
+        if gr == GroupResource("", "namespaces"):
+            return
+        if attributes.subresource and not (
+            gr == GroupResource("", "pods") and attributes.subresource == "resize"
+        ):
+            return
+        if not self._registry.get(gr).handles(attributes):
+            return
+
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(
+            attributes=attributes,
+            deadline=loop.time() + self.deadline,
+            done=loop.create_future(),
+            result=_UndecidedError(),
+        )
+        self.stats.requests += 1
+        if self.policy.batching:
+            self._start()
+            self._add_work(waiter)
+        else:
+            self._spawn(self._check_attributes(attributes.namespace, [waiter]))
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.done), timeout=self.deadline)
+        except TimeoutError:
+            waiter.abandoned = True
+            self.stats.timeouts += 1
+            raise QuotaTimeoutError(
+                "Internal error occurred: resource quota evaluation timed out after "
+                f"{self.deadline:g} s (namespace {attributes.namespace!r}); the request is denied"
+            ) from None
+        finally:
+            if not waiter.done.done():
+                waiter.abandoned = True
+        if isinstance(waiter.result, _UndecidedError):
+            raise DefaultDenyError()
+        if waiter.result is not None:
+            raise waiter.result
+
+    # --- workqueue (upstream addWork / getWork / completeWork / doWork) --------------------
+
+    def _start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._queue = _NamespaceQueue()
+        for _ in range(self._workers):
+            self._spawn(self._worker())
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _add_work(self, waiter: _Waiter) -> None:
+        assert self._queue is not None
+        ns = waiter.attributes.namespace
+        self._queue.add(ns)
+        if ns in self._in_progress:
+            self._dirty_work.setdefault(ns, []).append(waiter)
+        else:
+            self._work.setdefault(ns, []).append(waiter)
+
+    def _get_work(self, ns: str) -> list[_Waiter]:
+        work = self._work.pop(ns, [])
+        self._dirty_work.pop(ns, None)
+        self._in_progress.add(ns)
+        return work
+
+    def _complete_work(self, ns: str) -> None:
+        assert self._queue is not None
+        self._queue.done(ns)
+        dirty = self._dirty_work.pop(ns, None)
+        if dirty:
+            self._work[ns] = dirty
+        else:
+            self._work.pop(ns, None)
+        self._in_progress.discard(ns)
+
+    async def _worker(self) -> None:
+        assert self._queue is not None
+        while True:
+            ns = await self._queue.get()
+            try:
+                waiters = self._get_work(ns)
+                if waiters:
+                    await self._check_attributes(ns, waiters)
+            finally:
+                self._complete_work(ns)
+
+    # --- evaluation -------------------------------------------------------------------------
+
+    async def _bounded(self, call: Awaitable[T], waiters: list[_Waiter], what: str) -> T:
+        """Await an accessor call no longer than the latest deadline of the waiters."""
+        remaining = max(w.deadline for w in waiters) - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(call, timeout=max(remaining, 0.001))
+        except TimeoutError:
+            raise QuotaAccessError(f"{what} did not finish before the request deadline") from None
+
+    async def _check_attributes(self, ns: str, waiters: list[_Waiter]) -> None:
+        """Decide a batch and notify every waiter (upstream ``checkAttributes``)."""
+        self.stats.batches += 1
+        self.stats.max_batch = max(self.stats.max_batch, len(waiters))
+        try:
+            live = [w for w in waiters if w.pending]
+            if not live:
+                return
+            try:
+                quotas = await self._bounded(
+                    self.accessor.get_quotas(ns), live, f"reading the quotas of {ns!r}"
+                )
+            except AdmissionError as e:
+                for w in live:
+                    w.result = e
+                return
+            if not quotas:
+                for w in live:
+                    w.result = None
+                return
+            await self._check_quotas(ns, quotas, live)
+        except Exception:
+            log.exception("quota evaluation of namespace %r failed; denying its batch", ns)
+        finally:
+            for w in waiters:
+                w.finish()
+
+    async def _check_quotas(
+        self, ns: str, quotas: list[ResourceQuota], waiters: list[_Waiter]
+    ) -> None:
+        """Fold, write, and retry the failed documents (upstream ``checkQuotas``)."""
+        policy = self.policy
+        budget = policy.retries
+        now = self._clock()
+        while True:
+            self.stats.rounds += 1
+            # Phase 0/1: fold every undecided request into a running copy of the quotas.
+            # Only undecided waiters take part: a retry never revisits a verdict
+            # (kubernetes#141904: a request denied by one quota stays denied when another
+            # quota's write is retried).
+            running = list(quotas)
+            charged: list[_Waiter] = []
+            for w in waiters:
+                if not w.pending:
+                    continue
+                try:
+                    new = check_request(
+                        running, w.attributes, self._registry.get(w.attributes.resource), now
+                    )
+                except AdmissionError as e:
+                    w.result = e
+                    continue
+                if w.attributes.dry_run:
+                    w.result = None
+                    continue
+                if all(equals(a.used, b.used) for a, b in zip(running, new, strict=True)):
+                    w.result = None
+                    continue
+                charged.append(w)
+                running = new
+
+            # Phase 2: nothing to write.
+            if not charged:
+                return
+
+            # Phase 3: one write per changed document.
+            failed: list[str] = []
+            errors: list[AdmissionError] = []
+            for before, after in zip(quotas, running, strict=True):
+                if equals(before.used, after.used):
+                    continue
+                try:
+                    await self._bounded(
+                        self.accessor.update_quota_status(after),
+                        charged,
+                        f"writing the status of quota {after.key}",
+                    )
+                except AdmissionError as e:
+                    failed.append(after.name)
+                    errors.append(e)
+            if not failed:
+                for w in charged:
+                    if w.abandoned:
+                        self.stats.late_charges += 1
+                    elif isinstance(w.result, _UndecidedError):
+                        w.result = None
+                return
+
+            last = errors[-1]
+            conflicts_only = all(isinstance(e, QuotaConflictError) for e in errors)
+            if conflicts_only:
+                self.stats.conflict_rounds += 1
+            else:
+                self.stats.error_rounds += 1
+            pending = [w for w in waiters if w.pending]
+            if not pending:
+                return
+            loop_time = asyncio.get_running_loop().time()
+            consumes = policy.conflicts_consume_retries or not conflicts_only
+            if consumes:
+                if budget <= 0:
+                    self._fail(pending, last)
+                    return
+                budget -= 1
+            elif loop_time >= max(w.deadline for w in pending):
+                self._fail(
+                    pending,
+                    QuotaTimeoutError(
+                        "Internal error occurred: resource quota evaluation timed out after "
+                        f"{self.deadline:g} s (namespace {ns!r}): the quota status write kept "
+                        f"conflicting; last error: {last}"
+                    ),
+                )
+                return
+            # Let other tasks run (and their deadlines fire) between rounds.
+            await asyncio.sleep(0)
+
+            # Re-read only the failed documents; a deleted one is simply not checked again.
+            live_read = (
+                conflicts_only
+                and policy.reread_live_on_conflict
+                and isinstance(self.accessor, LiveQuotaAccessor)
+            )
+            try:
+                if live_read:
+                    assert isinstance(self.accessor, LiveQuotaAccessor)
+                    self.stats.live_rereads += 1
+                    fresh = await self._bounded(
+                        self.accessor.get_quotas_live(ns), pending, f"re-reading quotas of {ns!r}"
+                    )
+                else:
+                    fresh = await self._bounded(
+                        self.accessor.get_quotas(ns), pending, f"re-reading quotas of {ns!r}"
+                    )
+            except AdmissionError:
+                self._fail(pending, last)
+                return
+            quotas = [q for q in fresh if q.name in failed]
+
+    @staticmethod
+    def _fail(waiters: list[_Waiter], error: BaseException) -> None:
+        for w in waiters:
+            if w.pending:
+                w.result = error

@@ -1,0 +1,58 @@
+"""How the evaluator batches requests and reacts to failed quota status writes.
+
+Three policies, so the benchmark can run them side by side:
+
+* :data:`DYNQUOTA` (default) — batches per namespace; a 409 Conflict re-reads the failed quota
+  documents live (past informer and caches) and retries **without** consuming the retry
+  budget, bounded by the requests' deadlines; other errors consume the budget (3). This is
+  the fix for kubernetes/kubernetes#67761, where concurrent apiserver replicas fight over a
+  quota's status and a conflict used up one of only three retries, so a create was answered
+  409 although the quota had room.
+* :data:`UPSTREAM` — kube-apiserver's behaviour (``quotaEvaluator.checkQuotas`` in
+  ``staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go``): batches
+  per namespace; every failed write, conflicts included, consumes one of 3 retries; the
+  retry re-reads through the accessor's caches.
+* :data:`NAIVE` — no batching: each request reads, checks and writes on its own
+  (read-modify-write), with the upstream retry rule.
+
+All three keep the fix of kubernetes/kubernetes#141904: a retry re-evaluates only requests
+still waiting for a verdict, so a request denied by one quota is never allowed (or charged)
+on the retry of another quota's failed write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DYNQUOTA", "NAIVE", "POLICIES", "UPSTREAM", "ConflictPolicy"]
+
+
+@dataclass(frozen=True)
+class ConflictPolicy:
+    """Batching and retry rules of an :class:`~dynquota.admission.Evaluator`.
+
+    Attributes:
+        name: label in logs and benchmark tables.
+        batching: per-namespace batches on a workqueue (False: every request on its own).
+        retries: retry budget for failed status writes (upstream 3: four attempts in all).
+        conflicts_consume_retries: whether a round whose failures were all 409 Conflicts
+            consumes the budget. When False such rounds continue until the latest deadline of
+            the requests still waiting.
+        reread_live_on_conflict: after a round of conflicts, read the failed quotas with one
+            live list instead of through the informer and caches.
+    """
+
+    name: str
+    batching: bool = True
+    retries: int = 3
+    conflicts_consume_retries: bool = False
+    reread_live_on_conflict: bool = True
+
+
+DYNQUOTA = ConflictPolicy("dynquota")
+UPSTREAM = ConflictPolicy("upstream", conflicts_consume_retries=True, reread_live_on_conflict=False)
+NAIVE = ConflictPolicy(
+    "naive", batching=False, conflicts_consume_retries=True, reread_live_on_conflict=False
+)
+POLICIES: dict[str, ConflictPolicy] = {p.name: p for p in (NAIVE, UPSTREAM, DYNQUOTA)}
+"""The three policies by name."""
