@@ -1,0 +1,324 @@
+"""The managed ResourceQuota: read, create, JSON merge-patch and delete (I/O).
+
+dynquota owns exactly one ResourceQuota per managed namespace, identified by **both** its
+name :data:`MANAGED_QUOTA_NAME` and the label :data:`MANAGED_BY_LABEL` =
+:data:`MANAGED_BY_VALUE`. A quota with that name but without the label is *foreign*: it is
+returned by :meth:`QuotaClient.get` (so the operator can report it) but never written.
+
+Every write sends ``fieldManager=dynquota``. Quantities are compared numerically
+(``1k == 1000``, the apiserver canonicalises them), so a decision that changes nothing gives
+no patch at all (:func:`merge_patch`).
+
+Failures are raised as :mod:`dynquota.kube.errors` types (``ApiError`` subclasses carry the
+HTTP status; ``TransportError`` when there was no answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import aiohttp
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from dynquota.kube.errors import KubeError, NotFoundError, TransportError, error_from_response
+from dynquota.quantity import QuantityError, parse_quantity
+
+__all__ = [
+    "FIELD_MANAGER",
+    "MANAGED_BY_LABEL",
+    "MANAGED_BY_VALUE",
+    "MANAGED_QUOTA_NAME",
+    "ApiCallObserver",
+    "QuotaClient",
+    "QuotaSnapshot",
+    "call_api",
+    "merge_patch",
+    "quantities_equal",
+]
+
+MANAGED_QUOTA_NAME = "dynquota"
+"""Name of the managed ResourceQuota in every managed namespace."""
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+"""Label key that, with :data:`MANAGED_BY_VALUE`, marks the quota as dynquota's."""
+MANAGED_BY_VALUE = "dynquota"
+FIELD_MANAGER = "dynquota"
+"""``fieldManager`` of every write (visible in ``metadata.managedFields``)."""
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+
+_MERGE_PATCH = "application/merge-patch+json"
+
+ApiCallObserver = Callable[[str, str, int], None]
+"""``(verb, resource, http_status)`` called after every API call (status 0: no answer)."""
+
+T = TypeVar("T")
+
+
+async def call_api(
+    verb: str,
+    resource: str,
+    request: Callable[[], Awaitable[T]],
+    observer: ApiCallObserver | None = None,
+) -> T:
+    """Run one kubernetes_asyncio request, translating its failures to dynquota's errors.
+
+    ``observer`` (if any) hears ``(verb, resource, status)``: 200 on success.
+
+    Raises:
+        ApiError: (or a subclass by status) the apiserver refused the request.
+        TransportError: connection, TLS or timeout failure.
+    """
+    try:
+        result = await request()
+    except ApiException as exc:
+        body = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
+        error = error_from_response(int(exc.status or 0), body)
+        if observer is not None:
+            observer(verb, resource, error.status)
+        raise error from exc
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        if observer is not None:
+            observer(verb, resource, 0)
+        raise TransportError(f"{verb} {resource}: {exc!r}") from exc
+    if observer is not None:
+        observer(verb, resource, 200)
+    return result
+
+
+def quantities_equal(a: str | None, b: str | None) -> bool:
+    """Numeric equality of two quantity strings (``"1k" == "1000"``); ``None`` equals only
+    ``None``. An unparsable string is compared as text."""
+    if a is None or b is None:
+        return a is b
+    try:
+        return parse_quantity(a) == parse_quantity(b)
+    except QuantityError:
+        return a == b
+
+
+@dataclass(frozen=True)
+class QuotaSnapshot:
+    """The parts of a ResourceQuota named ``dynquota`` that the operator reads.
+
+    ``spec_hard``/``status_hard``/``status_used`` map resource names to quantity strings as
+    stored (canonical). ``managed`` is whether it carries the managed-by label.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    spec_hard: Mapping[str, str] = field(default_factory=dict)
+    status_hard: Mapping[str, str] = field(default_factory=dict)
+    status_used: Mapping[str, str] = field(default_factory=dict)
+    deletion_timestamp: str | None = None
+
+    @property
+    def managed(self) -> bool:
+        """Whether the quota is dynquota's (name and label both match)."""
+        return (
+            self.name == MANAGED_QUOTA_NAME
+            and self.labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+        )
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> QuotaSnapshot:
+        """Build from a ResourceQuota as decoded JSON (camelCase keys)."""
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        return cls(
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            labels=dict(meta.get("labels") or {}),
+            annotations=dict(meta.get("annotations") or {}),
+            spec_hard={k: str(v) for k, v in (spec.get("hard") or {}).items()},
+            status_hard={k: str(v) for k, v in (status.get("hard") or {}).items()},
+            status_used={k: str(v) for k, v in (status.get("used") or {}).items()},
+            deletion_timestamp=(
+                str(meta["deletionTimestamp"]) if meta.get("deletionTimestamp") else None
+            ),
+        )
+
+    def hard_int(self, resource: str) -> int | None:
+        """``spec.hard[resource]`` as an integer count (rounded up), or ``None`` if absent or
+        unparsable."""
+        return _count(self.spec_hard.get(resource))
+
+    def used_int(self, resource: str) -> int | None:
+        """``status.used[resource]`` as an integer count, or ``None`` if absent."""
+        return _count(self.status_used.get(resource))
+
+
+def _count(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_quantity(text).ceil()
+    except QuantityError:
+        return None
+
+
+def merge_patch(
+    current: QuotaSnapshot,
+    hard: Mapping[str, str],
+    annotations: Mapping[str, str | None],
+) -> dict[str, Any] | None:
+    """The JSON merge-patch turning ``current`` into the desired state, or ``None`` if equal.
+
+    ``hard`` is the complete desired ``spec.hard``: keys of ``current.spec_hard`` not in it
+    are nulled (removed); values equal as quantities are left out. ``annotations`` maps keys
+    to new values, ``None`` meaning remove; keys not mentioned are left alone.
+    """
+    hard_patch: dict[str, str | None] = {key: None for key in current.spec_hard if key not in hard}
+    for key, value in hard.items():
+        if not quantities_equal(current.spec_hard.get(key), value):
+            hard_patch[key] = value
+    annotation_patch: dict[str, str | None] = {}
+    for key, wanted in annotations.items():
+        if wanted is None:
+            if key in current.annotations:
+                annotation_patch[key] = None
+        elif current.annotations.get(key) != wanted:
+            annotation_patch[key] = wanted
+    if not hard_patch and not annotation_patch:
+        return None
+    body: dict[str, Any] = {}
+    if annotation_patch:
+        body["metadata"] = {"annotations": annotation_patch}
+    if hard_patch:
+        body["spec"] = {"hard": hard_patch}
+    return body
+
+
+class QuotaClient:
+    """Reads and writes the managed quota ``dynquota`` through kubernetes_asyncio.
+
+    Args:
+        api_client: a configured ``kubernetes_asyncio.client.ApiClient`` (not closed here).
+        observer: hears ``(verb, "resourcequotas", status)`` after every call (metrics).
+    """
+
+    def __init__(
+        self, api_client: client.ApiClient, observer: ApiCallObserver | None = None
+    ) -> None:
+        self._api: Any = client.CoreV1Api(api_client)
+        self._sanitize = api_client.sanitize_for_serialization
+        self._observer = observer
+
+    async def _call(self, verb: str, request: Callable[[], Awaitable[Any]]) -> Any:
+        return await call_api(verb, "resourcequotas", request, self._observer)
+
+    def _snapshot(self, model: Any) -> QuotaSnapshot:
+        return QuotaSnapshot.from_object(self._sanitize(model))
+
+    async def get(self, namespace: str) -> QuotaSnapshot | None:
+        """The ResourceQuota named ``dynquota`` in ``namespace`` (labelled or not), or ``None``.
+
+        Raises: ``ApiError``/``TransportError`` other than 404.
+        """
+        try:
+            model = await self._call(
+                "get",
+                lambda: self._api.read_namespaced_resource_quota(MANAGED_QUOTA_NAME, namespace),
+            )
+        except NotFoundError:
+            return None
+        return self._snapshot(model)
+
+    async def list_managed(self, page_size: int = 500) -> list[QuotaSnapshot]:
+        """Every managed quota in the cluster (label selector, paginated by ``page_size``).
+
+        Raises: ``ApiError``/``TransportError``.
+        """
+        found: list[QuotaSnapshot] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"label_selector": MANAGED_SELECTOR, "limit": page_size}
+            if token:
+                kwargs["_continue"] = token
+            page = await self._call(
+                "list",
+                lambda kw=kwargs: self._api.list_resource_quota_for_all_namespaces(**kw),  # type: ignore[misc]
+            )
+            for item in page.items or []:
+                snapshot = self._snapshot(item)
+                if snapshot.managed:
+                    found.append(snapshot)
+            token = page.metadata._continue if page.metadata is not None else None
+            if not token:
+                return found
+
+    async def create(
+        self, namespace: str, hard: Mapping[str, str], annotations: Mapping[str, str]
+    ) -> QuotaSnapshot:
+        """Create the managed quota with ``spec.hard = hard`` and the given annotations.
+
+        Raises: ``ConflictError`` (409 AlreadyExists) if it exists; other ``ApiError``
+        (e.g. 403 while the namespace terminates, 422 on an invalid value), ``TransportError``.
+        """
+        body = {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {
+                "name": MANAGED_QUOTA_NAME,
+                "namespace": namespace,
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                "annotations": dict(annotations),
+            },
+            "spec": {"hard": dict(hard)},
+        }
+        model = await self._call(
+            "create",
+            lambda: self._api.create_namespaced_resource_quota(
+                namespace, body, field_manager=FIELD_MANAGER
+            ),
+        )
+        return self._snapshot(model)
+
+    async def patch(self, namespace: str, body: Mapping[str, Any]) -> QuotaSnapshot:
+        """Apply the JSON merge-patch ``body`` (see :func:`merge_patch`) to the managed quota.
+
+        Raises: ``NotFoundError`` if it is gone; other ``ApiError``, ``TransportError``.
+        """
+        model = await self._call(
+            "patch",
+            lambda: self._api.patch_namespaced_resource_quota(
+                MANAGED_QUOTA_NAME,
+                namespace,
+                dict(body),
+                field_manager=FIELD_MANAGER,
+                _content_type=_MERGE_PATCH,
+            ),
+        )
+        return self._snapshot(model)
+
+    async def delete(self, namespace: str, uid: str | None = None) -> bool:
+        """Delete the managed quota (only the object with ``uid``, when given).
+
+        Returns ``False`` if it was already gone (404) or replaced (409 on the uid
+        precondition). Raises other ``ApiError``, ``TransportError``.
+        """
+        body: dict[str, Any] = {}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self._call(
+                "delete",
+                lambda: self._api.delete_namespaced_resource_quota(
+                    MANAGED_QUOTA_NAME, namespace, body=body
+                ),
+            )
+        except NotFoundError:
+            return False
+        except KubeError as exc:
+            if getattr(exc, "status", None) == 409:
+                return False
+            raise
+        return True

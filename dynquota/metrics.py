@@ -1,0 +1,179 @@
+"""Prometheus metrics of the operator (prometheus-client), served on ``/metrics``.
+
+Every metric lives on the registry given to :class:`Metrics` (a fresh one by default), so
+several operators can run in one process (tests) without clashing. Names and labels:
+
+========================================== ======= =====================================
+name                                        type    labels
+========================================== ======= =====================================
+dynquota_usage                              gauge   namespace, resource (U, a count)
+dynquota_tally                              gauge   namespace, resource (informer count)
+dynquota_hard                               gauge   namespace, resource (spec.hard)
+dynquota_target                             gauge   namespace, resource (T(U))
+dynquota_drift                              gauge   namespace, resource (tally - status.used)
+dynquota_usage_above_maximum                gauge   namespace, resource (1 when U > maximum)
+dynquota_resizes_total                      counter direction (up/down), reason
+dynquota_quota_writes_total                 counter verb (create/patch/delete)
+dynquota_overrides_active                   gauge   -
+dynquota_kill_switch_engaged                gauge   -
+dynquota_leader                             gauge   - (1 when this replica may write)
+dynquota_frozen_namespaces                  gauge   - (matched by an invalid policy)
+dynquota_managed_namespaces                 gauge   -
+dynquota_reconcile_duration_seconds         histo   -
+dynquota_reconciles_total                   counter result (ok/retry/invalid/error)
+dynquota_workqueue_depth                    gauge   -
+dynquota_watch_restarts_total               counter resource
+dynquota_relists_total                      counter resource
+dynquota_api_requests_total                 counter verb, resource, code
+dynquota_api_errors_total                   counter verb, resource, code (code 0: no answer)
+dynquota_api_conflicts_total                counter verb, resource
+dynquota_events_total                       counter reason
+========================================== ======= =====================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+__all__ = ["Metrics", "MetricsServer"]
+
+_NR = ("namespace", "resource")
+
+
+class Metrics:
+    """The operator's metrics on ``registry`` (a new ``CollectorRegistry`` if omitted)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.usage = Gauge("dynquota_usage", "Usage U = max(tally, status.used)", _NR, registry=r)
+        self.tally = Gauge("dynquota_tally", "Objects counted by the informers", _NR, registry=r)
+        self.hard = Gauge("dynquota_hard", "spec.hard of the managed quota", _NR, registry=r)
+        self.target = Gauge("dynquota_target", "Target T(U) from the profile", _NR, registry=r)
+        self.drift = Gauge("dynquota_drift", "Informer tally minus status.used", _NR, registry=r)
+        self.above_maximum = Gauge(
+            "dynquota_usage_above_maximum", "1 when usage exceeds the maximum", _NR, registry=r
+        )
+        self.resizes = Counter(
+            "dynquota_resizes", "Changes of spec.hard", ("direction", "reason"), registry=r
+        )
+        self.quota_writes = Counter(
+            "dynquota_quota_writes", "Writes of managed quotas", ("verb",), registry=r
+        )
+        self.overrides_active = Gauge(
+            "dynquota_overrides_active", "Managed quotas under a tenant override", registry=r
+        )
+        self.kill_switch = Gauge(
+            "dynquota_kill_switch_engaged", "1 while the kill switch is engaged", registry=r
+        )
+        self.leader = Gauge("dynquota_leader", "1 while this replica may write", registry=r)
+        self.frozen = Gauge(
+            "dynquota_frozen_namespaces", "Namespaces matched by an invalid policy", registry=r
+        )
+        self.managed = Gauge(
+            "dynquota_managed_namespaces", "Namespaces governed by a policy", registry=r
+        )
+        self.reconcile_seconds = Histogram(
+            "dynquota_reconcile_duration_seconds",
+            "Time of one namespace decision, including its writes",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.reconciles = Counter(
+            "dynquota_reconciles", "Namespace decisions by result", ("result",), registry=r
+        )
+        self.queue_depth = Gauge(
+            "dynquota_workqueue_depth", "Namespaces queued or in progress", registry=r
+        )
+        self.watch_restarts = Counter(
+            "dynquota_watch_restarts", "Informer watch restarts", ("resource",), registry=r
+        )
+        self.relists = Counter(
+            "dynquota_relists", "Informer full relists", ("resource",), registry=r
+        )
+        self.api_requests = Counter(
+            "dynquota_api_requests",
+            "API requests made by the operator",
+            ("verb", "resource", "code"),
+            registry=r,
+        )
+        self.api_errors = Counter(
+            "dynquota_api_errors",
+            "API requests that failed (code 0: no answer)",
+            ("verb", "resource", "code"),
+            registry=r,
+        )
+        self.api_conflicts = Counter(
+            "dynquota_api_conflicts", "409 Conflict answers", ("verb", "resource"), registry=r
+        )
+        self.events = Counter("dynquota_events", "Events posted", ("reason",), registry=r)
+
+    def observe_api(self, verb: str, resource: str, status: int) -> None:
+        """Count one API call (an :data:`~dynquota.kube.quotas.ApiCallObserver`)."""
+        code = str(status)
+        self.api_requests.labels(verb, resource, code).inc()
+        if status != 200:
+            self.api_errors.labels(verb, resource, code).inc()
+        if status == 409:
+            self.api_conflicts.labels(verb, resource).inc()
+        if resource == "resourcequotas" and status == 200 and verb in ("create", "patch", "delete"):
+            self.quota_writes.labels(verb).inc()
+
+    def forget_namespace(self, namespace: str, resources: tuple[str, ...]) -> None:
+        """Remove the per-namespace series of ``namespace`` (deleted or unmanaged)."""
+        for gauge in (self.usage, self.tally, self.hard, self.target, self.drift):
+            for resource in resources:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, resource)
+        for resource in resources:
+            with contextlib.suppress(KeyError):
+                self.above_maximum.remove(namespace, resource)
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+class MetricsServer:
+    """``GET /metrics`` on ``host:port`` with aiohttp (port 0: a free port, see ``port``)."""
+
+    def __init__(self, metrics: Metrics, host: str = "0.0.0.0", port: int = 8080) -> None:
+        self._metrics = metrics
+        self._host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        del request
+        return web.Response(
+            body=self._metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def start(self) -> None:
+        """Start serving. Raises ``OSError`` if the port is taken."""
+        app = web.Application()
+        app.router.add_get("/metrics", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self.port)
+        await site.start()
+        if self.port == 0 and site._server is not None:
+            sockets = getattr(site._server, "sockets", None) or []
+            if sockets:
+                self.port = int(sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        """Stop serving; idempotent."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

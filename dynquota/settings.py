@@ -1,0 +1,128 @@
+"""Operator settings, from ``DYNQUOTA_*`` environment variables or ``dynquota run`` flags.
+
+Every field is read from the environment variable ``DYNQUOTA_<FIELD>`` (upper case), e.g.
+``DYNQUOTA_DRY_RUN=true`` or ``DYNQUOTA_OVERRIDE_TTL=72h``; flags of ``dynquota run`` take
+precedence over the environment. The Helm chart renders these variables.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = ["SYSTEM_NAMESPACES", "Settings", "parse_duration_seconds"]
+
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+"""Namespaces never managed, whatever the settings say."""
+
+
+def parse_duration_seconds(value: str | int | float) -> int:
+    """Parse a duration such as ``90s``, ``5m``, ``1h30m`` or ``168h`` into whole seconds.
+
+    A bare number (``3600`` or ``"3600"``) is taken as seconds. Raises ``ValueError`` for any
+    other text (see :func:`dynquota.policy.durations.parse_duration`), or a duration of zero.
+    """
+    # imported here: dynquota.policy imports this module
+    from dynquota.policy.durations import parse_duration
+
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        seconds = int(value)
+    elif value.strip().isdigit():
+        seconds = int(value.strip())
+    else:
+        seconds = parse_duration(value.strip())
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive: {value!r}")
+    return seconds
+
+
+def _comma_list(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """All knobs of ``dynquota run``; durations are whole seconds after parsing.
+
+    Fields (environment variable ``DYNQUOTA_<NAME>``): see each field's description. Raises
+    ``pydantic.ValidationError`` on a malformed value.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="DYNQUOTA_", extra="forbid", frozen=True)
+
+    dry_run: bool = Field(False, description="compute and report decisions, write no quota")
+    namespace: str = Field(
+        "", description="the operator's own namespace: excluded; holds the leader-election Lease"
+    )
+    metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics; 0: off")
+    probe_port: int = Field(8081, ge=0, le=65535, description="liveness /healthz; 0: off")
+    override_ttl: int = Field(
+        168 * 3600, description="tenant override lifetime, seconds (accepts 168h, 90m, ...)"
+    )
+    leader_election: bool = Field(False, description="gate every write on a Lease")
+    lease_name: str = Field("dynquota", description="name of the coordination.k8s.io Lease")
+    pod_name: str = Field(
+        default_factory=socket.gethostname, description="holder identity in the Lease"
+    )
+    lease_duration_seconds: int = Field(15, ge=2, description="Lease duration")
+    lease_renew_deadline_seconds: int = Field(10, ge=2, description="leader gives up after")
+    lease_retry_period_seconds: int = Field(2, ge=1, description="Lease poll interval")
+    watch_timeout_seconds: int = Field(300, ge=1, description="server-side watch timeout")
+    liveness_margin_seconds: int = Field(
+        60, ge=0, description="liveness fails after watch timeout + this without a watch cycle"
+    )
+    kill_switch_delete_qps: float = Field(
+        20.0, gt=0, description="client-side rate limit of kill-switch deletes, per second"
+    )
+    exclude_namespaces: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma list of namespaces never managed"
+    )
+    include_namespaces: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma list; when set, only these are managed"
+    )
+    workers: int = Field(4, ge=1, le=64, description="concurrent reconciles (distinct namespaces)")
+    resync_seconds: int = Field(
+        600, ge=1, description="every namespace is re-queued this often (reads only at rest)"
+    )
+    coalesce_seconds: float = Field(
+        0.1, ge=0, le=10, description="events for a namespace within this window: one decision"
+    )
+    kubeconfig: str = Field(
+        "", description="kubeconfig path; empty: $KUBECONFIG, ~/.kube/config or in-cluster"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
+
+    @field_validator("override_ttl", mode="before")
+    @classmethod
+    def _duration(cls, value: str | int | float) -> int:
+        return parse_duration_seconds(value)
+
+    @field_validator("exclude_namespaces", "include_namespaces", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return _comma_list(value)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    def excluded(self, namespace: str) -> bool:
+        """Whether ``namespace`` is never managed (system, own, excluded or not included)."""
+        if namespace in SYSTEM_NAMESPACES or namespace in self.exclude_namespaces:
+            return True
+        if self.namespace and namespace == self.namespace:
+            return True
+        return bool(self.include_namespaces) and namespace not in self.include_namespaces

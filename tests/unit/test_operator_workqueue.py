@@ -1,0 +1,146 @@
+"""The namespace workqueue: coalescing, per-key serialisation, timers, backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from dynquota.operator.workqueue import Outcome, WorkQueue
+from dynquota.testing.wait import async_wait_until
+
+
+class Recorder:
+    def __init__(self, outcome: Outcome | None = None) -> None:
+        self.runs: list[tuple[str, float]] = []
+        self.outcome = outcome or Outcome()
+        self.gate: asyncio.Event | None = None
+        self.active: set[str] = set()
+        self.overlaps = 0
+
+    async def __call__(self, key: str) -> Outcome:
+        if key in self.active:
+            self.overlaps += 1
+        self.active.add(key)
+        try:
+            self.runs.append((key, time.time()))
+            if self.gate is not None:
+                await self.gate.wait()
+            return self.outcome
+        finally:
+            self.active.discard(key)
+
+
+async def test_a_burst_of_adds_is_one_run() -> None:
+    rec = Recorder()
+    queue = WorkQueue(rec, workers=2)
+    for _ in range(1000):
+        queue.add("ns-a")
+    queue.add("ns-b")
+    queue.start()
+    await queue.wait_idle(timeout=5)
+    await queue.stop()
+    assert sorted(key for key, _ in rec.runs) == ["ns-a", "ns-b"]
+    assert queue.runs == 2
+
+
+async def test_adding_a_key_being_processed_runs_it_once_more_never_concurrently() -> None:
+    rec = Recorder()
+    rec.gate = asyncio.Event()
+    queue = WorkQueue(rec, workers=4)
+    queue.start()
+    queue.add("ns")
+    await async_wait_until(lambda: rec.active == {"ns"}, "first run started", timeout=5)
+    for _ in range(50):
+        queue.add("ns")
+    rec.gate.set()
+    await queue.wait_idle(timeout=5)
+    await queue.stop()
+    assert [key for key, _ in rec.runs] == ["ns", "ns"]
+    assert rec.overlaps == 0
+
+
+async def test_add_at_fires_at_the_instant_and_the_earliest_wins() -> None:
+    rec = Recorder()
+    queue = WorkQueue(rec, workers=1)
+    queue.start()
+    start = time.time()
+    queue.add_at("ns", start + 0.6)
+    queue.add_at("ns", start + 0.3)  # earlier: replaces
+    queue.add_at("ns", start + 0.9)  # later: dropped
+    assert queue.scheduled("ns") == pytest.approx(start + 0.3)
+    await async_wait_until(lambda: len(rec.runs) == 1, "timed run", timeout=5)
+    ran_at = rec.runs[0][1]
+    assert ran_at >= start + 0.3
+    assert ran_at < start + 0.55
+    assert queue.scheduled("ns") is None
+    await asyncio.sleep(0.8)  # nothing else may fire: the later instants were dropped
+    assert len(rec.runs) == 1
+    await queue.stop()
+
+
+async def test_handler_requeue_at_schedules_the_next_run() -> None:
+    calls: list[float] = []
+
+    async def handler(key: str) -> Outcome:
+        calls.append(time.time())
+        if len(calls) == 1:
+            return Outcome(requeue_at=time.time() + 0.25)
+        return Outcome()
+
+    queue = WorkQueue(handler, workers=1)
+    queue.start()
+    queue.add("ns")
+    await async_wait_until(lambda: len(calls) == 2, "requeued run", timeout=5)
+    assert calls[1] - calls[0] >= 0.25
+    await queue.stop()
+
+
+async def test_failures_back_off_exponentially_and_success_resets() -> None:
+    calls: list[float] = []
+
+    async def handler(key: str) -> Outcome:
+        calls.append(time.time())
+        if len(calls) <= 3:
+            raise RuntimeError("boom")  # counts as retry
+        return Outcome()
+
+    queue = WorkQueue(handler, workers=1, backoff_base=0.1, backoff_cap=0.25)
+    queue.start()
+    queue.add("ns")
+    await async_wait_until(lambda: len(calls) == 4, "retries", timeout=5)
+    gaps = [b - a for a, b in zip(calls, calls[1:], strict=False)]
+    assert gaps[0] >= 0.1  # 0.1
+    assert gaps[1] >= 0.2  # 0.2
+    assert gaps[2] >= 0.25  # capped at 0.25 (0.4 otherwise)
+    assert gaps[2] < 0.4
+    await queue.wait_idle(timeout=5)
+    assert queue.scheduled("ns") is None
+    await queue.stop()
+
+
+async def test_coalescing_window_delays_add_but_not_add_now() -> None:
+    rec = Recorder()
+    queue = WorkQueue(rec, workers=1, coalesce=0.3)
+    queue.start()
+    start = time.time()
+    queue.add("a")
+    queue.add("a")
+    queue.add_now("b")
+    await async_wait_until(lambda: len(rec.runs) == 2, "both ran", timeout=5)
+    by_key = dict(rec.runs)
+    assert by_key["b"] - start < 0.2
+    assert by_key["a"] - start >= 0.3
+    await queue.stop()
+
+
+async def test_forget_drops_the_timer() -> None:
+    rec = Recorder()
+    queue = WorkQueue(rec, workers=1)
+    queue.start()
+    queue.add_at("ns", time.time() + 0.2)
+    queue.forget("ns")
+    await asyncio.sleep(0.4)
+    assert rec.runs == []
+    await queue.stop()
