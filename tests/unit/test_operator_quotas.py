@@ -98,7 +98,9 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.override_ttl == 5400
     assert s.exclude_namespaces == ["a", "b", "c"]
     assert s.log_format == "json"
-    assert s.excluded("kube-system") and s.excluded("dynquota-system") and s.excluded("b")
+    assert s.excluded("kube-system")
+    assert s.excluded("dynquota-system")
+    assert s.excluded("b")
     assert not s.excluded("team-a")
 
 

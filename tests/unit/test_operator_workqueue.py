@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import pytest
@@ -110,7 +111,7 @@ async def test_failures_back_off_exponentially_and_success_resets() -> None:
     queue.start()
     queue.add("ns")
     await async_wait_until(lambda: len(calls) == 4, "retries", timeout=5)
-    gaps = [b - a for a, b in zip(calls, calls[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
     assert gaps[0] >= 0.1  # 0.1
     assert gaps[1] >= 0.2  # 0.2
     assert gaps[2] >= 0.25  # capped at 0.25 (0.4 otherwise)
