@@ -1,0 +1,131 @@
+"""Policies, policy selection and sizing decisions (Pure: no I/O, ``now`` passed in).
+
+- :mod:`~dynquota.policy.models`: pydantic models of the DynamicQuotaPolicy spec, label
+  selectors, :func:`validate_policy`;
+- :mod:`~dynquota.policy.selection`: excluded namespaces and which policy governs a namespace;
+- :mod:`~dynquota.policy.state`: annotation names, RFC 3339 times, the kill switch;
+- :mod:`~dynquota.policy.decide`: :func:`decide`, the one sizing function;
+- :mod:`~dynquota.policy.durations`: ``90s``/``5m``/``1h30m`` durations.
+
+The rules as implemented, and how DESIGN §2's open points were settled: ``docs/sizing.md``.
+"""
+
+from dynquota.policy.decide import (
+    DEFAULT_OVERRIDE_TTL,
+    Action,
+    Change,
+    ChangeKind,
+    Decision,
+    Event,
+    QuotaState,
+    apply_decision,
+    ceil_div,
+    decide,
+    target,
+)
+from dynquota.policy.durations import (
+    DURATION_PATTERN,
+    MAX_DURATION_SECONDS,
+    format_duration,
+    parse_duration,
+)
+from dynquota.policy.models import (
+    CONFIGMAPS,
+    DEFAULT_PROFILES,
+    PODS,
+    TRACKED_RESOURCES,
+    DynamicQuotaPolicySpec,
+    LabelSelector,
+    LabelSelectorRequirement,
+    PolicyInfo,
+    ResourceProfile,
+    describe_validation_error,
+    validate_label_key,
+    validate_label_value,
+    validate_policy,
+)
+from dynquota.policy.selection import (
+    MANAGED_LABEL,
+    SYSTEM_NAMESPACES,
+    Exclusion,
+    Governance,
+    GovernanceKind,
+    NamespaceInfo,
+    govern,
+    namespace_exclusion,
+    policy_rank,
+)
+from dynquota.policy.state import (
+    ANNOTATION_PREFIX,
+    KILL_SWITCH,
+    OVERRIDE,
+    OVERRIDE_EXPIRES_AT,
+    OVERRIDE_GRANTED_AT,
+    POLICY,
+    KillSwitchReading,
+    format_time,
+    hard_key,
+    last_change_key,
+    last_upscale_key,
+    parse_kill_switch,
+    parse_time,
+    profile_key,
+    resolve_kill_switch,
+    resource_keys,
+)
+
+__all__ = [
+    "ANNOTATION_PREFIX",
+    "CONFIGMAPS",
+    "DEFAULT_OVERRIDE_TTL",
+    "DEFAULT_PROFILES",
+    "DURATION_PATTERN",
+    "KILL_SWITCH",
+    "MANAGED_LABEL",
+    "MAX_DURATION_SECONDS",
+    "OVERRIDE",
+    "OVERRIDE_EXPIRES_AT",
+    "OVERRIDE_GRANTED_AT",
+    "PODS",
+    "POLICY",
+    "SYSTEM_NAMESPACES",
+    "TRACKED_RESOURCES",
+    "Action",
+    "Change",
+    "ChangeKind",
+    "Decision",
+    "DynamicQuotaPolicySpec",
+    "Event",
+    "Exclusion",
+    "Governance",
+    "GovernanceKind",
+    "KillSwitchReading",
+    "LabelSelector",
+    "LabelSelectorRequirement",
+    "NamespaceInfo",
+    "PolicyInfo",
+    "QuotaState",
+    "ResourceProfile",
+    "apply_decision",
+    "ceil_div",
+    "decide",
+    "describe_validation_error",
+    "format_duration",
+    "format_time",
+    "govern",
+    "hard_key",
+    "last_change_key",
+    "last_upscale_key",
+    "namespace_exclusion",
+    "parse_duration",
+    "parse_kill_switch",
+    "parse_time",
+    "policy_rank",
+    "profile_key",
+    "resolve_kill_switch",
+    "resource_keys",
+    "target",
+    "validate_label_key",
+    "validate_label_value",
+    "validate_policy",
+]

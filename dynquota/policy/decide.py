@@ -1,0 +1,699 @@
+"""Sizing: one decision for one namespace's managed quota (Pure).
+
+:func:`decide` takes plain values (usage, peak, the managed quota's ``spec.hard`` and
+annotations, the governing policy, the kill switch, ``now``) and returns a :class:`Decision`:
+what to write (create, one JSON merge-patch, or delete), why, which Events to post and when to
+look again. It does no I/O and reads no clock. All sizing arithmetic is on integers.
+
+The rules are DESIGN §2 "Sizing rules", "Tenant override", "Admin kill switch" and "Dry run";
+``docs/sizing.md`` states them as implemented, with every ambiguity settled. Times are seconds
+since the epoch; decisions work on whole seconds (``floor(now)``), the resolution of the
+timestamps stored in annotations.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from dynquota.policy.durations import format_duration
+from dynquota.policy.models import TRACKED_RESOURCES, ResourceProfile
+from dynquota.policy.selection import Governance
+from dynquota.policy.state import (
+    ANNOTATION_PREFIX,
+    OVERRIDE,
+    OVERRIDE_EXPIRES_AT,
+    OVERRIDE_GRANTED_AT,
+    POLICY,
+    format_time,
+    hard_key,
+    last_change_key,
+    last_upscale_key,
+    parse_time,
+    profile_key,
+)
+from dynquota.quantity import Quantity
+
+__all__ = [
+    "DEFAULT_OVERRIDE_TTL",
+    "Action",
+    "Change",
+    "ChangeKind",
+    "Decision",
+    "Event",
+    "QuotaState",
+    "apply_decision",
+    "ceil_div",
+    "decide",
+    "target",
+]
+
+DEFAULT_OVERRIDE_TTL: Final = 7 * 24 * 3600
+"""Tenant override lifetime, seconds (7 days)."""
+
+Action = Literal["create", "patch", "delete", "nothing"]
+ChangeKind = Literal[
+    "create",
+    "upscale",
+    "downscale",
+    "policy",
+    "revert",
+    "override-granted",
+    "override-expired",
+]
+EventType = Literal["Normal", "Warning"]
+
+RESIZED: Final = "Resized"
+OVERRIDE_GRANTED: Final = "OverrideGranted"
+OVERRIDE_EXPIRED: Final = "OverrideExpired"
+OVERRIDE_REJECTED: Final = "OverrideRejected"
+USAGE_ABOVE_MAXIMUM: Final = "UsageAboveMaximum"
+STATE_REPAIRED: Final = "StateRepaired"
+
+_STATE_PREFIXES: Final = tuple(
+    f"{ANNOTATION_PREFIX}{name}." for name in ("last-upscale", "last-change", "hard", "profile")
+)
+_RECORD: Final = re.compile(r"[0-9]+")
+
+
+def ceil_div(numerator: int, denominator: int) -> int:
+    """``ceil(numerator / denominator)`` in integers, for ``denominator > 0``."""
+    return -(-numerator // denominator)
+
+
+def target(usage: int, profile: ResourceProfile) -> int:
+    """``T(U) = min(maximum, max(minimum, ceil(U * (100 + bufferPercent) / 100)))``."""
+    grown = ceil_div(usage * (100 + profile.buffer_percent), 100)
+    return min(profile.maximum, max(profile.minimum, grown))
+
+
+def _clamp_note(usage: int, profile: ResourceProfile) -> str:
+    grown = ceil_div(usage * (100 + profile.buffer_percent), 100)
+    if grown > profile.maximum:
+        return f", at maximum {profile.maximum}"
+    if grown < profile.minimum:
+        return f", at minimum {profile.minimum}"
+    return ""
+
+
+@dataclass(frozen=True)
+class QuotaState:
+    """The managed quota as :func:`decide` reads it.
+
+    ``hard``: ``spec.hard``, every key (foreign ones too), values as :class:`Quantity` or int
+    (compared numerically). ``annotations``: ``metadata.annotations`` (only ``dynquota.io/``
+    keys are read; see :mod:`dynquota.policy.state`). Parse an object with :meth:`from_object`.
+    """
+
+    hard: Mapping[str, Quantity | int] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> QuotaState:
+        """From a ResourceQuota as JSON (``spec.hard`` quantity strings, annotations).
+
+        Raises :class:`dynquota.quantity.QuantityError` on a malformed quantity.
+        """
+        from dynquota.quantity import parse_quantity
+
+        spec = obj.get("spec") or {}
+        metadata = obj.get("metadata") or {}
+        hard = {str(k): parse_quantity(str(v)) for k, v in (spec.get("hard") or {}).items()}
+        annotations = {str(k): str(v) for k, v in (metadata.get("annotations") or {}).items()}
+        return cls(hard, annotations)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of ``spec.hard[resource]``: ``old`` and ``new`` as canonical text (``None``:
+    absent), ``kind`` and the human ``reason`` (``"upscale pods 14->20: usage 14, buffer
+    40%"``)."""
+
+    resource: str
+    kind: ChangeKind
+    old: str | None
+    new: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the managed quota: ``type`` Normal/Warning, ``reason``
+    (``Resized``, ``OverrideGranted``, ``OverrideExpired``, ``OverrideRejected``,
+    ``UsageAboveMaximum``, ``StateRepaired``) and ``message``."""
+
+    type: EventType
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one namespace's managed quota.
+
+    - ``action``: ``create`` (build the quota from ``hard`` and ``set_annotations``),
+      ``patch`` (one JSON merge-patch, :meth:`merge_patch`), ``delete``, or ``nothing``;
+    - ``hard``: desired ``spec.hard`` per tracked resource, counts (create/patch; else empty);
+    - ``set_annotations`` / ``remove_annotations``: annotation changes (patch) or all
+      annotations (create);
+    - ``null_hard``: foreign ``spec.hard`` keys the merge-patch sets to null;
+    - ``changes``: one :class:`Change` per changed ``spec.hard`` entry, with its reason;
+    - ``notes``: reasons of state-only writes (adopting or repairing annotations, clamping an
+      override expiry, recording a new policy) and why nothing happens;
+    - ``events``: Events to post (Warnings among them are also in :attr:`warnings`);
+    - ``requeue_at``: when to decide again (next cooldown end or override expiry; seconds since
+      the epoch) or ``None``; the caller merges grace expiry and peak-window expiry;
+    - ``dry_run``: the decision is to be reported, never written.
+    """
+
+    action: Action
+    hard: Mapping[str, int] = field(default_factory=dict)
+    set_annotations: Mapping[str, str] = field(default_factory=dict)
+    remove_annotations: frozenset[str] = frozenset()
+    null_hard: frozenset[str] = frozenset()
+    changes: tuple[Change, ...] = ()
+    notes: tuple[str, ...] = ()
+    events: tuple[Event, ...] = ()
+    requeue_at: float | None = None
+    dry_run: bool = False
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Messages of the Warning events."""
+        return tuple(e.message for e in self.events if e.type == "Warning")
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Reasons of the ``spec.hard`` changes, in resource order."""
+        return tuple(c.reason for c in self.changes)
+
+    def merge_patch(self) -> dict[str, Any]:
+        """JSON merge-patch body for ``patch`` (``{}`` otherwise): ``metadata.annotations``
+        (``None`` removes) and ``spec.hard`` (all tracked resources as quantity strings,
+        foreign keys ``None``)."""
+        if self.action != "patch":
+            return {}
+        annotations: dict[str, str | None] = dict(self.set_annotations)
+        annotations.update({key: None for key in sorted(self.remove_annotations)})
+        hard: dict[str, str | None] = {k: str(v) for k, v in self.hard.items()}
+        hard.update({key: None for key in sorted(self.null_hard)})
+        patch: dict[str, Any] = {"spec": {"hard": hard}}
+        if annotations:
+            patch["metadata"] = {"annotations": annotations}
+        return patch
+
+
+def apply_decision(quota: QuotaState | None, decision: Decision) -> QuotaState | None:
+    """The managed quota after ``decision`` is written (what the apiserver would hold).
+
+    Used to keep the simulated quota of dry run, and by tests. Pure.
+    """
+    if decision.action == "nothing":
+        return quota
+    if decision.action == "delete":
+        return None
+    if decision.action == "create" or quota is None:
+        return QuotaState(dict(decision.hard), dict(decision.set_annotations))
+    hard: dict[str, Quantity | int] = {
+        k: v for k, v in quota.hard.items() if k not in decision.null_hard
+    }
+    hard.update(decision.hard)
+    annotations = {
+        k: v for k, v in quota.annotations.items() if k not in decision.remove_annotations
+    }
+    annotations.update(decision.set_annotations)
+    return QuotaState(hard, annotations)
+
+
+def _text(value: Quantity | int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _parse_record(raw: str | None) -> int | None:
+    return int(raw) if raw is not None and _RECORD.fullmatch(raw) else None
+
+
+@dataclass
+class _Override:
+    mode: Literal["none", "grant", "active", "expire", "cancel"]
+    granted_at: int | None = None
+    expires_at: int | None = None
+    clamped_from: int | None = None
+
+
+def _read_override(
+    annotations: Mapping[str, str], now: int, ttl: int
+) -> tuple[_Override | None, list[Event]]:
+    """The override's state, or ``None`` when its timestamps are malformed (then: no change)."""
+    events: list[Event] = []
+    raw = annotations.get(OVERRIDE)
+    granted_raw = annotations.get(OVERRIDE_GRANTED_AT)
+    expires_raw = annotations.get(OVERRIDE_EXPIRES_AT)
+    problems: list[str] = []
+    granted = expires = None
+    for key, text in ((OVERRIDE_GRANTED_AT, granted_raw), (OVERRIDE_EXPIRES_AT, expires_raw)):
+        if text is None:
+            continue
+        try:
+            value = parse_time(text)
+        except ValueError as error:
+            problems.append(f"{key}: {error}")
+            continue
+        if key == OVERRIDE_GRANTED_AT:
+            granted = value
+        else:
+            expires = value
+    if not problems:
+        if granted_raw is not None and expires_raw is None:
+            problems.append(f"{OVERRIDE_GRANTED_AT} is set without {OVERRIDE_EXPIRES_AT}")
+        elif expires_raw is not None and granted_raw is None:
+            problems.append(f"{OVERRIDE_EXPIRES_AT} is set without {OVERRIDE_GRANTED_AT}")
+        elif granted is not None and expires is not None and expires < granted:
+            problems.append(
+                f"{OVERRIDE_EXPIRES_AT} {expires_raw} is before {OVERRIDE_GRANTED_AT} {granted_raw}"
+            )
+    if problems:
+        for problem in problems:
+            events.append(
+                Event(
+                    "Warning",
+                    OVERRIDE_REJECTED,
+                    f"override state is malformed, the quota is left as it is: {problem}",
+                )
+            )
+        return None, events
+    valid_request = raw is not None and raw.lower() == "max"
+    if raw is not None and not valid_request:
+        events.append(
+            Event(
+                "Warning",
+                OVERRIDE_REJECTED,
+                f"{OVERRIDE}={raw!r} is not a valid request (the only value is max); ignored",
+            )
+        )
+    if granted is not None and expires is not None:
+        state = _Override("active", granted, expires)
+        if expires > granted + ttl:
+            state.clamped_from = expires
+            state.expires_at = expires = granted + ttl
+        if now >= expires:
+            state.mode = "expire"
+        elif raw is None:
+            state.mode = "cancel"
+        return state, events
+    if valid_request:
+        return _Override("grant", now, now + ttl), events
+    return _Override("none"), events
+
+
+def _frozen_events(governance: Governance, quota: QuotaState | None) -> list[Event]:
+    if quota is None or OVERRIDE_GRANTED_AT in quota.annotations:
+        return []
+    raw = quota.annotations.get(OVERRIDE)
+    if raw is None:
+        return []
+    return [
+        Event(
+            "Warning",
+            OVERRIDE_REJECTED,
+            f"{OVERRIDE}={raw!r} not granted: the namespace is frozen ({governance.reason})",
+        )
+    ]
+
+
+def _nothing(note: str, dry_run: bool, events: list[Event] | None = None) -> Decision:
+    return Decision("nothing", notes=(note,), events=tuple(events or ()), dry_run=dry_run)
+
+
+def decide(
+    *,
+    governance: Governance,
+    usage: Mapping[str, int],
+    peak: Mapping[str, int],
+    quota: QuotaState | None,
+    kill_switch: bool | None,
+    now: float,
+    started_at: float,
+    dry_run: bool = False,
+    override_ttl: int = DEFAULT_OVERRIDE_TTL,
+) -> Decision:
+    """Decide the managed quota of one namespace. Pure.
+
+    Args:
+        governance: from :func:`dynquota.policy.selection.govern`.
+        usage: per tracked resource, ``U = max(tally, status.used)`` (counts; missing: 0).
+        peak: per tracked resource, the peak of ``U`` over the last ``downscaleCooldown``
+            (counts; missing or below ``U``: ``U`` is used).
+        quota: the managed quota (or, in dry run, the simulated one), ``None`` if there is none.
+        kill_switch: ``True`` engaged, ``False`` released, ``None`` unknown (nothing is
+            written).
+        now: seconds since the epoch (floored to whole seconds).
+        started_at: when the operator started (seconds since the epoch): no downscale before
+            ``started_at + downscaleCooldown``, since peak history before it is lost.
+        dry_run: the global dry-run flag (a policy's ``dryRun`` is in ``governance``).
+        override_ttl: tenant override lifetime, seconds.
+
+    Returns:
+        A :class:`Decision`; ``dry_run`` set when it must not be written.
+    """
+    t = math.floor(now)
+    if kill_switch is None:
+        return _nothing(
+            "kill switch state unknown: nothing is written until it reads true or false", dry_run
+        )
+    if governance.kind == "excluded":
+        return _nothing(f"not managed: {governance.reason}", dry_run)
+    if kill_switch:
+        if quota is None:
+            return _nothing("kill switch engaged: no managed quota is created", dry_run)
+        return Decision(
+            "delete", notes=("kill switch engaged: managed quota deleted",), dry_run=dry_run
+        )
+    if governance.kind == "unmanaged":
+        if quota is None:
+            return _nothing(f"not managed: {governance.reason}", dry_run)
+        return Decision("delete", notes=(f"not managed: {governance.reason}",), dry_run=dry_run)
+    if governance.kind == "frozen":
+        return _nothing(f"frozen: {governance.reason}", dry_run, _frozen_events(governance, quota))
+    return _Sizer(governance, usage, peak, quota, t, started_at, override_ttl).run(
+        dry_run or governance.dry_run
+    )
+
+
+class _Sizer:
+    """The managed case of :func:`decide`, one resource at a time."""
+
+    def __init__(
+        self,
+        governance: Governance,
+        usage: Mapping[str, int],
+        peak: Mapping[str, int],
+        quota: QuotaState | None,
+        now: int,
+        started_at: float,
+        ttl: int,
+    ) -> None:
+        self.governance = governance
+        self.policy = governance.policy or ""
+        self.usage = usage
+        self.peak = peak
+        self.quota = quota
+        self.now = now
+        self.start = math.ceil(started_at)
+        self.ttl = ttl
+        self.annotations: Mapping[str, str] = quota.annotations if quota else {}
+        self.hard: dict[str, int] = {}
+        self.set: dict[str, str] = {}
+        self.remove: set[str] = set()
+        self.changes: list[Change] = []
+        self.notes: list[str] = []
+        self.events: list[Event] = []
+        self.pending: list[int] = []
+
+    # -- annotation helpers -------------------------------------------------------------------
+
+    def _put(self, key: str, text: str) -> None:
+        if self.annotations.get(key) != text:
+            self.set[key] = text
+
+    def _put_time(self, key: str, seconds: int) -> None:
+        current = self.annotations.get(key)
+        if current is not None:
+            try:
+                if parse_time(current) == seconds:
+                    return
+            except ValueError:
+                pass
+        self.set[key] = format_time(seconds)
+
+    def _stamp(self, key: str, repairs: list[str]) -> int:
+        raw = self.annotations.get(key)
+        if raw is None:
+            if self.quota is not None:
+                repairs.append(f"{key} missing")
+            return self.now
+        try:
+            return parse_time(raw)
+        except ValueError:
+            repairs.append(f"{key} malformed ({raw!r})")
+            return self.now
+
+    # -- the decision -------------------------------------------------------------------------
+
+    def run(self, dry_run: bool) -> Decision:
+        override: _Override | None
+        if self.quota is None:
+            override = _Override("none")
+        else:
+            override, override_events = _read_override(self.annotations, self.now, self.ttl)
+            self.events.extend(override_events)
+            if override is None:
+                return Decision(
+                    "nothing",
+                    notes=("override state malformed: the quota is left as it is",),
+                    events=self._dry(self.events, dry_run),
+                    dry_run=dry_run,
+                )
+        profiles = self.governance.profiles
+        recorded_policy = self.annotations.get(POLICY)
+        policy_renamed = recorded_policy is not None and recorded_policy != self.policy
+        if self.quota is not None and recorded_policy is None:
+            self.notes.append(f"adopt: {POLICY} missing")
+        self._put(POLICY, self.policy)
+        for resource in TRACKED_RESOURCES:
+            profile = profiles.get(resource)
+            if profile is None:
+                continue
+            self._resource(resource, profile, override, policy_renamed)
+        self._override_annotations(override)
+        # State of resources no longer tracked (and foreign spec.hard keys) goes.
+        for key in self.annotations:
+            if key.startswith(_STATE_PREFIXES) and key.rsplit(".", 1)[-1] not in self.hard:
+                self.remove.add(key)
+        null_hard = frozenset(
+            k for k in (self.quota.hard if self.quota else {}) if k not in self.hard
+        )
+        for key in sorted(null_hard):
+            self.changes.append(
+                Change(
+                    key,
+                    "revert",
+                    _text(self.quota.hard[key]) if self.quota else None,
+                    None,
+                    f"revert {key}: not tracked by dynquota, removed from spec.hard",
+                )
+            )
+        self._summarise_events(override)
+        requeue = min(self.pending) if self.pending else None
+        if self.quota is None:
+            action: Action = "create"
+        elif self.set or self.remove or self.changes:
+            action = "patch"
+        else:
+            action = "nothing"
+        return Decision(
+            action,
+            hard=dict(self.hard) if action != "nothing" else {},
+            set_annotations=dict(self.set) if action != "nothing" else {},
+            remove_annotations=frozenset(self.remove) if action != "nothing" else frozenset(),
+            null_hard=null_hard if action != "nothing" else frozenset(),
+            changes=tuple(self.changes),
+            notes=tuple(self.notes),
+            events=self._dry(self.events, dry_run),
+            requeue_at=float(requeue) if requeue is not None else None,
+            dry_run=dry_run,
+        )
+
+    @staticmethod
+    def _dry(events: list[Event], dry_run: bool) -> tuple[Event, ...]:
+        if not dry_run:
+            return tuple(events)
+        return tuple(Event(e.type, e.reason, f"(dry run) {e.message}") for e in events)
+
+    def _resource(
+        self, resource: str, profile: ResourceProfile, override: _Override, policy_renamed: bool
+    ) -> None:
+        now = self.now
+        used = max(0, self.usage.get(resource, 0))
+        peak = max(used, self.peak.get(resource, used))
+        spec: Quantity | int | None = self.quota.hard.get(resource) if self.quota else None
+        repairs: list[str] = []
+        record_raw = self.annotations.get(hard_key(resource))
+        record = _parse_record(record_raw)
+        if record_raw is not None and record is None:
+            repairs.append(f"{hard_key(resource)} malformed ({record_raw!r})")
+        base: int | None
+        if record is not None:
+            base = record
+        elif spec is not None:
+            base = spec.ceil() if isinstance(spec, Quantity) else spec
+            if record_raw is None:
+                self.notes.append(f"adopt {resource} {base}: {hard_key(resource)} missing")
+        else:
+            base = None
+        edited = base is not None and (spec is None or spec != base)
+        if base is None:
+            last_upscale = last_change = now
+        else:
+            last_upscale = self._stamp(last_upscale_key(resource), repairs)
+            last_change = self._stamp(last_change_key(resource), repairs)
+        sizing_key = profile.sizing_key()
+        recorded_profile = self.annotations.get(profile_key(resource))
+        if base is not None and recorded_profile is None and record_raw is not None:
+            self.notes.append(f"adopt {resource}: {profile_key(resource)} missing")
+        policy_changed = base is not None and (
+            policy_renamed
+            or (recorded_profile is not None and recorded_profile != sizing_key)
+            or base > profile.maximum
+        )
+        if repairs:
+            message = f"state of {resource} repaired, cooldowns restart now: " + ", ".join(repairs)
+            self.notes.append(message)
+            if any("malformed" in r for r in repairs):
+                self.events.append(Event("Warning", STATE_REPAIRED, message))
+        if used > profile.maximum:
+            self.events.append(
+                Event(
+                    "Warning",
+                    USAGE_ABOVE_MAXIMUM,
+                    f"usage of {resource} {used} is above the maximum {profile.maximum} "
+                    f"of policy {self.policy}",
+                )
+            )
+
+        buffer = f"buffer {profile.buffer_percent}%"
+        window = format_duration(profile.downscale_cooldown)
+        t_used, t_peak = target(used, profile), target(peak, profile)
+        desired: int
+        kind: ChangeKind | None = None
+        why = ""
+        if override.mode in ("grant", "active"):
+            desired = profile.maximum
+            until = format_time(override.expires_at or now)
+            if base is None:
+                kind, why = "create", f"override active until {until}, maximum {desired}"
+            elif override.mode == "grant":
+                kind, why = "override-granted", f"{OVERRIDE}=max until {until}"
+            else:
+                kind = "policy"
+                why = f"policy {self.policy}, override active until {until}, maximum {desired}"
+        elif base is None:
+            desired = t_used
+            kind, why = "create", f"usage {used}, {buffer}{_clamp_note(used, profile)}"
+        elif override.mode in ("expire", "cancel"):
+            desired = t_peak
+            kind = "override-expired"
+            ended = (
+                f"override expired at {format_time(override.expires_at or now)}"
+                if override.mode == "expire"
+                else f"override cancelled ({OVERRIDE} removed)"
+            )
+            why = f"{ended}, peak {peak} over {window}, {buffer}{_clamp_note(peak, profile)}"
+        elif policy_changed:
+            desired = t_peak
+            kind = "policy"
+            why = (
+                f"policy {self.policy}, peak {peak} over {window}, {buffer}, "
+                f"minimum {profile.minimum}, maximum {profile.maximum}"
+            )
+        elif t_used > base:
+            desired = base
+            ready_at = last_upscale + profile.upscale_cooldown
+            if now >= ready_at:
+                desired = t_used
+                kind, why = "upscale", f"usage {used}, {buffer}{_clamp_note(used, profile)}"
+            else:
+                self.pending.append(ready_at)
+        elif t_peak < base:
+            desired = base
+            ready_at = max(
+                last_change + profile.downscale_cooldown, self.start + profile.downscale_cooldown
+            )
+            if now >= ready_at:
+                desired = t_peak
+                kind = "downscale"
+                why = f"peak {peak} over {window}, {buffer}{_clamp_note(peak, profile)}"
+            else:
+                self.pending.append(ready_at)
+        else:
+            desired = base
+
+        if base is not None and desired == base:
+            kind = None
+        if kind is not None:
+            if base is None or desired > base:
+                last_upscale = last_change = now
+            else:
+                last_change = now
+            old = _text(base)
+            label = f"{resource} {desired}" if base is None else f"{resource} {old}->{desired}"
+            reason = f"{kind} {label}: {why}"
+            if edited:
+                reason += f" (spec.hard was {_text(spec) or 'absent'}, edited directly)"
+            self.changes.append(Change(resource, kind, _text(spec), str(desired), reason))
+        elif edited:
+            self.changes.append(
+                Change(
+                    resource,
+                    "revert",
+                    _text(spec),
+                    str(desired),
+                    f"revert {resource} {_text(spec) or 'absent'}->{desired}: "
+                    "spec.hard was edited directly",
+                )
+            )
+        if override.mode == "active" and override.expires_at is not None:
+            self.pending.append(override.expires_at)
+
+        self.hard[resource] = desired
+        self._put_time(last_upscale_key(resource), last_upscale)
+        self._put_time(last_change_key(resource), last_change)
+        if _parse_record(self.annotations.get(hard_key(resource))) != desired:
+            self.set[hard_key(resource)] = str(desired)
+        self._put(profile_key(resource), sizing_key)
+
+    def _override_annotations(self, override: _Override) -> None:
+        if override.mode == "grant" and override.granted_at is not None:
+            self._put_time(OVERRIDE_GRANTED_AT, override.granted_at)
+            self._put_time(OVERRIDE_EXPIRES_AT, override.expires_at or override.granted_at)
+            self.pending.append(override.expires_at or override.granted_at)
+        elif override.mode == "active" and override.expires_at is not None:
+            if override.clamped_from is not None:
+                self.set[OVERRIDE_EXPIRES_AT] = format_time(override.expires_at)
+                self.notes.append(
+                    f"override expiry {format_time(override.clamped_from)} is later than "
+                    f"granted-at + {format_duration(self.ttl)}: clamped to "
+                    f"{format_time(override.expires_at)}"
+                )
+        elif override.mode in ("expire", "cancel"):
+            for key in (OVERRIDE, OVERRIDE_GRANTED_AT, OVERRIDE_EXPIRES_AT):
+                if key in self.annotations:
+                    self.remove.add(key)
+
+    def _summarise_events(self, override: _Override) -> None:
+        by_kind: dict[str, list[Change]] = {}
+        for change in self.changes:
+            by_kind.setdefault(change.kind, []).append(change)
+        granted = by_kind.pop("override-granted", [])
+        expired = by_kind.pop("override-expired", [])
+        resized = [c for kind, changes in by_kind.items() for c in changes]
+        resized.sort(key=lambda c: self.changes.index(c))
+        if override.mode == "grant":
+            until = format_time(override.expires_at or self.now)
+            sizes = ", ".join(f"{c.resource} {c.old}->{c.new}" for c in granted) or "no change"
+            self.events.append(
+                Event("Normal", OVERRIDE_GRANTED, f"override granted until {until}: {sizes}")
+            )
+        if override.mode in ("expire", "cancel"):
+            ended = (
+                f"override expired at {format_time(override.expires_at or self.now)}"
+                if override.mode == "expire"
+                else "override cancelled"
+            )
+            sizes = "; ".join(c.reason for c in expired) or "no change"
+            self.events.append(Event("Normal", OVERRIDE_EXPIRED, f"{ended}: {sizes}"))
+        if resized:
+            self.events.append(Event("Normal", RESIZED, "; ".join(c.reason for c in resized)))

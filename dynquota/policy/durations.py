@@ -1,0 +1,63 @@
+"""Cooldown durations: the Go-style subset ``90s``, ``5m``, ``1h30m`` (Pure).
+
+Grammar (the CRD's ``pattern``): optional ``<int>h``, then optional ``<int>m``, then optional
+``<int>s``, in that order, at least one present, integers only. ``0s`` is zero. Values are whole
+seconds. Upper bound: :data:`MAX_DURATION_SECONDS` (one year), so that every timestamp derived
+from a cooldown stays a valid RFC 3339 date.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = ["DURATION_PATTERN", "MAX_DURATION_SECONDS", "format_duration", "parse_duration"]
+
+DURATION_PATTERN: Final = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+"""The duration pattern, as in the CRD (RE2 and Python agree on it); empty text is refused."""
+MAX_DURATION_SECONDS: Final = 8760 * 3600
+"""Longest accepted duration: 8760h (365 days)."""
+
+_DURATION: Final = re.compile(r"(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
+
+
+def parse_duration(text: str) -> int:
+    """Whole seconds of a duration such as ``90s``, ``5m``, ``1h30m``, ``0s``.
+
+    Raises:
+        ValueError: not a string, empty, another unit or order (``1.5h``, ``5m1h``, ``1d``,
+            ``300``), or longer than 8760h. The message quotes the input.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"must be a duration string like 90s, 5m or 1h30m, not {text!r}")
+    match = _DURATION.fullmatch(text)
+    if not text or match is None:
+        raise ValueError(
+            f"invalid duration {text!r}: expected whole hours, minutes and seconds in that "
+            "order, like 90s, 5m or 1h30m"
+        )
+    hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total > MAX_DURATION_SECONDS:
+        raise ValueError(f"invalid duration {text!r}: longer than 8760h")
+    return total
+
+
+def format_duration(seconds: int) -> str:
+    """Shortest text of a whole number of seconds: 3600 -> ``1h``, 5400 -> ``1h30m``, 0 -> ``0s``.
+
+    ``parse_duration(format_duration(s)) == s`` for ``0 <= s <= MAX_DURATION_SECONDS``.
+    Raises ``ValueError`` for a negative number.
+    """
+    if seconds < 0:
+        raise ValueError(f"negative duration: {seconds}")
+    if seconds == 0:
+        return "0s"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [
+        f"{hours}h" if hours else "",
+        f"{minutes}m" if minutes else "",
+        f"{secs}s" if secs else "",
+    ]
+    return "".join(parts)

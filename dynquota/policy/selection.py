@@ -1,0 +1,172 @@
+"""Which namespaces are managed, and which policy governs each (Pure).
+
+Order of checks for a namespace (first that applies wins):
+
+1. being deleted (``deletionTimestamp`` set): *excluded*, its quota left to the namespace
+   controller;
+2. ``kube-system``, ``kube-public``, ``kube-node-lease``: *excluded*, never touched;
+3. the operator's own namespace: *excluded*, never touched;
+4. excluded by the operator's settings (``excludeNamespaces`` / ``includeNamespaces``):
+   *unmanaged*, a managed quota there is removed;
+5. label ``dynquota.io/managed=false`` (value compared case-insensitively): *unmanaged*, a
+   managed quota there is removed;
+6. policy selection among the policies whose ``namespaceSelector`` matches:
+
+   - rank: highest ``priority`` first; equal priorities: the lexicographically smallest
+     ``metadata.name`` (compared as Python strings, i.e. by code point) wins;
+   - the best *valid* match governs (*managed*), unless an *invalid* policy might outrank it:
+     an invalid policy whose selector matches (or cannot be evaluated) and whose priority ranks
+     above the best valid match (or cannot be read) *freezes* the namespace: its managed quota
+     is left exactly as it is. A typo in a policy therefore never hands a namespace to a
+     lower-priority policy (which could shrink its quota) nor leaves it unmatched (which would
+     delete its quota);
+   - nothing matches: *unmanaged*, a managed quota there is removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from dynquota.policy.models import PolicyInfo, ResourceProfile
+from dynquota.settings import SYSTEM_NAMESPACES
+
+__all__ = [
+    "MANAGED_LABEL",
+    "SYSTEM_NAMESPACES",
+    "Exclusion",
+    "Governance",
+    "GovernanceKind",
+    "NamespaceInfo",
+    "govern",
+    "namespace_exclusion",
+    "policy_rank",
+]
+
+MANAGED_LABEL: Final = "dynquota.io/managed"
+"""Namespace label; ``false`` (any case) opts the namespace out."""
+
+GovernanceKind = Literal["managed", "unmanaged", "frozen", "excluded"]
+
+
+@dataclass(frozen=True)
+class NamespaceInfo:
+    """A Namespace as policy selection needs it: ``name``, ``labels``, and ``terminating``
+    (``metadata.deletionTimestamp`` is set)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    terminating: bool = False
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Why a namespace is not managed whatever the policies say; ``remove_quota`` tells whether
+    its managed quota (if any) is deleted (opted out) or left alone (system, own, terminating)."""
+
+    reason: str
+    remove_quota: bool
+
+
+def namespace_exclusion(
+    namespace: NamespaceInfo,
+    operator_namespace: str = "",
+    excluded_by_settings: bool = False,
+) -> Exclusion | None:
+    """The :class:`Exclusion` of ``namespace``, or ``None`` if policies decide (checks 1-5 of
+    the module docstring). ``excluded_by_settings`` is the operator settings' verdict
+    (:meth:`dynquota.settings.Settings.excluded`, minus the system/own checks made here)."""
+    if namespace.terminating:
+        return Exclusion("namespace is being deleted", remove_quota=False)
+    if namespace.name in SYSTEM_NAMESPACES:
+        return Exclusion(f"system namespace {namespace.name}", remove_quota=False)
+    if operator_namespace and namespace.name == operator_namespace:
+        return Exclusion("the operator's own namespace", remove_quota=False)
+    if excluded_by_settings:
+        return Exclusion("excluded by the operator's settings", remove_quota=True)
+    if namespace.labels.get(MANAGED_LABEL, "").lower() == "false":
+        return Exclusion(f"namespace labelled {MANAGED_LABEL}=false", remove_quota=True)
+    return None
+
+
+def policy_rank(name: str, priority: int) -> tuple[int, str]:
+    """Sort key: smaller ranks first (higher priority, then smaller name)."""
+    return (-priority, name)
+
+
+@dataclass(frozen=True)
+class Governance:
+    """The outcome of policy selection for one namespace.
+
+    ``kind``: ``managed`` (``policy`` governs with ``profiles`` per tracked resource and
+    ``dry_run`` from the policy), ``unmanaged`` (remove the managed quota), ``frozen`` (leave
+    the managed quota exactly as it is; ``policy`` names the invalid policy) or ``excluded``
+    (never touched). ``reason``: human-readable why.
+    """
+
+    kind: GovernanceKind
+    reason: str
+    policy: str | None = None
+    profiles: Mapping[str, ResourceProfile] = field(default_factory=dict)
+    dry_run: bool = False
+
+    @classmethod
+    def managed(
+        cls, policy: str, profiles: Mapping[str, ResourceProfile], dry_run: bool = False
+    ) -> Governance:
+        """A namespace governed by ``policy`` (handy for callers and tests)."""
+        return cls("managed", f"governed by policy {policy}", policy, dict(profiles), dry_run)
+
+
+def govern(
+    namespace: NamespaceInfo,
+    policies: Iterable[PolicyInfo],
+    operator_namespace: str = "",
+    excluded_by_settings: bool = False,
+) -> Governance:
+    """Decide how ``namespace`` is governed, given every stored policy (valid or not).
+
+    Pure. See the module docstring for the order of checks and the ranking.
+    """
+    exclusion = namespace_exclusion(namespace, operator_namespace, excluded_by_settings)
+    if exclusion is not None:
+        kind: GovernanceKind = "unmanaged" if exclusion.remove_quota else "excluded"
+        return Governance(kind, exclusion.reason)
+    labels = namespace.labels
+    best: PolicyInfo | None = None
+    invalid: list[PolicyInfo] = []
+    for info in policies:
+        if info.spec is None:
+            invalid.append(info)
+            continue
+        if not info.spec.namespace_selector.matches(labels):
+            continue
+        if best is None or policy_rank(info.name, info.spec.priority) < policy_rank(
+            best.name, best.spec.priority if best.spec else 0
+        ):
+            best = info
+    best_rank = policy_rank(best.name, best.spec.priority) if best and best.spec else None
+    threats = sorted(
+        (
+            info
+            for info in invalid
+            if (info.selector is None or info.selector.matches(labels))
+            and (
+                best_rank is None
+                or info.priority is None
+                or policy_rank(info.name, info.priority) < best_rank
+            )
+        ),
+        key=lambda info: (info.priority is not None, policy_rank(info.name, info.priority or 0)),
+    )
+    if threats:
+        threat = threats[0]
+        return Governance(
+            "frozen",
+            f"policy {threat.name} is invalid and may govern this namespace: {threat.reason}",
+            threat.name,
+        )
+    if best is None or best.spec is None:
+        return Governance("unmanaged", "no policy matches this namespace")
+    return Governance.managed(best.name, best.spec.resources, best.spec.dry_run)

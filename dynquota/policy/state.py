@@ -1,0 +1,173 @@
+"""Names and formats of the state dynquota keeps on the managed quota, and the kill switch (Pure).
+
+Annotations on the managed ResourceQuota ``dynquota`` (all under ``dynquota.io/``):
+
+=========================================  =====================================================
+``dynquota.io/last-upscale.<resource>``    last time ``H`` was raised by sizing (RFC 3339 UTC)
+``dynquota.io/last-change.<resource>``     last time ``H`` changed by sizing (RFC 3339 UTC)
+``dynquota.io/hard.<resource>``            the hard limit dynquota last wrote (an integer);
+                                           a ``spec.hard`` that differs was edited directly
+                                           and is reverted (stamping nothing)
+``dynquota.io/profile.<resource>``         ``bufferPercent=..,minimum=..,maximum=..`` of the
+                                           profile that sized it; a difference is a policy
+                                           change, applied at once
+``dynquota.io/policy``                     name of the governing policy; a different one now
+                                           governing is a policy change
+``dynquota.io/override``                   written by the tenant: ``max`` requests the override
+``dynquota.io/override-granted-at``        RFC 3339 UTC, written when granted
+``dynquota.io/override-expires-at``        RFC 3339 UTC, granted-at + TTL at most
+=========================================  =====================================================
+
+Timestamps are written as ``2026-11-30T03:30:00Z`` (UTC, whole seconds). Reading accepts RFC
+3339 with ``Z`` or a numeric offset and optional fractional seconds (truncated).
+
+Kill switch: annotation ``dynquota.io/kill-switch`` on the ``kube-system`` Namespace.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Final
+
+__all__ = [
+    "ANNOTATION_PREFIX",
+    "KILL_SWITCH",
+    "OVERRIDE",
+    "OVERRIDE_EXPIRES_AT",
+    "OVERRIDE_GRANTED_AT",
+    "POLICY",
+    "KillSwitchReading",
+    "format_time",
+    "hard_key",
+    "last_change_key",
+    "last_upscale_key",
+    "parse_kill_switch",
+    "parse_time",
+    "profile_key",
+    "resolve_kill_switch",
+    "resource_keys",
+]
+
+ANNOTATION_PREFIX: Final = "dynquota.io/"
+OVERRIDE: Final = "dynquota.io/override"
+OVERRIDE_GRANTED_AT: Final = "dynquota.io/override-granted-at"
+OVERRIDE_EXPIRES_AT: Final = "dynquota.io/override-expires-at"
+POLICY: Final = "dynquota.io/policy"
+KILL_SWITCH: Final = "dynquota.io/kill-switch"
+
+
+def last_upscale_key(resource: str) -> str:
+    """``dynquota.io/last-upscale.<resource>``."""
+    return f"{ANNOTATION_PREFIX}last-upscale.{resource}"
+
+
+def last_change_key(resource: str) -> str:
+    """``dynquota.io/last-change.<resource>``."""
+    return f"{ANNOTATION_PREFIX}last-change.{resource}"
+
+
+def hard_key(resource: str) -> str:
+    """``dynquota.io/hard.<resource>``: the hard limit dynquota last wrote."""
+    return f"{ANNOTATION_PREFIX}hard.{resource}"
+
+
+def profile_key(resource: str) -> str:
+    """``dynquota.io/profile.<resource>``: the sizing key of the profile that sized it."""
+    return f"{ANNOTATION_PREFIX}profile.{resource}"
+
+
+def resource_keys(resource: str) -> tuple[str, str, str, str]:
+    """All per-resource state annotation names of ``resource``."""
+    return (
+        last_upscale_key(resource),
+        last_change_key(resource),
+        hard_key(resource),
+        profile_key(resource),
+    )
+
+
+_RFC3339: Final = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+def format_time(seconds: float) -> str:
+    """RFC 3339 UTC text of seconds since the epoch, truncated to whole seconds:
+    ``2026-11-30T03:30:00Z``. Raises ``ValueError`` outside years 1..9999."""
+    try:
+        moment = datetime.fromtimestamp(math.floor(seconds), UTC)
+    except (OverflowError, OSError) as error:
+        raise ValueError(f"time out of range: {seconds!r}") from error
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> int:
+    """Whole seconds since the epoch of an RFC 3339 timestamp (``2026-11-30T03:30:00Z``,
+    ``2026-11-30T04:30:00+01:00``; a fraction of a second is dropped).
+
+    Raises:
+        ValueError: ``invalid timestamp '...': expected RFC 3339 like 2026-11-30T03:30:00Z``
+            for any other text (date only, no offset, out-of-range fields).
+    """
+    match = _RFC3339.fullmatch(text) if isinstance(text, str) else None
+    error = ValueError(f"invalid timestamp {text!r}: expected RFC 3339 like 2026-11-30T03:30:00Z")
+    if match is None:
+        raise error
+    year, month, day, hour, minute, second = (int(match[i]) for i in range(1, 7))
+    offset = match[8]
+    if offset in ("Z", "z"):
+        zone = UTC
+    else:
+        hours, minutes = int(offset[1:3]), int(offset[4:6])
+        if hours > 23 or minutes > 59:
+            raise error
+        sign = -1 if offset[0] == "-" else 1
+        zone = timezone(sign * timedelta(hours=hours, minutes=minutes))
+    try:
+        moment = datetime(year, month, day, hour, minute, second, tzinfo=zone)
+    except ValueError:
+        raise error from None
+    return math.floor(moment.timestamp())
+
+
+@dataclass(frozen=True)
+class KillSwitchReading:
+    """The ``dynquota.io/kill-switch`` annotation read: ``engaged`` is ``True``/``False``, or
+    ``None`` when the value is invalid (then ``warning`` says why and nothing must change)."""
+
+    engaged: bool | None
+    warning: str | None = None
+
+
+def parse_kill_switch(value: str | None) -> KillSwitchReading:
+    """Read the kill-switch annotation value (``None``: annotation absent).
+
+    ``true`` engages, ``false`` or absent releases, compared case-insensitively and exactly
+    (no surrounding spaces); anything else, the empty string included, is invalid:
+    ``engaged=None`` with a warning.
+    """
+    if value is None:
+        return KillSwitchReading(False)
+    lowered = value.lower()
+    if lowered == "true":
+        return KillSwitchReading(True)
+    if lowered == "false":
+        return KillSwitchReading(False)
+    return KillSwitchReading(
+        None,
+        f"invalid {KILL_SWITCH} value {value!r}: expected true or false (case-insensitive); "
+        "the kill switch stays as it was",
+    )
+
+
+def resolve_kill_switch(value: str | None, previous: bool | None) -> KillSwitchReading:
+    """Like :func:`parse_kill_switch`, but an invalid value keeps ``previous`` (the last valid
+    state; ``None`` when there was none yet, e.g. at start-up: then nothing is written until a
+    valid value is read). The warning is kept."""
+    reading = parse_kill_switch(value)
+    if reading.engaged is None:
+        return KillSwitchReading(previous, reading.warning)
+    return reading
