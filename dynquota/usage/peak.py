@@ -105,6 +105,21 @@ class PeakWindow:
                 return sample.value
         return self._samples[-1].value  # unreachable: the newest sample is always in force
 
+    def peak_expiry(self, now: float, window: float | None = None) -> float | None:
+        """When the current :meth:`peak` over ``window`` may drop, absent new samples.
+
+        That is when the sample holding the peak has been out of force for ``window``
+        seconds: its end + ``window``. ``None`` when there is no sample or the peak is
+        still in force (it cannot drop before a new sample arrives). Seconds since the epoch.
+        """
+        self._expire(now)
+        span = self.horizon if window is None else min(window, self.horizon)
+        start = now - span
+        for sample in self._samples:
+            if sample.end > start:
+                return None if math.isinf(sample.end) else sample.end + span
+        return None
+
     def current(self) -> int | None:
         """The newest value observed, or ``None``."""
         return self._samples[-1].value if self._samples else None
@@ -158,6 +173,13 @@ class PeakWindows:
         """Peak of ``resource`` in ``namespace`` over ``[now - window, now]``, or ``None``."""
         found = self._windows.get((namespace, resource))
         return found.peak(now, window) if found is not None else None
+
+    def peak_expiry(
+        self, namespace: str, resource: str, now: float, window: float | None = None
+    ) -> float | None:
+        """:meth:`PeakWindow.peak_expiry` of this pair, or ``None``."""
+        found = self._windows.get((namespace, resource))
+        return found.peak_expiry(now, window) if found is not None else None
 
     def first_observed(self, namespace: str, resource: str) -> float | None:
         """When the first sample for this pair was taken, or ``None``."""
