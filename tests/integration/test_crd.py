@@ -1,0 +1,279 @@
+"""The DynamicQuotaPolicy CRD on the real apiserver: good policies stored with defaults, bad ones
+refused with the schema's or the CEL rule's message (never pruned into something valid)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from dynquota.testing.controlplane import LocalControlPlane
+
+CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "dynamicquotapolicies.yaml"
+GROUP, VERSION, PLURAL = "dynquota.io", "v1alpha1", "dynamicquotapolicies"
+
+
+@pytest.fixture(scope="module")
+def crd(controlplane: LocalControlPlane) -> str:
+    """The CRD from crds/, applied server-side and Established."""
+    controlplane.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=test-crd",
+        "-f",
+        str(CRD_FILE),
+    )
+    controlplane.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/dynamicquotapolicies.dynquota.io",
+    )  # fmt: skip
+    return "dynamicquotapolicies.dynquota.io"
+
+
+@pytest.fixture
+def policies(
+    crd: str, api_client: kubernetes.client.ApiClient
+) -> Iterator[kubernetes.client.CustomObjectsApi]:
+    """CustomObjectsApi; every policy named ``crdtest-*`` is deleted after the test."""
+    api = kubernetes.client.CustomObjectsApi(api_client)
+    yield api
+    for item in api.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]:
+        if item["metadata"]["name"].startswith("crdtest-"):
+            api.delete_cluster_custom_object(GROUP, VERSION, PLURAL, item["metadata"]["name"])
+
+
+def policy(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DynamicQuotaPolicy",
+        "metadata": {"name": f"crdtest-{uuid.uuid4().hex[:8]}"},
+        "spec": spec,
+    }
+
+
+def refusal(api: kubernetes.client.CustomObjectsApi, spec: dict[str, Any]) -> str:
+    """Create a policy that must be refused (422 Invalid); return the apiserver's message
+    without its ``DynamicQuotaPolicy.dynquota.io "NAME" is invalid: `` prefix."""
+    body = policy(spec)
+    with pytest.raises(ApiException) as refused:
+        api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    assert refused.value.status == 422, refused.value.body
+    message: str = json.loads(refused.value.body)["message"]
+    prefix = f'DynamicQuotaPolicy.dynquota.io "{body["metadata"]["name"]}" is invalid: '
+    assert message.startswith(prefix), message
+    return message.removeprefix(prefix)
+
+
+def test_crd_names_scope_and_columns(crd: str, api_client: kubernetes.client.ApiClient) -> None:
+    ext = kubernetes.client.ApiextensionsV1Api(api_client)
+    got = ext.read_custom_resource_definition(crd)
+    assert got.spec.scope == "Cluster"
+    assert got.spec.names.kind == "DynamicQuotaPolicy"
+    assert got.spec.names.short_names == ["dqp"]
+    (version,) = got.spec.versions
+    assert (version.name, version.served, version.storage) == ("v1alpha1", True, True)
+    assert version.subresources.status == {}
+    assert [c.name for c in version.additional_printer_columns] == [
+        "Priority",
+        "Valid",
+        "Namespaces",
+        "DryRun",
+        "Age",
+    ]
+
+
+def test_good_policy_is_stored_with_defaults(
+    policies: kubernetes.client.CustomObjectsApi, controlplane: LocalControlPlane
+) -> None:
+    body = policy(
+        {
+            "namespaceSelector": {
+                "matchLabels": {"example.com/team": "payments"},
+                "matchExpressions": [
+                    {"key": "env", "operator": "In", "values": ["prod", "staging"]},
+                    {"key": "dynquota.io/skip", "operator": "DoesNotExist"},
+                ],
+            },
+            "priority": 10,
+            "resources": {
+                "pods": {
+                    "bufferPercent": 1000,
+                    "minimum": 0,
+                    "maximum": 0,
+                    "upscaleCooldown": "0s",
+                    "downscaleCooldown": "1h30m",
+                },
+                "configmaps": {"maximum": 5000, "upscaleCooldown": "8760h"},
+            },
+        }
+    )
+    created = policies.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    assert created["spec"] == {**body["spec"], "dryRun": False}
+
+    minimal = policies.create_cluster_custom_object(GROUP, VERSION, PLURAL, policy({}))
+    assert minimal["spec"] == {
+        "namespaceSelector": {},
+        "priority": 0,
+        "resources": {},
+        "dryRun": False,
+    }
+    # The short name and printer columns work through kubectl.
+    table = controlplane.kubectl("get", "dqp", minimal["metadata"]["name"])
+    assert table.split("\n")[0].split() == [
+        "NAME",
+        "PRIORITY",
+        "VALID",
+        "NAMESPACES",
+        "DRYRUN",
+        "AGE",
+    ]
+
+
+def test_status_subresource_accepts_conditions(
+    policies: kubernetes.client.CustomObjectsApi,
+) -> None:
+    created = policies.create_cluster_custom_object(GROUP, VERSION, PLURAL, policy({}))
+    name = created["metadata"]["name"]
+    status = {
+        "observedGeneration": 1,
+        "namespaces": 3,
+        "conditions": [
+            {
+                "type": "Valid",
+                "status": "True",
+                "reason": "Accepted",
+                "message": "",
+                "lastTransitionTime": "2026-01-02T03:04:05Z",
+                "observedGeneration": 1,
+            }
+        ],
+    }
+    patched = policies.patch_cluster_custom_object_status(
+        GROUP, VERSION, PLURAL, name, {"status": status}
+    )
+    assert patched["status"] == status
+    # A status write through the main resource is ignored (status subresource enabled).
+    policies.patch_cluster_custom_object(
+        GROUP, VERSION, PLURAL, name, {"status": {"namespaces": 99}}
+    )
+    got = policies.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+    assert got["status"]["namespaces"] == 3
+    with pytest.raises(ApiException) as refused:
+        policies.patch_cluster_custom_object_status(
+            GROUP,
+            VERSION,
+            PLURAL,
+            name,
+            {"status": {"conditions": [{**status["conditions"][0], "status": "Maybe"}]}},
+        )
+    assert refused.value.status == 422
+    assert 'Unsupported value: "Maybe"' in json.loads(refused.value.body)["message"]
+
+
+def test_unknown_resource_key_is_refused_not_pruned(
+    policies: kubernetes.client.CustomObjectsApi,
+) -> None:
+    message = refusal(policies, {"resources": {"count/nodes": {"maximum": 5}}})
+    assert message == (
+        "spec.resources: Invalid value: resources may only have the keys 'pods' and "
+        "'configmaps' (dynquota tracks no other resource)"
+    )
+    # Also next to a valid key: the whole policy is refused, nothing is pruned.
+    message = refusal(policies, {"resources": {"pods": {"maximum": 5}, "secrets": {}}})
+    assert message.startswith("spec.resources: Invalid value: resources may only have the keys")
+    names = [
+        i["metadata"]["name"]
+        for i in policies.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+    ]
+    assert [n for n in names if n.startswith("crdtest-")] == []
+
+
+def test_minimum_above_maximum_is_refused(policies: kubernetes.client.CustomObjectsApi) -> None:
+    message = refusal(policies, {"resources": {"pods": {"minimum": 11, "maximum": 10}}})
+    assert message == (
+        "spec.resources[pods]: Invalid value: minimum must be less than or equal to maximum"
+    )
+
+
+def test_buffer_percent_out_of_range_is_refused(
+    policies: kubernetes.client.CustomObjectsApi,
+) -> None:
+    expected = "spec.resources[configmaps]: Invalid value: bufferPercent must be between 0 and 1000"
+    assert refusal(policies, {"resources": {"configmaps": {"bufferPercent": 1001}}}) == expected
+    assert refusal(policies, {"resources": {"configmaps": {"bufferPercent": -1}}}) == expected
+
+
+@pytest.mark.parametrize("duration", ["5x", "1.5h", "5m1h", "1d", "300"])
+def test_malformed_duration_is_refused(
+    policies: kubernetes.client.CustomObjectsApi, duration: str
+) -> None:
+    message = refusal(policies, {"resources": {"pods": {"upscaleCooldown": duration}}})
+    assert message == (
+        f'spec.resources.pods.upscaleCooldown: Invalid value: "{duration}": '
+        "spec.resources.pods.upscaleCooldown in body should match "
+        "'^([0-9]+h)?([0-9]+m)?([0-9]+s)?$'"
+    )
+
+
+def test_empty_and_too_long_durations_are_refused(
+    policies: kubernetes.client.CustomObjectsApi,
+) -> None:
+    message = refusal(policies, {"resources": {"pods": {"downscaleCooldown": ""}}})
+    assert message == (
+        'spec.resources.pods.downscaleCooldown: Invalid value: "": '
+        "spec.resources.pods.downscaleCooldown in body should be at least 1 chars long"
+    )
+    message = refusal(policies, {"resources": {"pods": {"downscaleCooldown": "8761h"}}})
+    assert message == (
+        'spec.resources[pods].downscaleCooldown: Invalid value: "8761h": '
+        "must be at most 8760h (365 days)"
+    )
+
+
+def test_bad_selectors_are_refused(policies: kubernetes.client.CustomObjectsApi) -> None:
+    message = refusal(
+        policies, {"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}
+    )
+    assert message == (
+        "spec.namespaceSelector.matchExpressions[0]: Invalid value: values must be non-empty "
+        "for operator In and NotIn, and empty for Exists and DoesNotExist"
+    )
+    message = refusal(
+        policies,
+        {
+            "namespaceSelector": {
+                "matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]
+            }
+        },
+    )
+    assert message.endswith(
+        "values must be non-empty for operator In and NotIn, and empty for Exists and DoesNotExist"
+    )
+    message = refusal(
+        policies, {"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Foo"}]}}
+    )
+    assert message == (
+        '[spec.namespaceSelector.matchExpressions[0].operator: Unsupported value: "Foo": '
+        'supported values: "In", "NotIn", "Exists", "DoesNotExist", <nil>: Invalid value: '
+        "null: some validation rules were not checked because the object was invalid; "
+        "correct the existing errors to complete validation]"
+    )
+    message = refusal(policies, {"namespaceSelector": {"matchLabels": {"a/b/c": "x"}}})
+    assert message == (
+        "spec.namespaceSelector.matchLabels: Invalid value: every key must be a label key: "
+        "[prefix/]name, the name at most 63 alphanumeric characters, '-', '_' or '.', starting "
+        "and ending with an alphanumeric character, the prefix a lowercase DNS subdomain"
+    )
+    message = refusal(policies, {"namespaceSelector": {"matchLabels": {"team": "x y"}}})
+    assert message == (
+        'spec.namespaceSelector.matchLabels.team: Invalid value: "x y": '
+        "spec.namespaceSelector.matchLabels.team in body should match "
+        "'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'"
+    )
