@@ -1,0 +1,524 @@
+"""The Helm chart rendered by the real `helm` (lint, template, values schema) and every rendered
+object accepted by the real apiserver (server-side dry run)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dynquota.policy.models import DEFAULT_PROFILES
+from dynquota.settings import Settings
+from dynquota.testing.controlplane import LocalControlPlane, find_binaries
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "dynquota"
+CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
+RELEASE, NS = "dq", "dynquota-system"
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    """The helm binary built with the control plane (no cluster needed for these)."""
+    return find_binaries() / "helm"
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False)
+
+
+def render(helm: Path, *args: str, namespace: str = NS) -> list[dict[str, Any]]:
+    """`helm template` the chart; the parsed objects, hooks included."""
+    done = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", namespace, *args)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [
+        o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"{kind}/{name}: {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def kinds(objs: list[dict[str, Any]]) -> list[str]:
+    return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objs)
+
+
+def container_env(deployment: dict[str, Any]) -> dict[str, Any]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def settings_from(deployment: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The operator's Settings as the container would build them from the rendered env."""
+    for name, value in container_env(deployment).items():
+        if isinstance(value, dict):  # downward API
+            value = {"metadata.namespace": NS, "metadata.name": "dq-dynquota-abc12"}[
+                value["fieldRef"]["fieldPath"]
+            ]
+        monkeypatch.setenv(name, value)
+    return Settings()
+
+
+# -- lint and values files ----------------------------------------------------------------
+
+
+def test_ci_values_files_cover_the_three_scenarios() -> None:
+    assert [p.name for p in CI_VALUES] == [
+        "dry-run-values.yaml",
+        "leader-election-values.yaml",
+        "monitoring-values.yaml",
+    ]
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "default")
+def test_helm_lint_strict(helm: Path, values: Path | None) -> None:
+    args = ["lint", "--strict", str(CHART)] + (["--values", str(values)] if values else [])
+    done = run_helm(helm, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+
+
+def test_invalid_values_are_rejected_by_the_schema(helm: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad-values.yaml"
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "replicas": 2,  # typo of replicaCount
+                "operator": {"dryrun": True, "logFormat": "xml"},
+                "defaultPolicy": {
+                    "resources": {"secrets": {"minimum": 1}, "pods": {"bufferPercent": 1001}}
+                },
+                "replicaCount": 0,
+            }
+        )
+    )
+    done = run_helm(helm, "template", RELEASE, str(CHART), "--values", str(bad))
+    assert done.returncode == 1
+    lines = sorted(
+        line.strip() for line in done.stderr.splitlines() if line.strip().startswith("- ")
+    )
+    assert lines == [
+        "- at '': additional properties 'replicas' not allowed",
+        "- at '/defaultPolicy/resources': additional properties 'secrets' not allowed",
+        "- at '/defaultPolicy/resources': validation failed",
+        "- at '/defaultPolicy/resources/pods/bufferPercent': maximum: got 1,001, want 1,000",
+        "- at '/operator': additional properties 'dryrun' not allowed",
+        "- at '/operator': validation failed",
+        "- at '/operator/logFormat': value must be one of 'json', 'text'",
+        "- at '/replicaCount': minimum: got 0, want 1",
+    ], done.stderr
+
+
+# -- what the default values render ---------------------------------------------------------
+
+
+def test_default_render_objects(helm: Path) -> None:
+    objs = render(helm)
+    assert kinds(objs) == [
+        "ClusterRole/dq-dynquota",
+        "ClusterRole/dq-dynquota-cleanup",
+        "ClusterRole/dq-dynquota-tenant-override",
+        "ClusterRoleBinding/dq-dynquota",
+        "ClusterRoleBinding/dq-dynquota-cleanup",
+        "Deployment/dq-dynquota",
+        "DynamicQuotaPolicy/default",
+        "Job/dq-dynquota-cleanup",
+        "Pod/dq-dynquota-test-metrics",
+        "Role/dq-dynquota-cleanup",
+        "RoleBinding/dq-dynquota-cleanup",
+        "Service/dq-dynquota-metrics",
+        "ServiceAccount/dq-dynquota",
+        "ServiceAccount/dq-dynquota-cleanup",
+        "ValidatingAdmissionPolicy/dq-dynquota-managed-quota",
+        "ValidatingAdmissionPolicyBinding/dq-dynquota-managed-quota",
+    ]
+
+
+def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    deployment = one(render(helm), "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "dq-dynquota"
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/dynquota/dynquota:0.1.0"
+    assert "command" not in container  # the image's ENTRYPOINT: dynquota run
+    assert "args" not in container
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http-probes"}
+    assert container["startupProbe"]["failureThreshold"] == 60
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "http-metrics": 8080,
+        "http-probes": 8081,
+    }
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+    assert container_env(deployment) == {
+        "DYNQUOTA_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+        "DYNQUOTA_POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
+        "DYNQUOTA_DRY_RUN": "false",
+        "DYNQUOTA_METRICS_PORT": "8080",
+        "DYNQUOTA_PROBE_PORT": "8081",
+        "DYNQUOTA_OVERRIDE_TTL": "168h",
+        "DYNQUOTA_LEADER_ELECTION": "false",
+        "DYNQUOTA_WATCH_TIMEOUT_SECONDS": "300",
+        "DYNQUOTA_LIVENESS_MARGIN_SECONDS": "60",
+        "DYNQUOTA_KILL_SWITCH_DELETE_QPS": "20",
+        "DYNQUOTA_EXCLUDE_NAMESPACES": "",
+        "DYNQUOTA_INCLUDE_NAMESPACES": "",
+        "DYNQUOTA_WORKERS": "4",
+        "DYNQUOTA_RESYNC_SECONDS": "600",
+        "DYNQUOTA_LOG_LEVEL": "INFO",
+        "DYNQUOTA_LOG_FORMAT": "json",
+    }
+    # The operator accepts exactly this environment.
+    settings = settings_from(deployment, monkeypatch)
+    assert settings.namespace == NS
+    assert settings.pod_name == "dq-dynquota-abc12"
+    assert settings.dry_run is False
+    assert settings.leader_election is False
+    assert settings.override_ttl == 7 * 24 * 3600
+    assert (settings.metrics_port, settings.probe_port) == (8080, 8081)
+    assert settings.exclude_namespaces == []
+    assert settings.kill_switch_delete_qps == 20.0
+    assert settings.log_format == "json"
+
+
+def test_default_policy_is_the_built_in_profiles(helm: Path) -> None:
+    policy = one(render(helm), "DynamicQuotaPolicy")
+    assert policy["apiVersion"] == "dynquota.io/v1alpha1"
+    assert policy["spec"] == {
+        "priority": 0,
+        "dryRun": False,
+        "namespaceSelector": {},
+        "resources": {name: p.to_crd() for name, p in DEFAULT_PROFILES.items()},
+    }
+
+
+def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
+    objs = render(helm)
+    role = one(objs, "ClusterRole", "dq-dynquota")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods", "configmaps"], "verbs": ["list", "watch"]},
+        {
+            "apiGroups": [""],
+            "resources": ["resourcequotas"],
+            "verbs": ["get", "list", "watch", "create"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["resourcequotas"],
+            "resourceNames": ["dynquota"],
+            "verbs": ["patch", "delete"],
+        },
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {
+            "apiGroups": ["dynquota.io"],
+            "resources": ["dynamicquotapolicies"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["dynquota.io"],
+            "resources": ["dynamicquotapolicies/status"],
+            "verbs": ["patch"],
+        },
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["list", "watch"],
+        },
+    ]
+    binding = one(objs, "ClusterRoleBinding", "dq-dynquota")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "dq-dynquota", "namespace": NS}
+    ]
+    # Without replicas > 1 there is no leader election, so no Lease rights at all.
+    assert [o for o in objs if o["kind"] == "Role" and "leader" in o["metadata"]["name"]] == []
+    # crdScanning off drops the CRD rule and nothing else.
+    rules = one(render(helm, "--set", "rbac.crdScanning=false"), "ClusterRole", "dq-dynquota")
+    assert rules["rules"] == role["rules"][:-1]
+
+
+def test_tenant_role_aggregates_to_admin_and_edit(helm: Path) -> None:
+    role = one(render(helm), "ClusterRole", "dq-dynquota-tenant-override")
+    labels = role["metadata"]["labels"]
+    assert labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["resourcequotas"],
+            "resourceNames": ["dynquota"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+
+
+def test_admission_policy_matches_the_main_resource_only(helm: Path) -> None:
+    objs = render(helm)
+    vap = one(objs, "ValidatingAdmissionPolicy")
+    assert vap["apiVersion"] == "admissionregistration.k8s.io/v1"
+    constraints = vap["spec"]["matchConstraints"]
+    assert constraints["resourceRules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["resourcequotas"],  # never resourcequotas/status
+            "resourceNames": ["dynquota"],
+            "operations": ["UPDATE", "DELETE"],
+        }
+    ]
+    assert constraints["objectSelector"] == {
+        "matchLabels": {"app.kubernetes.io/managed-by": "dynquota"}
+    }
+    assert vap["spec"]["matchConditions"] == [
+        {
+            "name": "not-exempt",
+            "expression": '!(request.userInfo.username in ["system:serviceaccount:'
+            f'{NS}:dq-dynquota","system:serviceaccount:{NS}:dq-dynquota-cleanup"])',
+        }
+    ]
+    binding = one(objs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {
+        "policyName": "dq-dynquota-managed-quota",
+        "validationActions": ["Deny"],
+    }
+    # Extra exemptions from values; cleanup off drops the hook's account.
+    vap = one(
+        render(
+            helm,
+            "--set",
+            "cleanupOnUninstall.enabled=false",
+            "--set",
+            "tenantOverride.admissionPolicy.exemptUsers={gitops}",
+            "--set",
+            "tenantOverride.admissionPolicy.exemptGroups={platform-admins}",
+        ),
+        "ValidatingAdmissionPolicy",
+    )
+    assert vap["spec"]["matchConditions"][0]["expression"] == (
+        f'!(request.userInfo.username in ["system:serviceaccount:{NS}:dq-dynquota","gitops"])'
+        ' && !("platform-admins" in request.userInfo.groups)'
+    )
+
+
+def test_cleanup_hook(helm: Path) -> None:
+    objs = render(helm)
+    job = one(objs, "Job")
+    assert job["metadata"]["annotations"] == {
+        "helm.sh/hook": "pre-delete",
+        "helm.sh/hook-weight": "0",
+        "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded",
+    }
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "dq-dynquota-cleanup"
+    (container,) = pod["containers"]
+    assert container["command"] == ["dynquota", "cleanup", "--yes", "--scale-down", "dq-dynquota"]
+    for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
+        hook = one(objs, kind, "dq-dynquota-cleanup")
+        assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+        assert hook["metadata"]["annotations"]["helm.sh/hook-weight"] == "-10"
+    assert one(objs, "ClusterRole", "dq-dynquota-cleanup")["rules"] == [
+        {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]},
+        {
+            "apiGroups": [""],
+            "resources": ["resourcequotas"],
+            "resourceNames": ["dynquota"],
+            "verbs": ["delete"],
+        },
+    ]
+    assert one(objs, "Role", "dq-dynquota-cleanup")["rules"] == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments", "deployments/scale"],
+            "resourceNames": ["dq-dynquota"],
+            "verbs": ["get", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    ]
+    off = render(helm, "--set", "cleanupOnUninstall.enabled=false")
+    assert [k for k in kinds(off) if "cleanup" in k] == []
+
+
+# -- the ci/ scenarios ------------------------------------------------------------------------
+
+
+def test_two_replicas_turn_on_leader_election(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    objs = render(helm, "--values", str(CHART / "ci" / "leader-election-values.yaml"))
+    deployment = one(objs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    env = container_env(deployment)
+    assert env["DYNQUOTA_LEADER_ELECTION"] == "true"
+    assert env["DYNQUOTA_LEASE_NAME"] == "dynquota-ci"
+    settings = settings_from(deployment, monkeypatch)
+    assert settings.leader_election is True
+    assert settings.lease_name == "dynquota-ci"
+    assert (
+        settings.lease_duration_seconds,
+        settings.lease_renew_deadline_seconds,
+        settings.lease_retry_period_seconds,
+    ) == (15, 10, 2)
+    role = one(objs, "Role", "dq-dynquota-leader-election")
+    assert role["metadata"]["namespace"] == NS
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["dynquota-ci"],
+            "verbs": ["get", "update", "patch"],
+        },
+    ]
+    assert one(objs, "RoleBinding", "dq-dynquota-leader-election")["roleRef"]["name"] == (
+        "dq-dynquota-leader-election"
+    )
+    assert one(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None:
+    objs = render(helm, "--values", str(CHART / "ci" / "monitoring-values.yaml"))
+    monitor = one(objs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "dynquota",
+        "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/component": "metrics",
+    }
+    service = one(objs, "Service")
+    for key, value in monitor["spec"]["selector"]["matchLabels"].items():
+        assert service["metadata"]["labels"][key] == value
+    assert monitor["spec"]["endpoints"] == [
+        {
+            "port": "http-metrics",
+            "path": "/metrics",
+            "honorLabels": True,
+            "interval": "15s",
+            "scrapeTimeout": "10s",
+        }
+    ]
+    rule = one(objs, "PrometheusRule")
+    (group,) = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert sorted(alerts) == [
+        "DynquotaAbsent",
+        "DynquotaKillSwitchEngaged",
+        "DynquotaNamespaceAtLimit",
+        "DynquotaPolicyInvalid",
+        "DynquotaUsageDrift",
+    ]
+    assert alerts["DynquotaAbsent"]["expr"] == (
+        f'absent(up{{namespace="{NS}", service="dq-dynquota-metrics"}} == 1)'
+    )
+    assert alerts["DynquotaKillSwitchEngaged"]["expr"] == (
+        f'max(dynquota_kill_switch_engaged{{namespace="{NS}", service="dq-dynquota-metrics"}}) == 1'
+    )
+    for alert in alerts.values():
+        assert alert["labels"]["team"] == "platform"
+        assert alert["labels"]["severity"] in ("critical", "warning", "info")
+    # With leader election there is one more alert.
+    objs = render(
+        helm,
+        "--values",
+        str(CHART / "ci" / "monitoring-values.yaml"),
+        "--set",
+        "replicaCount=2",
+    )
+    names = [r["alert"] for r in one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]]
+    assert names[-1] == "DynquotaNoLeader"
+
+
+def test_dry_run_values(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    objs = render(helm, "--values", str(CHART / "ci" / "dry-run-values.yaml"))
+    deployment = one(objs, "Deployment")
+    settings = settings_from(deployment, monkeypatch)
+    assert settings.dry_run is True
+    assert settings.exclude_namespaces == ["monitoring", "ingress-nginx"]
+    assert settings.log_format == "text"
+    policy = one(objs, "DynamicQuotaPolicy")
+    assert policy["spec"]["dryRun"] is True
+    assert policy["spec"]["namespaceSelector"] == {
+        "matchExpressions": [{"key": "dynquota.io/tier", "operator": "NotIn", "values": ["system"]}]
+    }
+    assert [k for k in kinds(objs) if "cleanup" in k] == []
+
+
+# -- every rendered object is accepted by the real apiserver --------------------------------
+
+
+@pytest.fixture(scope="module")
+def release_namespace(controlplane: LocalControlPlane) -> Iterator[str]:
+    """A namespace enforcing the `restricted` Pod Security Standard, with the CRD installed."""
+    name = "chart-render-dryrun"
+    controlplane.kubectl("create", "namespace", name)
+    controlplane.kubectl(
+        "label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    controlplane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    controlplane.kubectl(
+        "wait", "--for=condition=Established", "crd/dynamicquotapolicies.dynquota.io"
+    )
+    yield name
+    controlplane.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "default")
+def test_server_side_dry_run_accepts_every_object(
+    helm: Path, controlplane: LocalControlPlane, release_namespace: str, values: Path | None
+) -> None:
+    args = ["--values", str(values)] if values else []
+    objs = render(helm, *args, namespace=release_namespace)
+    # The Prometheus Operator's CRDs are not installed here: check those two kinds by shape.
+    monitoring = [o for o in objs if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    objs = [o for o in objs if o not in monitoring]
+    out = controlplane.kubectl(
+        "apply", "--dry-run=server", "-o", "name", "-f", "-",
+        input=yaml.safe_dump_all(objs),
+    )  # fmt: skip
+    assert len(out.split()) == len(objs)
+    # The pods of the Deployment and the hook Job meet `restricted` too: Pod Security admission
+    # checks a Pod made of each template (the dry run above checked the test Pod itself). The
+    # ServiceAccounts were not persisted by the dry run, so these use `default`.
+    for obj in objs:
+        if obj["kind"] in ("Deployment", "Job"):
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"psa-{obj['metadata']['name']}",
+                    "namespace": release_namespace,
+                },
+                "spec": {**obj["spec"]["template"]["spec"], "serviceAccountName": "default"},
+            }
+            controlplane.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(pod))
+    assert {o["kind"] for o in monitoring} <= {"ServiceMonitor", "PrometheusRule"}
