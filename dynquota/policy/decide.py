@@ -535,6 +535,7 @@ class _Sizer:
         else:
             base = None
         edited = base is not None and (spec is None or spec != base)
+        stamp_keys = (last_upscale_key(resource), last_change_key(resource))
         if base is None:
             last_upscale = last_change = now
         else:
@@ -550,7 +551,9 @@ class _Sizer:
             or base > profile.maximum
         )
         if repairs:
-            message = f"state of {resource} repaired, cooldowns restart now: " + ", ".join(repairs)
+            message = f"state of {resource} repaired: " + ", ".join(repairs)
+            if any(key in r for r in repairs for key in stamp_keys):
+                message += "; cooldowns restart now"
             self.notes.append(message)
             if any("malformed" in r for r in repairs):
                 self.events.append(Event("Warning", STATE_REPAIRED, message))
