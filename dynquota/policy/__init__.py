@@ -21,6 +21,7 @@ from dynquota.policy.decide import (
     apply_decision,
     ceil_div,
     decide,
+    reject_unmanaged_override,
     target,
 )
 from dynquota.policy.durations import (
@@ -122,6 +123,7 @@ __all__ = [
     "parse_time",
     "policy_rank",
     "profile_key",
+    "reject_unmanaged_override",
     "resolve_kill_switch",
     "resource_keys",
     "target",

@@ -48,6 +48,7 @@ __all__ = [
     "apply_decision",
     "ceil_div",
     "decide",
+    "reject_unmanaged_override",
     "target",
 ]
 
@@ -322,6 +323,17 @@ def _frozen_events(governance: Governance, quota: QuotaState | None) -> list[Eve
             f"{OVERRIDE}={raw!r} not granted: the namespace is frozen ({governance.reason})",
         )
     ]
+
+
+def reject_unmanaged_override(quota_name: str, value: str) -> Event:
+    """The ``OverrideRejected`` Warning for a ``dynquota.io/override`` annotation found on a
+    ResourceQuota dynquota does not manage (``quota_name``; the caller posts it there)."""
+    return Event(
+        "Warning",
+        OVERRIDE_REJECTED,
+        f"{OVERRIDE}={value!r} on ResourceQuota {quota_name} ignored: dynquota manages only the "
+        "ResourceQuota named dynquota labelled app.kubernetes.io/managed-by=dynquota",
+    )
 
 
 def _nothing(note: str, dry_run: bool, events: list[Event] | None = None) -> Decision:

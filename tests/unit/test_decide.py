@@ -25,6 +25,7 @@ from dynquota.policy import (
     ceil_div,
     decide,
     format_time,
+    reject_unmanaged_override,
     target,
 )
 from dynquota.quantity import parse_quantity
@@ -732,6 +733,15 @@ def test_frozen_namespace_is_left_as_is() -> None:
         "invalid and may govern this namespace: x)",
     )
     assert run(None, T0, pods=5, governance=gov).action == "nothing"
+
+
+def test_override_on_an_unmanaged_quota_is_rejected() -> None:
+    assert reject_unmanaged_override("compute", "max") == Event(
+        "Warning",
+        "OverrideRejected",
+        "dynquota.io/override='max' on ResourceQuota compute ignored: dynquota manages only the "
+        "ResourceQuota named dynquota labelled app.kubernetes.io/managed-by=dynquota",
+    )
 
 
 # -- dry run ----------------------------------------------------------------------------------
