@@ -22,8 +22,11 @@ dynquota_managed_namespaces                 gauge   -
 dynquota_reconcile_duration_seconds         histo   -
 dynquota_reconciles_total                   counter result (ok/retry/invalid/error)
 dynquota_workqueue_depth                    gauge   -
-dynquota_watch_restarts_total               counter resource
-dynquota_relists_total                      counter resource
+dynquota_watch_restarts_total               counter resource (informer retries after errors)
+dynquota_relists_total                      counter resource (full relists after 410 Gone)
+dynquota_watch_cycles_total                 counter resource
+dynquota_informer_synced                    gauge   resource
+dynquota_informer_objects                   gauge   resource
 dynquota_api_requests_total                 counter verb, resource, code
 dynquota_api_errors_total                   counter verb, resource, code (code 0: no answer)
 dynquota_api_conflicts_total                counter verb, resource
@@ -34,6 +37,8 @@ dynquota_events_total                       counter reason
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import (
@@ -44,8 +49,10 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
-__all__ = ["Metrics", "MetricsServer"]
+__all__ = ["InformerCollector", "Metrics", "MetricsServer"]
 
 _NR = ("namespace", "resource")
 
@@ -95,12 +102,6 @@ class Metrics:
         self.queue_depth = Gauge(
             "dynquota_workqueue_depth", "Namespaces queued or in progress", registry=r
         )
-        self.watch_restarts = Counter(
-            "dynquota_watch_restarts", "Informer watch restarts", ("resource",), registry=r
-        )
-        self.relists = Counter(
-            "dynquota_relists", "Informer full relists", ("resource",), registry=r
-        )
         self.api_requests = Counter(
             "dynquota_api_requests",
             "API requests made by the operator",
@@ -142,6 +143,43 @@ class Metrics:
     def render(self) -> bytes:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class InformerCollector(Collector):
+    """Exports the informers' own counters at scrape time.
+
+    ``stats`` returns ``{resource: {"restarts", "relists", "watch_cycles", "synced",
+    "objects", ...}}`` (:meth:`dynquota.kube.informer.UsageWatcher.stats`).
+    """
+
+    def __init__(self, stats: Callable[[], Mapping[str, Mapping[str, Any]]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Yield the metric families (called by the registry)."""
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
+            "restarts": CounterMetricFamily(
+                "dynquota_watch_restarts",
+                "Informer list/watch retries after errors",
+                labels=["resource"],
+            ),
+            "relists": CounterMetricFamily(
+                "dynquota_relists", "Informer full relists after 410 Gone", labels=["resource"]
+            ),
+            "watch_cycles": CounterMetricFamily(
+                "dynquota_watch_cycles", "Informer watch cycles completed", labels=["resource"]
+            ),
+            "synced": GaugeMetricFamily(
+                "dynquota_informer_synced", "1 once the first list is applied", labels=["resource"]
+            ),
+            "objects": GaugeMetricFamily(
+                "dynquota_informer_objects", "Objects held by the tally", labels=["resource"]
+            ),
+        }
+        for resource, stats in self._stats().items():
+            for key, family in families.items():
+                family.add_metric([resource], float(stats.get(key) or 0))
+        yield from families.values()
 
 
 class MetricsServer:

@@ -78,7 +78,8 @@ class LeaderGate:
         self.name = name
         self.identity = identity
         self._durations = (lease_duration, renew_deadline, retry_period)
-        self._on_change = on_change
+        self.on_change = on_change
+        """The ``on_change`` callback (may be set after construction)."""
         self.is_leader = False
         """Whether this replica holds the Lease now; check it before every write."""
         self._announced = False
@@ -142,8 +143,8 @@ class LeaderGate:
             self.namespace,
             self.name,
         )
-        if self._on_change is not None:
-            await self._on_change(leading)
+        if self.on_change is not None:
+            await self.on_change(leading)
 
     async def release(self) -> None:
         """Give the Lease up (empty ``holderIdentity``) if this replica held it when

@@ -1,0 +1,96 @@
+"""Namespaces and DynamicQuotaPolicies as the operator reads them, and policy status (I/O).
+
+Objects are returned as decoded JSON dicts (camelCase keys). The only write here is the
+policy's ``status`` subresource (a JSON merge-patch with ``fieldManager=dynquota``).
+Failures are raised as :mod:`dynquota.kube.errors` types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from dynquota.kube.quotas import FIELD_MANAGER, ApiCallObserver, call_api
+
+__all__ = ["POLICY_GROUP", "POLICY_PLURAL", "POLICY_VERSION", "ClusterClient"]
+
+POLICY_GROUP = "dynquota.io"
+POLICY_VERSION = "v1alpha1"
+POLICY_PLURAL = "dynamicquotapolicies"
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+class ClusterClient:
+    """Reads Namespaces and policies; writes policy status.
+
+    Args:
+        api_client: a configured kubernetes_asyncio ``ApiClient`` (not closed here).
+        observer: hears ``(verb, resource, status)`` after every call.
+    """
+
+    def __init__(
+        self, api_client: client.ApiClient, observer: ApiCallObserver | None = None
+    ) -> None:
+        self._core: Any = client.CoreV1Api(api_client)
+        self._custom: Any = client.CustomObjectsApi(api_client)
+        self._sanitize = api_client.sanitize_for_serialization
+        self._observer = observer
+
+    async def read_namespace(self, name: str) -> dict[str, Any]:
+        """The Namespace ``name``. Raises ``NotFoundError``, other ``ApiError``,
+        ``TransportError``."""
+        model = await call_api(
+            "get", "namespaces", lambda: self._core.read_namespace(name), self._observer
+        )
+        result: dict[str, Any] = self._sanitize(model)
+        return result
+
+    async def list_namespaces(self, page_size: int = 500) -> list[dict[str, Any]]:
+        """Every Namespace (paginated by ``page_size``)."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": page_size}
+            if token:
+                kwargs["_continue"] = token
+            page = await call_api(
+                "list",
+                "namespaces",
+                lambda kw=kwargs: self._core.list_namespace(**kw),  # type: ignore[misc]
+                self._observer,
+            )
+            items.extend(self._sanitize(item) for item in page.items or [])
+            token = page.metadata._continue if page.metadata is not None else None
+            if not token:
+                return items
+
+    async def list_policies(self) -> list[dict[str, Any]]:
+        """Every DynamicQuotaPolicy. Raises ``NotFoundError`` when the CRD is not installed."""
+        answer = await call_api(
+            "list",
+            POLICY_PLURAL,
+            lambda: self._custom.list_cluster_custom_object(
+                POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL
+            ),
+            self._observer,
+        )
+        return list(answer.get("items") or [])
+
+    async def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch ``status`` of policy ``name`` (the status subresource)."""
+        await call_api(
+            "patch",
+            f"{POLICY_PLURAL}/status",
+            lambda: self._custom.patch_cluster_custom_object_status(
+                POLICY_GROUP,
+                POLICY_VERSION,
+                POLICY_PLURAL,
+                name,
+                {"status": dict(status)},
+                field_manager=FIELD_MANAGER,
+                _content_type=_MERGE_PATCH,
+            ),
+            self._observer,
+        )

@@ -1,0 +1,852 @@
+"""The operator's state and its per-namespace reconcile (no kopf in here).
+
+:class:`Operator` holds what the watches told it (namespaces, policies, the kill switch, the
+managed quotas' ``status.used``), the peak windows, and the workqueue. Its
+:meth:`Operator.reconcile` is the one decision per namespace: read the managed quota, compute
+usage ``U = max(tally, status.used)`` and peaks, call the pure
+:func:`dynquota.policy.decide`, and apply the :class:`~dynquota.policy.Decision` with one
+create, JSON merge-patch or delete. It talks to the cluster only through the small ports
+below (:class:`QuotaStore`, :class:`EventSink`, :class:`UsageView`, :class:`PolicyStatusSink`),
+so unit tests fake them at that boundary.
+
+Writes (quotas, Events, policy status) happen only while ``gate.is_leader``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cachetools import TTLCache
+
+from dynquota.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
+from dynquota.kube.events import EventType, ObjectRef
+from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
+from dynquota.metrics import Metrics
+from dynquota.operator.workqueue import Outcome, WorkQueue
+from dynquota.policy import (
+    KILL_SWITCH,
+    OVERRIDE,
+    TRACKED_RESOURCES,
+    Decision,
+    Governance,
+    NamespaceInfo,
+    PolicyInfo,
+    QuotaState,
+    apply_decision,
+    decide,
+    govern,
+    resolve_kill_switch,
+    target,
+    validate_policy,
+)
+from dynquota.quantity import QuantityError, parse_quantity
+from dynquota.settings import Settings
+from dynquota.usage import PeakWindows
+
+__all__ = [
+    "EventSink",
+    "LeaderView",
+    "Operator",
+    "PolicyStatusSink",
+    "QuotaStore",
+    "UsageView",
+]
+
+log = logging.getLogger("dynquota.operator")
+
+KUBE_SYSTEM = "kube-system"
+FOREIGN_QUOTA = "ForeignQuota"
+QUOTA_WRITE_FAILED = "QuotaWriteFailed"
+KILL_SWITCH_ENGAGED = "KillSwitchEngaged"
+KILL_SWITCH_RELEASED = "KillSwitchReleased"
+KILL_SWITCH_INVALID = "KillSwitchInvalid"
+_WARNING_TTL = 3600.0
+
+
+class QuotaStore(Protocol):
+    """Managed-quota I/O (:class:`dynquota.kube.quotas.QuotaClient`)."""
+
+    async def get(self, namespace: str) -> QuotaSnapshot | None: ...
+    async def list_managed(self) -> list[QuotaSnapshot]: ...
+    async def create(
+        self, namespace: str, hard: Mapping[str, str], annotations: Mapping[str, str]
+    ) -> QuotaSnapshot: ...
+    async def patch(self, namespace: str, body: Mapping[str, Any]) -> QuotaSnapshot: ...
+    async def delete(self, namespace: str, uid: str | None = None) -> bool: ...
+
+
+class EventSink(Protocol):
+    """Event posting (:class:`dynquota.kube.events.EventRecorder`)."""
+
+    async def emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> bool: ...
+
+
+class UsageView(Protocol):
+    """Usage tallies (:class:`dynquota.kube.informer.UsageWatcher`)."""
+
+    def usage(self, namespace: str, resource: str, now: float | None = None) -> int: ...
+    def next_expiry(self, namespace: str, now: float | None = None) -> float | None: ...
+
+
+class PolicyStatusSink(Protocol):
+    """Policy status writes (:class:`dynquota.kube.cluster.ClusterClient`)."""
+
+    async def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None: ...
+
+
+class LeaderView(Protocol):
+    """Whether this replica may write (:class:`dynquota.kube.leader.LeaderGate`)."""
+
+    is_leader: bool
+
+
+class _Leading:
+    is_leader = True
+
+
+@dataclass
+class _PolicyRecord:
+    info: PolicyInfo
+    generation: int
+    status: Mapping[str, Any]
+
+
+@dataclass
+class NamespaceView:
+    """What the operator last decided for a namespace (for ``plan``, the demo and tests).
+
+    ``usage``/``hard``/``target`` per resource (counts), ``action`` the last decision's action,
+    ``reasons`` its change reasons (or notes), ``at`` when (seconds since the epoch).
+    """
+
+    usage: dict[str, int] = field(default_factory=dict)
+    tally: dict[str, int] = field(default_factory=dict)
+    status_used: dict[str, int] = field(default_factory=dict)
+    hard: dict[str, int] = field(default_factory=dict)
+    target: dict[str, int] = field(default_factory=dict)
+    action: str = ""
+    reasons: tuple[str, ...] = ()
+    at: float = 0.0
+    governance: str = ""
+    dry_run: bool = False
+
+
+class _RateLimiter:
+    """At most ``qps`` acquisitions per second (evenly spaced), shared by all callers."""
+
+    def __init__(self, qps: float) -> None:
+        self._interval = 1.0 / qps
+        self._next = 0.0
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            now = time.monotonic()
+            wait = self._next - now
+            if wait > 0:
+                await asyncio.sleep(wait)
+                now = time.monotonic()
+            self._next = max(now, self._next) + self._interval
+
+
+def _int_map(values: Mapping[str, str]) -> dict[str, int]:
+    result: dict[str, int] = {}
+    for key, text in values.items():
+        with contextlib.suppress(QuantityError):
+            result[key] = parse_quantity(text).ceil()
+    return result
+
+
+def _quota_state(snapshot: QuotaSnapshot) -> QuotaState:
+    hard = {}
+    for key, text in snapshot.spec_hard.items():
+        with contextlib.suppress(QuantityError):
+            hard[key] = parse_quantity(text)
+    return QuotaState(hard, dict(snapshot.annotations))
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    raw = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return int(raw) if raw.isdigit() else 0
+
+
+def _now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Operator:
+    """State and reconcile loop of one operator replica.
+
+    Args:
+        settings: the operator settings.
+        quotas, events, policy_status: the I/O ports (see the module docs).
+        metrics: where to report (a fresh :class:`~dynquota.metrics.Metrics` if omitted).
+        gate: leadership (always leading if omitted).
+        clock: wall clock, seconds since the epoch.
+
+    Set :attr:`usage` (a :class:`UsageView`) before the queue runs; feed the watches with
+    :meth:`on_namespace`, :meth:`on_quota`, :meth:`on_policy`, :meth:`on_usage_change`.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        quotas: QuotaStore,
+        events: EventSink,
+        policy_status: PolicyStatusSink,
+        metrics: Metrics | None = None,
+        gate: LeaderView | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.quotas = quotas
+        self.events = events
+        self.policy_status = policy_status
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.gate: LeaderView = gate if gate is not None else _Leading()
+        self.clock = clock
+        self.usage: UsageView | None = None
+        self.started_at = clock()
+        self.namespaces: dict[str, NamespaceInfo] = {}
+        self._namespace_rv: dict[str, int] = {}
+        self._policies: dict[str, _PolicyRecord] = {}
+        self.kill_switch: bool | None = None
+        self._kube_system_uid = ""
+        self._status_used: dict[str, dict[str, int]] = {}
+        self.simulated: dict[str, QuotaState | None] = {}
+        self.views: dict[str, NamespaceView] = {}
+        self._background_tasks: set[asyncio.Task[Any]] = set()
+        self.peaks = PeakWindows(self._peak_horizon())
+        self._warned: TTLCache[tuple[str, str, str], bool] = TTLCache(
+            maxsize=20000, ttl=_WARNING_TTL
+        )
+        self._delete_limiter = _RateLimiter(settings.kill_switch_delete_qps)
+        self._overrides: set[str] = set()
+        self._kill_task: asyncio.Task[None] | None = None
+        self._status_dirty = asyncio.Event()
+        self.queue = WorkQueue(
+            self.reconcile, workers=settings.workers, coalesce=settings.coalesce_seconds
+        )
+        self.on_decision: Callable[[str, Decision], None] | None = None
+        """Hook called after every decision (the demo's live table)."""
+
+    # -- watches ---------------------------------------------------------------------------
+
+    def on_namespace(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """A Namespace event (``ADDED``/``MODIFIED``/``DELETED``, ``None`` for a listing)."""
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        if not name:
+            return
+        rv = _rv(obj)
+        if event_type == "DELETED":
+            self.namespaces.pop(name, None)
+            self._namespace_rv[name] = rv
+            self._forget(name)
+            self.mark_policy_status_dirty()
+            return
+        if rv and rv < self._namespace_rv.get(name, 0):
+            return  # older than what we hold
+        self._namespace_rv[name] = rv
+        if name == KUBE_SYSTEM:
+            self._kube_system_uid = str(meta.get("uid") or "")
+            self.observe_kill_switch((meta.get("annotations") or {}).get(KILL_SWITCH))
+        info = NamespaceInfo(
+            name,
+            dict(meta.get("labels") or {}),
+            terminating=bool(meta.get("deletionTimestamp")),
+        )
+        if self.namespaces.get(name) != info:
+            self.namespaces[name] = info
+            self.queue.add(name)
+            self.mark_policy_status_dirty()
+
+    def on_quota(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """An event of a ResourceQuota named ``dynquota`` (managed or not)."""
+        snapshot = QuotaSnapshot.from_object(obj)
+        if snapshot.name != MANAGED_QUOTA_NAME or not snapshot.namespace:
+            return
+        if event_type == "DELETED" or not snapshot.managed:
+            self._status_used.pop(snapshot.namespace, None)
+        else:
+            self._status_used[snapshot.namespace] = _int_map(snapshot.status_used)
+        self.queue.add(snapshot.namespace)
+
+    def on_policy(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """A DynamicQuotaPolicy event: re-validate it and re-queue every namespace if its
+        spec changed."""
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        if not name:
+            return
+        if event_type == "DELETED":
+            if self._policies.pop(name, None) is not None:
+                self._policies_changed()
+            return
+        info = validate_policy(obj)
+        generation = int(meta.get("generation") or 0)
+        old = self._policies.get(name)
+        self._policies[name] = _PolicyRecord(info, generation, dict(obj.get("status") or {}))
+        if old is None or old.info != info:
+            if not info.valid:
+                log.warning("policy %s is invalid: %s", name, info.reason)
+            self._policies_changed()
+        elif old.status != self._policies[name].status or old.generation != generation:
+            self.mark_policy_status_dirty()
+
+    def on_usage_change(self, namespace: str, resource: str) -> None:
+        """The informers' callback: sample the peak and queue the namespace."""
+        if self.usage is not None:
+            now = self.clock()
+            used = self._status_used.get(namespace, {}).get(resource, 0)
+            value = max(self.usage.usage(namespace, resource, now), used)
+            self.peaks.observe(namespace, resource, value, now)
+        self.queue.add(namespace)
+
+    @property
+    def policies(self) -> list[PolicyInfo]:
+        """Every stored policy, valid or not."""
+        return [record.info for record in self._policies.values()]
+
+    def _policies_changed(self) -> None:
+        self.peaks.set_horizon(self._peak_horizon())
+        self.queue.add_all(list(self.namespaces))
+        self.mark_policy_status_dirty()
+
+    def _peak_horizon(self) -> float:
+        from dynquota.policy import DEFAULT_PROFILES
+
+        longest = max(p.downscale_cooldown for p in DEFAULT_PROFILES.values())
+        for record in self._policies.values():
+            if record.info.spec is not None:
+                for profile in record.info.spec.resources.values():
+                    longest = max(longest, profile.downscale_cooldown)
+        return float(max(longest, 1))
+
+    def _forget(self, namespace: str) -> None:
+        self.queue.forget(namespace)
+        self.peaks.forget(namespace)
+        self._status_used.pop(namespace, None)
+        self.simulated.pop(namespace, None)
+        self.views.pop(namespace, None)
+        self._overrides.discard(namespace)
+        self.metrics.overrides_active.set(len(self._overrides))
+        self.metrics.forget_namespace(namespace, TRACKED_RESOURCES)
+
+    # -- kill switch ---------------------------------------------------------------------------
+
+    def observe_kill_switch(self, value: str | None) -> None:
+        """The ``dynquota.io/kill-switch`` annotation of ``kube-system`` as read now."""
+        reading = resolve_kill_switch(value, self.kill_switch)
+        if reading.warning:
+            log.warning("%s", reading.warning)
+            self._spawn(
+                self._warn_once(
+                    ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
+                    KILL_SWITCH_INVALID,
+                    reading.warning,
+                    key=KUBE_SYSTEM,
+                )
+            )
+        if reading.engaged is None or reading.engaged == self.kill_switch:
+            return
+        first = self.kill_switch is None
+        self.kill_switch = reading.engaged
+        self.metrics.kill_switch.set(1 if reading.engaged else 0)
+        if self._kill_task is not None:
+            self._kill_task.cancel()
+            self._kill_task = None
+        if reading.engaged:
+            log.warning("kill switch engaged: deleting every managed quota, creating none")
+            self._kill_task = self._spawn(self.engage_kill_switch(announce=True))
+        elif not first:
+            log.warning("kill switch released: re-creating quotas for every managed namespace")
+            self._spawn(self._release_kill_switch())
+        self.queue.add_all(list(self.namespaces))
+
+    async def engage_kill_switch(self, announce: bool = False) -> int:
+        """Delete every managed quota in the cluster (rate-limited); returns how many.
+
+        Called when the switch engages, at start-up and when this replica becomes leader
+        while it is engaged. Stops early if the switch is released or leadership is lost.
+        """
+        if announce and self.gate.is_leader:
+            await self._emit(
+                ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
+                "Normal",
+                KILL_SWITCH_ENGAGED,
+                f"{KILL_SWITCH}=true: deleting every managed quota "
+                f"(at most {self.settings.kill_switch_delete_qps:g}/s); none is created",
+            )
+        deleted = 0
+        while self.kill_switch and self.gate.is_leader:
+            try:
+                found = await self.quotas.list_managed()
+            except KubeError as exc:
+                log.warning("kill switch: listing managed quotas failed: %s; retrying", exc)
+                await asyncio.sleep(2)
+                continue
+            for quota in found:
+                if not (self.kill_switch and self.gate.is_leader):
+                    break
+                await self._delete_limiter.acquire()
+                try:
+                    if await self.quotas.delete(quota.namespace, quota.uid):
+                        deleted += 1
+                        self._record_view(quota.namespace, "delete", ("kill switch engaged",))
+                        self.views[quota.namespace].hard = {}
+                except KubeError as exc:
+                    log.warning("kill switch: deleting %s failed: %s", quota.namespace, exc)
+            break
+        if deleted:
+            log.warning("kill switch: deleted %d managed quotas", deleted)
+        return deleted
+
+    async def _release_kill_switch(self) -> None:
+        if self.gate.is_leader:
+            await self._emit(
+                ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
+                "Normal",
+                KILL_SWITCH_RELEASED,
+                f"{KILL_SWITCH} released: re-creating quotas for every managed namespace",
+            )
+
+    async def on_leadership(self, leading: bool) -> None:
+        """Leadership changed: report it; a new leader catches up on everything."""
+        self.metrics.leader.set(1 if leading else 0)
+        if leading:
+            if self.kill_switch:
+                self._kill_task = self._spawn(self.engage_kill_switch())
+            self.queue.add_all(list(self.namespaces))
+            self.mark_policy_status_dirty()
+
+    # -- reconcile --------------------------------------------------------------------------------
+
+    def governance(self, namespace: str) -> Governance | None:
+        """How ``namespace`` is governed now (``None`` if it is not known)."""
+        info = self.namespaces.get(namespace)
+        if info is None:
+            return None
+        return govern(
+            info,
+            self.policies,
+            self.settings.namespace,
+            self.settings.excluded(namespace),
+        )
+
+    async def reconcile(self, namespace: str) -> Outcome:
+        """Decide and apply the managed quota of ``namespace`` (the workqueue's handler)."""
+        started = time.monotonic()
+        result = "ok"
+        try:
+            outcome, result = await self._reconcile(namespace)
+            return outcome
+        except KubeError as exc:
+            result = "retry"
+            log.warning("reconcile %s: %s; retrying", namespace, exc)
+            return Outcome(retry=True)
+        finally:
+            self.metrics.reconcile_seconds.observe(time.monotonic() - started)
+            self.metrics.reconciles.labels(result).inc()
+            self.metrics.queue_depth.set(len(self.queue))
+
+    async def _reconcile(self, namespace: str) -> tuple[Outcome, str]:
+        if not self.gate.is_leader:
+            return Outcome(), "standby"
+        governance = self.governance(namespace)
+        if governance is None:
+            self._forget(namespace)
+            return Outcome(), "ok"
+        if governance.kind == "excluded":
+            return Outcome(), "ok"
+        current = await self.quotas.get(namespace)
+        if current is not None and not current.managed:
+            await self._report_foreign(current)
+            return Outcome(), "ok"
+        now = self.clock()
+        dry_run = self.settings.dry_run or governance.dry_run
+        status_used = _int_map(current.status_used) if current is not None else {}
+        if current is not None:
+            self._status_used[namespace] = status_used
+        tally: dict[str, int] = {}
+        usage: dict[str, int] = {}
+        peak: dict[str, int] = {}
+        for resource in TRACKED_RESOURCES:
+            counted = self.usage.usage(namespace, resource, now) if self.usage else 0
+            tally[resource] = counted
+            usage[resource] = max(counted, status_used.get(resource, 0))
+            self.peaks.observe(namespace, resource, usage[resource], now)
+            profile = governance.profiles.get(resource)
+            if profile is not None:
+                found = self.peaks.peak(namespace, resource, now, profile.downscale_cooldown)
+                peak[resource] = usage[resource] if found is None else found
+        quota = self._quota_for_decision(namespace, current, dry_run)
+        decision = decide(
+            governance=governance,
+            usage=usage,
+            peak=peak,
+            quota=quota,
+            kill_switch=self.kill_switch,
+            now=now,
+            started_at=self.started_at,
+            dry_run=self.settings.dry_run,
+            override_ttl=self.settings.override_ttl,
+        )
+        self._report_usage(namespace, governance, tally, status_used, usage, current)
+        if decision.dry_run:
+            self.simulated[namespace] = apply_decision(quota, decision)
+            written = current
+            result = "dry-run"
+        else:
+            applied = await self._apply(namespace, decision, current)
+            if isinstance(applied, Outcome):
+                return applied, "retry" if applied.retry else "invalid"
+            written = applied
+            result = "ok"
+        await self._report_decision(namespace, governance, decision, written, dry_run)
+        return Outcome(requeue_at=self._next_look(namespace, governance, decision, now)), result
+
+    def _quota_for_decision(
+        self, namespace: str, current: QuotaSnapshot | None, dry_run: bool
+    ) -> QuotaState | None:
+        real = _quota_state(current) if current is not None else None
+        if not dry_run:
+            self.simulated.pop(namespace, None)
+            return real
+        if namespace not in self.simulated:
+            self.simulated[namespace] = real
+        simulated = self.simulated[namespace]
+        if simulated is None:
+            return None
+        # the tenant's request lives on the real quota
+        annotations = dict(simulated.annotations)
+        request = current.annotations.get(OVERRIDE) if current is not None else None
+        if request is None:
+            annotations.pop(OVERRIDE, None)
+        else:
+            annotations[OVERRIDE] = request
+        return QuotaState(simulated.hard, annotations)
+
+    async def _apply(
+        self, namespace: str, decision: Decision, current: QuotaSnapshot | None
+    ) -> QuotaSnapshot | Outcome | None:
+        """Write ``decision``; returns the quota after the write, or an Outcome on failure."""
+        if decision.action == "nothing":
+            return current
+        if not self.gate.is_leader:
+            return Outcome()
+        if decision.action in ("create", "patch") and self.kill_switch is not False:
+            return Outcome(requeue_at=self.clock())  # the switch moved: decide again
+        try:
+            if decision.action == "create":
+                return await self.quotas.create(
+                    namespace,
+                    {k: str(v) for k, v in decision.hard.items()},
+                    dict(decision.set_annotations),
+                )
+            if decision.action == "patch":
+                return await self.quotas.patch(namespace, decision.merge_patch())
+            if decision.action == "delete":
+                if self.kill_switch:
+                    await self._delete_limiter.acquire()
+                await self.quotas.delete(namespace, current.uid if current else None)
+                return None
+        except ConflictError:
+            return Outcome(retry=True)  # created or changed meanwhile: read it again
+        except NotFoundError:
+            return Outcome(requeue_at=self.clock())  # deleted meanwhile: decide again
+        except ApiError as exc:
+            if exc.retryable:
+                return Outcome(retry=True)
+            log.error("%s of quota in %s refused: %s", decision.action, namespace, exc)
+            await self._warn_once(
+                ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid if current else ""),
+                QUOTA_WRITE_FAILED,
+                f"{decision.action} of the managed quota refused by the apiserver "
+                f"({exc.status} {exc.reason}): {exc.message}",
+                key=namespace,
+            )
+            return Outcome()
+        raise AssertionError(f"unknown action {decision.action!r}")
+
+    def _next_look(
+        self, namespace: str, governance: Governance, decision: Decision, now: float
+    ) -> float | None:
+        candidates: list[float] = []
+        if decision.requeue_at is not None:
+            candidates.append(decision.requeue_at)
+        if governance.kind == "managed":
+            if self.usage is not None:
+                expiry = self.usage.next_expiry(namespace, now)
+                if expiry is not None:
+                    candidates.append(math.floor(expiry) + 1.0)
+            for resource, profile in governance.profiles.items():
+                drop = self.peaks.peak_expiry(namespace, resource, now, profile.downscale_cooldown)
+                if drop is not None:
+                    candidates.append(drop)
+        future = [c for c in candidates if c > now]
+        return min(future) if future else (now + 1.0 if candidates else None)
+
+    # -- reporting -------------------------------------------------------------------------------
+
+    def _report_usage(
+        self,
+        namespace: str,
+        governance: Governance,
+        tally: Mapping[str, int],
+        status_used: Mapping[str, int],
+        usage: Mapping[str, int],
+        current: QuotaSnapshot | None,
+    ) -> None:
+        m = self.metrics
+        view = self.views.setdefault(namespace, NamespaceView())
+        view.usage = dict(usage)
+        view.tally = dict(tally)
+        view.status_used = dict(status_used)
+        view.target = {r: target(usage[r], p) for r, p in governance.profiles.items() if r in usage}
+        for resource in TRACKED_RESOURCES:
+            profile = governance.profiles.get(resource)
+            if governance.kind != "managed" or profile is None:
+                continue
+            m.usage.labels(namespace, resource).set(usage[resource])
+            m.tally.labels(namespace, resource).set(tally[resource])
+            m.target.labels(namespace, resource).set(target(usage[resource], profile))
+            m.above_maximum.labels(namespace, resource).set(
+                1 if usage[resource] > profile.maximum else 0
+            )
+            if resource in status_used:
+                m.drift.labels(namespace, resource).set(tally[resource] - status_used[resource])
+            hard = current.hard_int(resource) if current is not None else None
+            if hard is not None:
+                m.hard.labels(namespace, resource).set(hard)
+
+    async def _report_decision(
+        self,
+        namespace: str,
+        governance: Governance,
+        decision: Decision,
+        quota: QuotaSnapshot | None,
+        dry_run: bool,
+    ) -> None:
+        if decision.action != "nothing" or decision.changes:
+            prefix = "(dry run) " if decision.dry_run else ""
+            lines = decision.reasons or decision.notes
+            log.info("%s%s %s: %s", prefix, decision.action, namespace, "; ".join(lines) or "state")
+        else:
+            for note in decision.notes:
+                log.debug("%s: %s", namespace, note)
+        if not decision.dry_run:
+            for change in decision.changes:
+                if change.old is None or change.new is None:
+                    continue
+                with contextlib.suppress(QuantityError):
+                    old = parse_quantity(change.old).ceil()
+                    new = parse_quantity(change.new).ceil()
+                    direction = "up" if new > old else "down"
+                    self.metrics.resizes.labels(direction, change.kind).inc()
+            if quota is not None and governance.kind == "managed":
+                for resource in TRACKED_RESOURCES:
+                    hard = quota.hard_int(resource)
+                    if hard is not None:
+                        self.metrics.hard.labels(namespace, resource).set(hard)
+            if decision.action == "delete":
+                for resource in TRACKED_RESOURCES:
+                    with contextlib.suppress(KeyError):
+                        self.metrics.hard.remove(namespace, resource)
+        elif decision.hard:
+            for resource, value in decision.hard.items():
+                self.metrics.hard.labels(namespace, resource).set(value)
+        active = quota is not None and "dynquota.io/override-granted-at" in quota.annotations
+        if decision.dry_run:
+            simulated = self.simulated.get(namespace)
+            active = simulated is not None and (
+                "dynquota.io/override-granted-at" in simulated.annotations
+            )
+        if active:
+            self._overrides.add(namespace)
+        else:
+            self._overrides.discard(namespace)
+        self.metrics.overrides_active.set(len(self._overrides))
+        ref = ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, quota.uid if quota else "")
+        for event in decision.events:
+            if event.type == "Warning":
+                await self._warn_once(ref, event.reason, event.message, key=namespace)
+            else:
+                await self._emit(ref, event.type, event.reason, event.message)
+        view = self._record_view(namespace, decision.action, decision.reasons or decision.notes)
+        view.dry_run = decision.dry_run
+        view.governance = f"{governance.kind}: {governance.reason}"
+        if decision.dry_run:
+            simulated = self.simulated.get(namespace)
+            view.hard = {
+                r: v.ceil() if not isinstance(v, int) else v
+                for r, v in (simulated.hard.items() if simulated else ())
+                if r in TRACKED_RESOURCES
+            }
+        elif quota is not None:
+            view.hard = {r: v for r in TRACKED_RESOURCES if (v := quota.hard_int(r)) is not None}
+        else:
+            view.hard = {}
+        if self.on_decision is not None:
+            self.on_decision(namespace, decision)
+
+    def _record_view(self, namespace: str, action: str, reasons: Iterable[str]) -> NamespaceView:
+        view = self.views.setdefault(namespace, NamespaceView())
+        if action != "nothing" or not view.action:
+            view.action = action
+            view.reasons = tuple(reasons)
+            view.at = self.clock()
+        return view
+
+    async def _report_foreign(self, quota: QuotaSnapshot) -> None:
+        ref = ObjectRef.quota(quota.namespace, quota.name, quota.uid)
+        await self._warn_once(
+            ref,
+            FOREIGN_QUOTA,
+            f"a ResourceQuota named {MANAGED_QUOTA_NAME} without the label "
+            "app.kubernetes.io/managed-by=dynquota exists: dynquota leaves it alone and does not "
+            "manage this namespace",
+            key=quota.namespace,
+        )
+        if OVERRIDE in quota.annotations:
+            await self._warn_once(
+                ref,
+                "OverrideRejected",
+                f"{OVERRIDE} is set on a quota dynquota does not manage; ignored",
+                key=quota.namespace,
+            )
+
+    async def _emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None:
+        if not self.gate.is_leader:
+            return
+        if await self.events.emit(ref, type_, reason, message):
+            self.metrics.events.labels(reason).inc()
+
+    async def _warn_once(self, ref: ObjectRef, reason: str, message: str, key: str) -> None:
+        """Post a Warning unless the same one was posted for ``key`` within the last hour."""
+        if not self.gate.is_leader:
+            return
+        cache_key = (key, reason, message)
+        if cache_key in self._warned:
+            return
+        self._warned[cache_key] = True
+        await self._emit(ref, "Warning", reason, message)
+
+    # -- policy status ---------------------------------------------------------------------------
+
+    def mark_policy_status_dirty(self) -> None:
+        """Ask :meth:`run_policy_status` to recompute the policies' status."""
+        self._status_dirty.set()
+
+    async def run_policy_status(self, debounce: float = 1.0) -> None:
+        """Keep each policy's status (``Valid`` condition, namespaces governed) current;
+        runs until cancelled. Writes only what differs, only while leading."""
+        while True:
+            await self._status_dirty.wait()
+            await asyncio.sleep(debounce)
+            self._status_dirty.clear()
+            try:
+                await self.write_policy_status()
+            except KubeError as exc:
+                log.warning("policy status: %s; retrying", exc)
+                await asyncio.sleep(2)
+                self._status_dirty.set()
+
+    def governed_counts(self) -> tuple[dict[str, int], int, int]:
+        """``({policy: namespaces governed}, managed, frozen)`` over the known namespaces."""
+        counts = {name: 0 for name in self._policies}
+        managed = frozen = 0
+        for name in self.namespaces:
+            governance = self.governance(name)
+            if governance is None or governance.policy is None:
+                continue
+            if governance.kind == "managed":
+                managed += 1
+                counts[governance.policy] = counts.get(governance.policy, 0) + 1
+            elif governance.kind == "frozen":
+                frozen += 1
+        return counts, managed, frozen
+
+    async def write_policy_status(self) -> int:
+        """Patch the status of every policy whose status differs; returns how many."""
+        counts, managed, frozen = self.governed_counts()
+        self.metrics.managed.set(managed)
+        self.metrics.frozen.set(frozen)
+        if not self.gate.is_leader:
+            return 0
+        written = 0
+        for name, record in list(self._policies.items()):
+            info = record.info
+            valid = "True" if info.valid else "False"
+            reason = "Valid" if info.valid else "InvalidSpec"
+            message = (
+                "the policy passed validation"
+                if info.valid
+                else f"{info.reason}; the namespaces it may govern are frozen"
+            )
+            old = record.status
+            old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
+            old_valid = old_conditions.get("Valid") or {}
+            same_condition = (
+                old_valid.get("status") == valid
+                and old_valid.get("reason") == reason
+                and old_valid.get("message") == message
+                and old_valid.get("observedGeneration") == record.generation
+            )
+            if (
+                same_condition
+                and old.get("namespaces") == counts.get(name, 0)
+                and old.get("observedGeneration") == record.generation
+            ):
+                continue
+            transition = (
+                old_valid.get("lastTransitionTime")
+                if old_valid.get("status") == valid and old_valid.get("lastTransitionTime")
+                else _now_rfc3339()
+            )
+            conditions = [c for t, c in old_conditions.items() if t != "Valid"]
+            conditions.append(
+                {
+                    "type": "Valid",
+                    "status": valid,
+                    "reason": reason,
+                    "message": message[:32000],
+                    "observedGeneration": record.generation,
+                    "lastTransitionTime": transition,
+                }
+            )
+            status = {
+                "observedGeneration": record.generation,
+                "namespaces": counts.get(name, 0),
+                "conditions": conditions,
+            }
+            await self.policy_status.patch_policy_status(name, status)
+            record.status = status
+            written += 1
+        return written
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        self._background_tasks.add(task)
+        task.add_done_callback(self._background_tasks.discard)
+        return task
+
+    async def stop_background(self) -> None:
+        """Cancel the kill-switch and event tasks this object started."""
+        tasks = list(self._background_tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

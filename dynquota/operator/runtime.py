@@ -1,0 +1,321 @@
+"""One operator process: kopf wiring, start-up order, background tasks, probes.
+
+:func:`run` builds a :class:`Runtime` and runs kopf (``standalone``, cluster-wide) with a
+private registry holding only event handlers — never changing handlers, timers or daemons, so
+kopf writes nothing on Namespaces, pods or ConfigMaps:
+
+- ``@kopf.on.event`` Namespaces -> :meth:`Operator.on_namespace` (labels, termination, and
+  the kill switch on ``kube-system``);
+- ``@kopf.on.event`` ResourceQuotas, server-side field selector ``metadata.name=dynquota``
+  -> :meth:`Operator.on_quota` (deleted -> re-created, edits reverted, override requests);
+- ``@kopf.on.event`` DynamicQuotaPolicies -> :meth:`Operator.on_policy`;
+- ``@kopf.on.startup``/``cleanup`` start and stop :class:`Runtime`; ``@kopf.on.probe`` is the
+  liveness check; ``@kopf.on.login`` hands kopf the same credentials as our own client.
+
+Start-up order (:meth:`Runtime.start`): read ``kube-system`` (retrying until it succeeds,
+nothing is written before), list namespaces and policies, start the metadata informers; then
+in the background: wait for the informers' first list, start leader election (or lead at
+once), start the workqueue and queue every namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+from kubernetes_asyncio import client
+
+from dynquota.kube.backoff import Backoff
+from dynquota.kube.client import new_api_client
+from dynquota.kube.cluster import POLICY_GROUP, POLICY_PLURAL, POLICY_VERSION, ClusterClient
+from dynquota.kube.errors import KubeError, NotFoundError
+from dynquota.kube.events import EventRecorder
+from dynquota.kube.informer import UsageWatcher
+from dynquota.kube.leader import AlwaysLeader, LeaderGate
+from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaClient
+from dynquota.metrics import InformerCollector, Metrics, MetricsServer
+from dynquota.operator.core import KUBE_SYSTEM, Operator
+from dynquota.settings import Settings
+
+__all__ = ["Runtime", "build_registry", "connection_info", "kopf_settings", "run"]
+
+log = logging.getLogger("dynquota.operator")
+
+
+class Runtime:
+    """Everything one operator replica runs besides kopf itself.
+
+    Args:
+        settings: operator settings.
+        api_client: kubernetes_asyncio ``ApiClient`` for all of dynquota's own I/O (not
+            closed here).
+        metrics: where to report (fresh registry if omitted).
+    """
+
+    def __init__(
+        self, settings: Settings, api_client: client.ApiClient, metrics: Metrics | None = None
+    ) -> None:
+        self.settings = settings
+        self.api_client = api_client
+        self.metrics = metrics if metrics is not None else Metrics()
+        observer = self.metrics.observe_api
+        self.cluster = ClusterClient(api_client, observer)
+        self.gate: LeaderGate | AlwaysLeader
+        if settings.leader_election:
+            if not settings.namespace:
+                raise ValueError("leader election needs DYNQUOTA_NAMESPACE (the Lease's home)")
+            self.gate = LeaderGate(
+                api_client,
+                namespace=settings.namespace,
+                name=settings.lease_name,
+                identity=settings.pod_name,
+                lease_duration=settings.lease_duration_seconds,
+                renew_deadline=settings.lease_renew_deadline_seconds,
+                retry_period=settings.lease_retry_period_seconds,
+            )
+        else:
+            self.gate = AlwaysLeader()
+        self.operator = Operator(
+            settings,
+            quotas=QuotaClient(api_client, observer),
+            events=EventRecorder(api_client, instance=settings.pod_name, observer=observer),
+            policy_status=self.cluster,
+            metrics=self.metrics,
+            gate=self.gate,
+        )
+        if isinstance(self.gate, LeaderGate):
+            self.gate.on_change = self.operator.on_leadership
+        else:
+            self.metrics.leader.set(1)
+        self.watcher = UsageWatcher.for_cluster(
+            api_client,
+            on_change=self.operator.on_usage_change,
+            watch_timeout=settings.watch_timeout_seconds,
+        )
+        self.operator.usage = self.watcher
+        self.metrics.registry.register(InformerCollector(self.watcher.stats))
+        self.metrics_server: MetricsServer | None = None
+        self.ready = asyncio.Event()
+        """Set once the workqueue runs (informers synced, leadership settled)."""
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read the cluster's state, start informers and the metrics server, then finish
+        starting in the background (see the module docs). Returns once ``kube-system`` was
+        read. Raises ``OSError`` if the metrics port is taken."""
+        await self._prime()
+        if self.settings.metrics_port:
+            self.metrics_server = MetricsServer(self.metrics, port=self.settings.metrics_port)
+            await self.metrics_server.start()
+        self.watcher.start()
+        self._tasks.append(asyncio.create_task(self._finish_start(), name="dynquota-start"))
+
+    async def _prime(self) -> None:
+        backoff = Backoff(initial=1.0, maximum=30.0)
+        while True:
+            try:
+                kube_system = await self.cluster.read_namespace(KUBE_SYSTEM)
+                break
+            except KubeError as exc:
+                delay = backoff.next_delay()
+                log.warning(
+                    "reading %s for the kill switch failed (%s); nothing is written until it "
+                    "succeeds; retrying in %.1f s",
+                    KUBE_SYSTEM,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+        self.operator.on_namespace(None, kube_system)
+        log.info("kill switch is %s", "ENGAGED" if self.operator.kill_switch else "released")
+        for attempt in range(1_000_000):
+            try:
+                namespaces = await self.cluster.list_namespaces()
+                break
+            except KubeError as exc:
+                log.warning("listing namespaces failed (%s); retrying", exc)
+                await asyncio.sleep(min(30.0, 1.0 * 2**attempt))
+        for namespace in namespaces:
+            self.operator.on_namespace(None, namespace)
+        try:
+            policies = await self.cluster.list_policies()
+        except NotFoundError:
+            log.error(
+                "the DynamicQuotaPolicy CRD (%s.%s) is not installed: no namespace is managed "
+                "until it is and a policy matches",
+                POLICY_PLURAL,
+                POLICY_GROUP,
+            )
+            policies = []
+        except KubeError as exc:
+            log.warning("listing policies failed (%s); kopf's watch will deliver them", exc)
+            policies = []
+        for policy in policies:
+            self.operator.on_policy(None, policy)
+        log.info("primed: %d namespaces, %d policies", len(self.operator.namespaces), len(policies))
+
+    async def _finish_start(self) -> None:
+        started = time.monotonic()
+        await self.watcher.wait_synced()
+        log.info("informers synced in %.1f s", time.monotonic() - started)
+        if isinstance(self.gate, LeaderGate):
+            self._tasks.append(asyncio.create_task(self.gate.run(), name="dynquota-leader"))
+        else:
+            await self.operator.on_leadership(True)
+        self.operator.queue.start()
+        self.operator.queue.add_all(list(self.operator.namespaces))
+        self.operator.mark_policy_status_dirty()
+        self._tasks.append(
+            asyncio.create_task(self.operator.run_policy_status(), name="dynquota-status")
+        )
+        self._tasks.append(asyncio.create_task(self._resync(), name="dynquota-resync"))
+        self.ready.set()
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.resync_seconds)
+            self.operator.queue.add_all(list(self.operator.namespaces))
+
+    async def stop(self) -> None:
+        """Stop everything started here (idempotent); a leader gives its Lease up."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.operator.queue.stop()
+        await self.operator.stop_background()
+        await self.watcher.stop()
+        await self.gate.release()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+            self.metrics_server = None
+
+    def healthy(self) -> bool:
+        """Liveness: every informer completed a watch cycle (or list) within the watch
+        timeout plus the margin."""
+        return self.watcher.healthy(margin=float(self.settings.liveness_margin_seconds))
+
+
+# -- kopf ------------------------------------------------------------------------------------
+
+
+async def connection_info(api_client: client.ApiClient) -> kopf.ConnectionInfo:
+    """kopf credentials equal to those of ``api_client`` (server, CA, token or client cert)."""
+    config: Any = api_client.configuration
+    maybe = config.get_api_key_with_prefix("BearerToken")
+    header: str | None = await maybe if inspect.isawaitable(maybe) else maybe
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (
+        (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    )
+    return kopf.ConnectionInfo(
+        server=config.host,
+        ca_path=config.ssl_ca_cert,
+        insecure=not config.verify_ssl,
+        scheme=scheme,
+        token=token,
+        certificate_path=config.cert_file,
+        private_key_path=config.key_file,
+        default_namespace="default",
+    )
+
+
+def kopf_settings(settings: Settings) -> kopf.OperatorSettings:
+    """kopf settings for dynquota: no Event posting from kopf's loggers, server-side field
+    selector on quotas, kopf's watch timeout equal to ours."""
+    ks = kopf.OperatorSettings()
+    ks.posting.enabled = False
+    ks.watching.server_timeout = settings.watch_timeout_seconds
+    ks.watching.client_timeout = settings.watch_timeout_seconds + 30
+    ks.watching.field_selectors["v1", "resourcequotas"] = f"metadata.name={MANAGED_QUOTA_NAME}"
+    ks.peering.standalone = True
+    ks.networking.error_backoffs = [1, 2, 5, 10, 20]
+    return ks
+
+
+def build_registry(runtime_of: Callable[[Any], Runtime]) -> kopf.OperatorRegistry:
+    """A kopf registry with dynquota's handlers; ``runtime_of(memo)`` finds the Runtime."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    async def login(memo: Any, **_: Any) -> kopf.ConnectionInfo:
+        return await connection_info(runtime_of(memo).api_client)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(memo: Any, **_: Any) -> None:
+        await runtime_of(memo).start()
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(memo: Any, **_: Any) -> None:
+        await runtime_of(memo).stop()
+
+    @kopf.on.probe(id="informers", registry=registry)
+    async def probe(memo: Any, **_: Any) -> dict[str, Any]:
+        runtime = runtime_of(memo)
+        if not runtime.healthy():
+            raise kopf.PermanentError(
+                "no watch cycle completed within the watch timeout plus margin"
+            )
+        return {r: s.get("watch_cycles") for r, s in runtime.watcher.stats().items()}
+
+    @kopf.on.event("", "v1", "namespaces", registry=registry)
+    async def namespaces(event: Any, memo: Any, **_: Any) -> None:
+        runtime_of(memo).operator.on_namespace(event.get("type"), event.get("object") or {})
+
+    @kopf.on.event("", "v1", "resourcequotas", registry=registry)
+    async def quotas(event: Any, memo: Any, **_: Any) -> None:
+        runtime_of(memo).operator.on_quota(event.get("type"), event.get("object") or {})
+
+    @kopf.on.event(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, registry=registry)
+    async def policies(event: Any, memo: Any, **_: Any) -> None:
+        runtime_of(memo).operator.on_policy(event.get("type"), event.get("object") or {})
+
+    return registry
+
+
+async def run(
+    settings: Settings,
+    *,
+    api_client: client.ApiClient | None = None,
+    stop_flag: asyncio.Event | None = None,
+    on_runtime: Callable[[Runtime], None] | None = None,
+) -> None:
+    """Run the operator until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread).
+
+    ``api_client``: use this client (closed by the caller) instead of one built from
+    ``settings.kubeconfig``/in-cluster config (closed here). ``on_runtime`` receives the
+    :class:`Runtime` once built (tests, the demo).
+
+    Raises ``kubernetes_asyncio.config.ConfigException`` without a usable configuration.
+    """
+    own_client = api_client is None
+    if api_client is None:
+        api_client = await new_api_client(settings.kubeconfig or None)
+    try:
+        runtime = Runtime(settings, api_client)
+        if on_runtime is not None:
+            on_runtime(runtime)
+        memo = kopf.Memo(runtime=runtime)
+        liveness = f"http://0.0.0.0:{settings.probe_port}/healthz" if settings.probe_port else None
+        await kopf.operator(
+            registry=build_registry(lambda m: m.runtime),
+            settings=kopf_settings(settings),
+            standalone=True,
+            clusterwide=True,
+            liveness_endpoint=liveness,
+            memo=memo,
+            stop_flag=stop_flag,
+        )
+    finally:
+        if own_client:
+            await api_client.close()
