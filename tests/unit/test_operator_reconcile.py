@@ -1,0 +1,557 @@
+"""The operator's reconcile, kill switch and policy status against fakes at the kube/ ports."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from dynquota.kube.errors import ApiError, ConflictError, NotFoundError
+from dynquota.kube.events import ObjectRef
+from dynquota.kube.quotas import MANAGED_BY_LABEL, QuotaSnapshot
+from dynquota.operator.core import Operator
+from dynquota.operator.workqueue import Outcome
+from dynquota.settings import Settings
+from dynquota.testing.wait import async_wait_until
+
+T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping):
+            _merge(target.setdefault(key, {}), value)
+        else:
+            target[key] = value
+
+
+class FakeQuotas:
+    """In-memory ResourceQuotas named dynquota, with a write log and injectable failures."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.writes: list[tuple[str, str]] = []
+        self.fail: list[Exception] = []
+        self.rv = 100
+
+    def _snap(self, ns: str) -> QuotaSnapshot:
+        return QuotaSnapshot.from_object(self.objects[ns])
+
+    def _maybe_fail(self) -> None:
+        if self.fail:
+            raise self.fail.pop(0)
+
+    def put(
+        self,
+        ns: str,
+        hard: dict[str, str],
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        self.rv += 1
+        self.objects[ns] = {
+            "metadata": {
+                "name": "dynquota",
+                "namespace": ns,
+                "uid": f"uid-{ns}-{self.rv}",
+                "resourceVersion": str(self.rv),
+                "labels": {MANAGED_BY_LABEL: "dynquota"} if labels is None else labels,
+                "annotations": annotations or {},
+            },
+            "spec": {"hard": dict(hard)},
+            "status": {"hard": dict(hard), "used": {}},
+        }
+
+    def set_used(self, ns: str, used: dict[str, str]) -> None:
+        self.objects[ns]["status"]["used"] = dict(used)
+
+    def hard(self, ns: str) -> dict[str, str]:
+        return dict(self.objects[ns]["spec"]["hard"])
+
+    def annotations(self, ns: str) -> dict[str, str]:
+        return dict(self.objects[ns]["metadata"].get("annotations") or {})
+
+    async def get(self, namespace: str) -> QuotaSnapshot | None:
+        self._maybe_fail()
+        return self._snap(namespace) if namespace in self.objects else None
+
+    async def list_managed(self) -> list[QuotaSnapshot]:
+        return [s for ns in sorted(self.objects) if (s := self._snap(ns)).managed]
+
+    async def create(
+        self, namespace: str, hard: Mapping[str, str], annotations: Mapping[str, str]
+    ) -> QuotaSnapshot:
+        self._maybe_fail()
+        if namespace in self.objects:
+            raise ConflictError(409, "AlreadyExists", "exists")
+        self.put(namespace, dict(hard), annotations=dict(annotations))
+        self.writes.append(("create", namespace))
+        return self._snap(namespace)
+
+    async def patch(self, namespace: str, body: Mapping[str, Any]) -> QuotaSnapshot:
+        self._maybe_fail()
+        if namespace not in self.objects:
+            raise NotFoundError(404, "NotFound", "gone")
+        _merge(self.objects[namespace], copy.deepcopy(dict(body)))
+        self.rv += 1
+        self.objects[namespace]["metadata"]["resourceVersion"] = str(self.rv)
+        self.writes.append(("patch", namespace))
+        return self._snap(namespace)
+
+    async def delete(self, namespace: str, uid: str | None = None) -> bool:
+        self._maybe_fail()
+        if namespace not in self.objects:
+            return False
+        del self.objects[namespace]
+        self.writes.append(("delete", namespace))
+        return True
+
+
+class FakeEvents:
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str, str, str]] = []
+
+    async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> bool:
+        self.posted.append((ref.namespace or ref.name, type_, reason, message))
+        return True
+
+    def reasons(self, target: str) -> list[str]:
+        return [reason for ns, _, reason, _ in self.posted if ns == target]
+
+
+class FakeUsage:
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+        self.expiry: dict[str, float] = {}
+
+    def usage(self, namespace: str, resource: str, now: float | None = None) -> int:
+        return self.counts.get((namespace, resource), 0)
+
+    def next_expiry(self, namespace: str, now: float | None = None) -> float | None:
+        return self.expiry.get(namespace)
+
+
+class FakeStatus:
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    async def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self.patches.append((name, dict(status)))
+
+
+class Leader:
+    def __init__(self, leading: bool = True) -> None:
+        self.is_leader = leading
+
+
+def policy(
+    name: str = "p",
+    pods: dict[str, Any] | None = None,
+    selector: dict[str, Any] | None = None,
+    priority: int = 0,
+    dry_run: bool = False,
+    generation: int = 1,
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "generation": generation, "resourceVersion": "1"},
+        "spec": {
+            "namespaceSelector": selector or {},
+            "priority": priority,
+            "dryRun": dry_run,
+            "resources": {
+                "pods": pods
+                or {
+                    "bufferPercent": 40,
+                    "minimum": 10,
+                    "maximum": 100,
+                    "upscaleCooldown": "60s",
+                    "downscaleCooldown": "300s",
+                }
+            },
+        },
+    }
+
+
+def namespace(
+    name: str,
+    labels: dict[str, str] | None = None,
+    rv: int = 1,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "resourceVersion": str(rv),
+            "labels": labels or {},
+            "annotations": annotations or {},
+        }
+    }
+
+
+class World:
+    def __init__(self, **settings: Any) -> None:
+        self.clock = Clock()
+        self.quotas = FakeQuotas()
+        self.events = FakeEvents()
+        self.usage = FakeUsage()
+        self.status = FakeStatus()
+        self.leader = Leader()
+        self.settings = Settings(metrics_port=0, probe_port=0, coalesce_seconds=0, **settings)
+        self.op = self.new_operator()
+
+    def new_operator(self) -> Operator:
+        op = Operator(
+            self.settings,
+            quotas=self.quotas,
+            events=self.events,
+            policy_status=self.status,
+            gate=self.leader,
+            clock=self.clock,
+        )
+        op.usage = self.usage
+        op.on_namespace(None, namespace("kube-system"))
+        return op
+
+    async def reconcile(self, ns: str) -> Outcome:
+        return await self.op.reconcile(ns)
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+async def setup_team(world: World, pods: int = 0, **policy_args: Any) -> None:
+    world.op.on_policy(None, policy(**policy_args))
+    world.op.on_namespace(None, namespace("team-a"))
+    world.usage.counts[("team-a", "pods")] = pods
+
+
+async def test_new_namespace_gets_a_quota_at_target_with_state(world: World) -> None:
+    await setup_team(world, pods=14)
+    outcome = await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a")]
+    assert world.quotas.hard("team-a") == {"pods": "20", "configmaps": "50"}
+    ann = world.quotas.annotations("team-a")
+    assert ann["dynquota.io/last-upscale.pods"] == "2027-01-15T08:00:00Z"
+    assert ann["dynquota.io/last-change.pods"] == "2027-01-15T08:00:00Z"
+    assert ann["dynquota.io/hard.pods"] == "20"
+    assert ann["dynquota.io/policy"] == "p"
+    assert world.events.posted == [
+        (
+            "team-a",
+            "Normal",
+            "Resized",
+            "create pods 20: usage 14, buffer 40%; "
+            "create configmaps 50: usage 0, buffer 40%, at minimum 50",
+        )
+    ]
+    assert outcome.retry is False
+
+
+async def test_fixed_point_means_no_write_and_restart_too(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    await world.reconcile("team-a")
+    await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a")]
+    # a restarted operator (no memory) finds the fixed point too
+    world.clock.now += 30
+    world.op = world.new_operator()
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a")]
+
+
+async def test_upscale_waits_for_the_cooldown_then_steps(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")  # hard 20 at T0
+    world.usage.counts[("team-a", "pods")] = 20
+    world.clock.now = T0 + 10
+    outcome = await world.reconcile("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "20"
+    assert outcome.requeue_at == T0 + 60  # exactly at lastUpscale + upscaleCooldown
+    world.clock.now = T0 + 60
+    await world.reconcile("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "28"
+    assert world.quotas.writes == [("create", "team-a"), ("patch", "team-a")]
+    assert world.events.posted[-1][2:] == (
+        "Resized",
+        "upscale pods 20->28: usage 20, buffer 40%",
+    )
+    assert world.op.metrics.resizes.labels("up", "upscale")._value.get() == 1
+
+
+async def test_status_used_above_the_tally_counts_and_drift_is_reported(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    world.quotas.set_used("team-a", {"pods": "20"})
+    world.clock.now = T0 + 60
+    await world.reconcile("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "28"  # U = max(14, 20)
+    assert world.op.metrics.drift.labels("team-a", "pods")._value.get() == -6
+    assert world.op.views["team-a"].usage["pods"] == 20
+
+
+async def test_downscale_after_the_window_at_the_exact_instant(world: World) -> None:
+    await setup_team(world, pods=50)
+    await world.reconcile("team-a")  # hard 70
+    world.usage.counts[("team-a", "pods")] = 5
+    world.clock.now = T0 + 100
+    world.op.on_usage_change("team-a", "pods")  # the informer saw the drop at T0+100
+    outcome = await world.reconcile("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "70"
+    # peak 50 stays in the 300 s window until T0+100+300
+    assert outcome.requeue_at == T0 + 400
+    world.clock.now = T0 + 400
+    await world.reconcile("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "10"
+    assert (
+        world.events.posted[-1][3]
+        == "downscale pods 70->10: peak 5 over 5m, buffer 40%, at minimum 10"
+    )
+
+
+async def test_spec_hard_edit_is_reverted_and_foreign_keys_removed(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    world.quotas.objects["team-a"]["spec"]["hard"]["pods"] = "500"
+    world.quotas.objects["team-a"]["spec"]["hard"]["secrets"] = "3"
+    before = world.quotas.annotations("team-a")
+    await world.reconcile("team-a")
+    assert world.quotas.hard("team-a") == {"pods": "20", "configmaps": "50"}
+    assert world.quotas.annotations("team-a") == before  # a revert stamps nothing
+
+
+async def test_foreign_same_named_quota_is_left_alone_and_reported_once(world: World) -> None:
+    await setup_team(world, pods=14)
+    world.quotas.put(
+        "team-a", {"pods": "3"}, labels={}, annotations={"dynquota.io/override": "max"}
+    )
+    await world.reconcile("team-a")
+    await world.reconcile("team-a")
+    assert world.quotas.writes == []
+    assert world.quotas.hard("team-a") == {"pods": "3"}
+    assert world.events.reasons("team-a") == ["ForeignQuota", "OverrideRejected"]
+
+
+async def test_opted_out_namespace_loses_its_managed_quota(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    world.op.on_namespace("MODIFIED", namespace("team-a", {"dynquota.io/managed": "false"}, rv=2))
+    await world.reconcile("team-a")
+    assert world.quotas.writes[-1] == ("delete", "team-a")
+    assert "team-a" not in world.quotas.objects
+
+
+async def test_invalid_policy_freezes_the_namespace(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    bad = policy(name="a-typo", priority=5)
+    bad["spec"]["resources"]["count/nodes"] = {"maximum": 3}
+    world.op.on_policy(None, bad)
+    world.usage.counts[("team-a", "pods")] = 0
+    world.clock.now = T0 + 10_000
+    await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a")]
+    assert world.op.governance("team-a").kind == "frozen"  # type: ignore[union-attr]
+    written = await world.op.write_policy_status()
+    assert written == 2
+    status = dict(world.status.patches)
+    assert status["a-typo"]["conditions"][0]["status"] == "False"
+    assert status["a-typo"]["conditions"][0]["reason"] == "InvalidSpec"
+    assert "count/nodes" in status["a-typo"]["conditions"][0]["message"]
+    assert status["p"]["namespaces"] == 0
+    assert await world.op.write_policy_status() == 0  # unchanged: no second write
+
+
+async def test_policy_status_counts_governed_namespaces(world: World) -> None:
+    await setup_team(world)
+    world.op.on_namespace(None, namespace("team-b"))
+    world.op.on_namespace(None, namespace("kube-public"))
+    assert await world.op.write_policy_status() == 1
+    name, status = world.status.patches[0]
+    assert name == "p"
+    assert status["namespaces"] == 2
+    assert status["observedGeneration"] == 1
+    cond = status["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"]) == ("Valid", "True", "Valid")
+    assert world.op.metrics.managed._value.get() == 2
+
+
+async def test_dry_run_writes_nothing_and_reports_a_simulated_quota() -> None:
+    world = World(dry_run=True)
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    world.usage.counts[("team-a", "pods")] = 20
+    world.clock.now = T0 + 60
+    await world.reconcile("team-a")
+    assert world.quotas.writes == []
+    assert world.op.views["team-a"].hard["pods"] == 28
+    assert [m for _, _, _, m in world.events.posted] == [
+        "(dry run) create pods 20: usage 14, buffer 40%; "
+        "create configmaps 50: usage 0, buffer 40%, at minimum 50",
+        "(dry run) upscale pods 20->28: usage 20, buffer 40%",
+    ]
+
+
+async def test_override_grants_maximum_then_expires_to_the_peak_target() -> None:
+    world = World(override_ttl="120s")
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    world.quotas.objects["team-a"]["metadata"]["annotations"]["dynquota.io/override"] = "max"
+    world.clock.now = T0 + 5
+    outcome = await world.reconcile("team-a")
+    ann = world.quotas.annotations("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "100"
+    assert ann["dynquota.io/override-granted-at"] == "2027-01-15T08:00:05Z"
+    assert ann["dynquota.io/override-expires-at"] == "2027-01-15T08:02:05Z"
+    assert outcome.requeue_at == T0 + 125
+    assert world.events.reasons("team-a")[-1] == "OverrideGranted"
+    assert world.op.metrics.overrides_active._value.get() == 1
+    world.clock.now = T0 + 125
+    await world.reconcile("team-a")
+    ann = world.quotas.annotations("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "20"
+    assert "dynquota.io/override" not in ann
+    assert "dynquota.io/override-granted-at" not in ann
+    assert world.events.reasons("team-a")[-1] == "OverrideExpired"
+    assert world.op.metrics.overrides_active._value.get() == 0
+
+
+async def test_malformed_override_is_a_warning_posted_once_and_no_change(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    world.quotas.objects["team-a"]["metadata"]["annotations"]["dynquota.io/override"] = "forever"
+    await world.reconcile("team-a")
+    await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a")]
+    warnings = [e for e in world.events.posted if e[1] == "Warning"]
+    assert len(warnings) == 1
+    assert warnings[0][2] == "OverrideRejected"
+
+
+async def test_conflict_and_server_errors_retry_validation_errors_do_not(world: World) -> None:
+    await setup_team(world, pods=14)
+    world.quotas.fail = [ConflictError(409, "AlreadyExists", "x")]
+    assert (await world.reconcile("team-a")).retry is True
+    world.quotas.fail = [ApiError(500, "InternalError", "etcd")]
+    assert (await world.reconcile("team-a")).retry is True  # the GET failed
+    original = world.quotas.create
+
+    async def refuse(*args: Any, **kwargs: Any) -> QuotaSnapshot:
+        raise ApiError(422, "Invalid", "spec.hard: bad")
+
+    world.quotas.create = refuse  # type: ignore[method-assign]
+    first = await world.reconcile("team-a")
+    second = await world.reconcile("team-a")
+    assert first == Outcome()
+    assert second == Outcome()
+    failed = [e for e in world.events.posted if e[2] == "QuotaWriteFailed"]
+    assert len(failed) == 1
+    assert "422 Invalid" in failed[0][3]
+    assert world.op.metrics.reconciles.labels("invalid")._value.get() == 2
+    world.quotas.create = original  # type: ignore[method-assign]
+
+
+async def test_a_standby_replica_writes_nothing(world: World) -> None:
+    world.leader.is_leader = False
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    assert world.quotas.writes == []
+    assert world.events.posted == []
+
+
+async def test_kill_switch_deletes_managed_quotas_only_and_release_recreates(world: World) -> None:
+    await setup_team(world, pods=14)
+    world.op.on_namespace(None, namespace("team-b"))
+    await world.reconcile("team-a")
+    await world.reconcile("team-b")
+    world.quotas.put("other", {"pods": "1"}, labels={})  # unmanaged: must survive
+    world.op.on_namespace(
+        "MODIFIED", namespace("kube-system", rv=5, annotations={"dynquota.io/kill-switch": "TRUE"})
+    )
+    await async_wait_until(
+        lambda: set(world.quotas.objects) == {"other"}, "managed quotas deleted", timeout=5
+    )
+    assert world.op.metrics.kill_switch._value.get() == 1
+    assert ("kube-system", "Normal", "KillSwitchEngaged") in [e[:3] for e in world.events.posted]
+    await world.reconcile("team-a")
+    assert "team-a" not in world.quotas.objects  # none created while engaged
+    world.op.on_namespace(
+        "MODIFIED", namespace("kube-system", rv=6, annotations={"dynquota.io/kill-switch": "sure"})
+    )
+    await asyncio.sleep(0)
+    assert world.op.kill_switch is True  # invalid value: unchanged, warned
+    assert "KillSwitchInvalid" in world.events.reasons("kube-system")
+    world.op.on_namespace("MODIFIED", namespace("kube-system", rv=7))
+    assert world.op.kill_switch is False
+    await world.reconcile("team-a")
+    await world.reconcile("team-b")
+    assert set(world.quotas.objects) == {"other", "team-a", "team-b"}
+    await async_wait_until(
+        lambda: "KillSwitchReleased" in world.events.reasons("kube-system"), "released event"
+    )
+    await world.op.stop_background()
+
+
+async def test_kill_switch_deletes_are_rate_limited() -> None:
+    world = World(kill_switch_delete_qps=20)
+    world.op.on_policy(None, policy())
+    for i in range(6):
+        world.quotas.put(f"ns-{i}", {"pods": "10"})
+    loop = asyncio.get_running_loop()
+    world.op.kill_switch = True
+    start = loop.time()
+    assert await world.op.engage_kill_switch() == 6
+    assert loop.time() - start >= 5 / 20  # 6 deletes, 50 ms apart
+
+
+async def test_a_burst_of_usage_changes_is_one_decision(world: World) -> None:
+    await setup_team(world, pods=14)
+    world.op.queue.start()
+    await world.op.queue.wait_idle(timeout=5)  # kube-system and team-a (created)
+    runs = world.op.queue.runs
+    world.clock.now = T0 + 60
+    for count in range(15, 1015):
+        world.usage.counts[("team-a", "pods")] = count
+        world.op.on_usage_change("team-a", "pods")
+    await world.op.queue.wait_idle(timeout=5)
+    assert world.op.queue.runs == runs + 1
+    assert world.quotas.writes == [("create", "team-a"), ("patch", "team-a")]
+    assert world.quotas.hard("team-a")["pods"] == "100"  # T(1014) capped at the maximum
+    await world.op.queue.stop()
+
+
+async def test_deleted_namespace_is_forgotten(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    world.op.on_namespace("DELETED", namespace("team-a", rv=9))
+    assert "team-a" not in world.op.namespaces
+    assert "team-a" not in world.op.views
+    await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a")]
+    # an older listing cannot bring it back
+    world.op.on_namespace(None, namespace("team-a", rv=3))
+    assert "team-a" not in world.op.namespaces
+
+
+async def test_terminating_pod_grace_expiry_is_a_requeue_instant(world: World) -> None:
+    await setup_team(world, pods=14)
+    world.usage.expiry["team-a"] = T0 + 30.5
+    outcome = await world.reconcile("team-a")
+    assert outcome.requeue_at == T0 + 31
