@@ -1,0 +1,664 @@
+"""`helm install` of the chart into the real local control plane: the objects, the operator's
+least privilege (`kubectl auth can-i`), the tenant override permission (aggregated role +
+ValidatingAdmissionPolicy, exercised as a namespace admin), an upgrade to two replicas, and
+`helm uninstall` with its pre-delete cleanup hook.
+
+There is no kubelet here: the operator's pods are admitted (under the `restricted` Pod Security
+Standard) but never run, and the hook Job gets no pod. The hook is proven by running the Job's
+own command and environment locally with a token of the hook's ServiceAccount, then reporting
+the Job complete the way the job controller would, so `helm uninstall` proceeds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from dynquota.testing.controlplane import LocalControlPlane
+from dynquota.testing.wait import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "dynquota"
+MANAGED = {"app.kubernetes.io/managed-by": "dynquota"}
+PAUSE = "registry.k8s.io/pause:3.10"
+
+
+@dataclass
+class Release:
+    name: str
+    namespace: str
+    fullname: str
+    policy: str
+    env: dict[str, str]
+    cp: LocalControlPlane
+
+    @property
+    def operator(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.fullname}"
+
+    @property
+    def cleanup(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.fullname}-cleanup"
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        assert self.cp.bin_dir is not None
+        done = subprocess.run(
+            [str(self.cp.bin_dir / "helm"), "--kubeconfig", self.cp.kubeconfig, *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+
+def can_i(cp: LocalControlPlane, user: str, *args: str) -> bool:
+    """`kubectl auth can-i ... --as=user`: True for yes, False for no."""
+    assert cp.bin_dir is not None
+    done = subprocess.run(
+        [str(cp.bin_dir / "kubectl"), f"--kubeconfig={cp.kubeconfig}", "auth", "can-i",
+         *args, f"--as={user}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    answer = done.stdout.strip()
+    assert (done.returncode, answer) in ((0, "yes"), (1, "no")), done.stdout + done.stderr
+    return answer == "yes"
+
+
+@pytest.fixture(scope="module")
+def release(
+    controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Release]:
+    """The chart installed with default values (its policy narrowed to this test's namespaces)
+    into a fresh namespace that enforces the `restricted` Pod Security Standard."""
+    tag = uuid.uuid4().hex[:6]
+    name, namespace = f"dqt{tag}", f"dq-chart-{tag}"
+    home = tmp_path_factory.mktemp("helm-home")
+    env = {
+        **os.environ,
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    rel = Release(name, namespace, f"{name}-dynquota", f"{name}-default", env, controlplane)
+    controlplane.kubectl("create", "namespace", namespace)
+    controlplane.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    rel.helm(
+        "install", name, str(CHART), "--namespace", namespace,
+        "--set", f"defaultPolicy.name={rel.policy}",
+        "--set", f"defaultPolicy.namespaceSelector.matchLabels.dqtest={tag}",
+    )  # fmt: skip
+    try:
+        yield rel
+    finally:
+        if rel.helm("status", name, "-n", namespace, check=False).returncode == 0:
+            rel.helm("uninstall", name, "-n", namespace, "--no-hooks", "--wait")
+        controlplane.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+@pytest.fixture
+def core(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api(api_client)
+
+
+def managed_quota(hard: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": "dynquota",
+            "labels": dict(MANAGED),
+            "annotations": {"dynquota.io/last-upscale.pods": "2026-01-01T00:00:00Z"},
+        },
+        "spec": {"hard": hard},
+    }
+
+
+def create_as(cp: LocalControlPlane, user: str, namespace: str, obj: dict[str, Any]) -> None:
+    cp.kubectl("create", "-n", namespace, f"--as={user}", "-f", "-", input=json.dumps(obj))
+
+
+# -- install ----------------------------------------------------------------------------------
+
+
+def test_install_creates_every_object(release: Release, api_client: Any) -> None:
+    status = json.loads(
+        release.helm("status", release.name, "-n", release.namespace, "-o", "json").stdout
+    )
+    assert status["info"]["status"] == "deployed"
+    cp, ns, full = release.cp, release.namespace, release.fullname
+    names = cp.kubectl("get", "deployment,service,serviceaccount", "-n", ns, "-o", "name").split()
+    assert sorted(n for n in names if full in n) == [
+        f"deployment.apps/{full}",
+        f"service/{full}-metrics",
+        f"serviceaccount/{full}",
+    ]
+    cluster = cp.kubectl(
+        "get", "clusterrole,clusterrolebinding,validatingadmissionpolicy,"
+        "validatingadmissionpolicybinding,dynamicquotapolicy", "-o", "name",
+    ).split()  # fmt: skip
+    assert sorted(n for n in cluster if release.name in n) == [
+        f"clusterrole.rbac.authorization.k8s.io/{full}",
+        f"clusterrole.rbac.authorization.k8s.io/{full}-tenant-override",
+        f"clusterrolebinding.rbac.authorization.k8s.io/{full}",
+        f"dynamicquotapolicy.dynquota.io/{release.policy}",
+        f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-managed-quota",
+        f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{full}-managed-quota",
+    ]
+    # The CRD came from the chart's crds/ (or already existed: Helm then leaves it alone).
+    cp.kubectl("wait", "--for=condition=Established", "crd/dynamicquotapolicies.dynquota.io")
+    vap = json.loads(
+        cp.kubectl("get", "validatingadmissionpolicy", f"{full}-managed-quota", "-o", "json")
+    )
+    assert vap["spec"]["failurePolicy"] == "Fail"
+
+
+def test_operator_pod_is_admitted_under_restricted_pod_security(
+    release: Release, core: kubernetes.client.CoreV1Api
+) -> None:
+    """The ReplicaSet controller's pod passes Pod Security admission (`restricted`)."""
+    selector = "app.kubernetes.io/component=operator,app.kubernetes.io/instance=" + release.name
+    pods = wait_until(
+        lambda: core.list_namespaced_pod(release.namespace, label_selector=selector).items,
+        "the operator pod",
+    )
+    assert len(pods) == 1
+    assert pods[0].spec.service_account_name == release.fullname
+    assert pods[0].status.phase == "Pending"  # no kubelet, no scheduler
+
+
+# -- the operator's least privilege -------------------------------------------------------
+
+OPERATOR_ALLOWED = [
+    ("list", "pods", "-A"),
+    ("watch", "pods", "-A"),
+    ("list", "configmaps", "-A"),
+    ("watch", "configmaps", "-A"),
+    ("get", "resourcequotas", "-n", "any-ns"),
+    ("list", "resourcequotas", "-A"),
+    ("watch", "resourcequotas", "-A"),
+    ("create", "resourcequotas", "-n", "any-ns"),
+    ("patch", "resourcequotas/dynquota", "-n", "any-ns"),
+    ("delete", "resourcequotas/dynquota", "-n", "any-ns"),
+    ("get", "namespaces/kube-system"),
+    ("list", "namespaces"),
+    ("watch", "namespaces"),
+    ("create", "events", "-n", "any-ns"),
+    ("patch", "events", "-n", "kube-system"),
+    ("get", "dynamicquotapolicies.dynquota.io"),
+    ("list", "dynamicquotapolicies.dynquota.io"),
+    ("watch", "dynamicquotapolicies.dynquota.io"),
+    ("patch", "dynamicquotapolicies.dynquota.io", "--subresource=status"),
+    ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
+]
+
+OPERATOR_DENIED = [
+    ("get", "pods", "-n", "any-ns"),
+    ("create", "pods", "-n", "any-ns"),
+    ("update", "pods", "-n", "any-ns"),
+    ("patch", "pods", "-n", "any-ns"),
+    ("delete", "pods", "-n", "any-ns"),
+    ("create", "pods/eviction", "-n", "any-ns"),
+    ("create", "pods/exec", "-n", "any-ns"),
+    ("get", "secrets", "-n", "any-ns"),
+    ("list", "secrets", "-A"),
+    ("watch", "secrets", "-A"),
+    ("get", "configmaps", "-n", "any-ns"),
+    ("create", "configmaps", "-n", "any-ns"),
+    ("patch", "configmaps", "-n", "any-ns"),
+    ("delete", "configmaps", "-n", "any-ns"),
+    ("patch", "namespaces/kube-system"),
+    ("update", "namespaces", "-n", "any-ns"),
+    ("delete", "namespaces/any-ns"),
+    ("patch", "resourcequotas/team-quota", "-n", "any-ns"),
+    ("delete", "resourcequotas/team-quota", "-n", "any-ns"),
+    ("update", "resourcequotas/dynquota", "-n", "any-ns"),
+    ("patch", "resourcequotas/dynquota", "--subresource=status", "-n", "any-ns"),
+    ("deletecollection", "resourcequotas", "-n", "any-ns"),
+    ("update", "dynamicquotapolicies.dynquota.io"),
+    ("delete", "dynamicquotapolicies.dynquota.io"),
+    ("create", "leases.coordination.k8s.io", "-n", "any-ns"),
+    ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("create", "serviceaccounts/token", "-n", "any-ns"),
+    ("create", "clusterrolebindings"),
+    ("bind", "clusterroles"),
+    ("escalate", "clusterroles"),
+    ("impersonate", "users"),
+    ("patch", "validatingadmissionpolicies.admissionregistration.k8s.io"),
+    ("*", "*"),
+    ("get", "nodes"),
+]
+
+
+@pytest.mark.parametrize("check", OPERATOR_ALLOWED, ids=" ".join)
+def test_operator_is_allowed(release: Release, check: tuple[str, ...]) -> None:
+    assert can_i(release.cp, release.operator, *check) is True
+
+
+@pytest.mark.parametrize("check", OPERATOR_DENIED, ids=" ".join)
+def test_operator_is_denied(release: Release, check: tuple[str, ...]) -> None:
+    assert can_i(release.cp, release.operator, *check) is False
+
+
+def test_leases_only_with_two_replicas_and_only_in_own_namespace(release: Release) -> None:
+    cp, ns, op = release.cp, release.namespace, release.operator
+    assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is False
+    chart = str(CHART)
+    release.helm(
+        "upgrade", release.name, chart, "-n", ns, "--reuse-values", "--set", "replicaCount=2"
+    )
+    try:
+        assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is True
+        assert can_i(cp, op, "get", "leases.coordination.k8s.io/dynquota", "-n", ns) is True
+        assert can_i(cp, op, "update", "leases.coordination.k8s.io/dynquota", "-n", ns) is True
+        assert can_i(cp, op, "update", "leases.coordination.k8s.io/other", "-n", ns) is False
+        assert can_i(cp, op, "delete", "leases.coordination.k8s.io/dynquota", "-n", ns) is False
+        assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", "kube-system") is False
+        deployment = json.loads(
+            cp.kubectl("get", "deployment", release.fullname, "-n", ns, "-o", "json")
+        )
+        assert deployment["spec"]["replicas"] == 2
+        assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    finally:
+        release.helm(
+            "upgrade", release.name, chart, "-n", ns, "--reuse-values", "--set", "replicaCount=1"
+        )
+    assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is False
+
+
+CLEANUP_ALLOWED = [
+    ("list", "resourcequotas", "-A"),
+    ("delete", "resourcequotas/dynquota", "-n", "any-ns"),
+]
+CLEANUP_DENIED = [
+    ("delete", "resourcequotas/team-quota", "-n", "any-ns"),
+    ("patch", "resourcequotas/dynquota", "-n", "any-ns"),
+    ("create", "resourcequotas", "-n", "any-ns"),
+    ("delete", "pods", "-n", "any-ns"),
+    ("list", "secrets", "-A"),
+]
+
+
+def test_cleanup_hook_account_exists_only_during_uninstall(release: Release) -> None:
+    """The hook's ServiceAccount and RBAC are pre-delete hooks: absent while installed."""
+    out = release.cp.kubectl("get", "serviceaccounts", "-n", release.namespace, "-o", "name")
+    assert f"serviceaccount/{release.fullname}-cleanup" not in out.split()
+    for check in CLEANUP_ALLOWED:
+        assert can_i(release.cp, release.cleanup, *check) is False
+
+
+# -- the tenant override -------------------------------------------------------------------
+
+
+@pytest.fixture
+def tenant_ns(release: Release, namespace: str) -> str:
+    """A namespace where `alice` is bound to the built-in `admin` role and the operator (by
+    impersonation of its ServiceAccount) has created the managed quota pods=3."""
+    cp = release.cp
+    cp.kubectl("create", "rolebinding", "alice-admin", "-n", namespace,
+               "--clusterrole=admin", "--user=alice")  # fmt: skip
+    # The aggregation controller adds the chart's tenant rule to `admin`.
+    wait_until(
+        lambda: can_i(cp, "alice", "patch", "resourcequotas/dynquota", "-n", namespace),
+        "alice may patch resourcequotas/dynquota (aggregated into admin)",
+    )
+    create_as(cp, release.operator, namespace, managed_quota({"pods": "3", "configmaps": "50"}))
+    return namespace
+
+
+def quota(core: kubernetes.client.CoreV1Api, ns: str) -> Any:
+    return core.read_namespaced_resource_quota("dynquota", ns)
+
+
+def alice(cp: LocalControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    assert cp.bin_dir is not None
+    return subprocess.run(
+        [str(cp.bin_dir / "kubectl"), f"--kubeconfig={cp.kubeconfig}", "--as=alice", *args],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+POLICY_DENIED = (
+    'Error from server (Forbidden): resourcequotas "dynquota" is forbidden: '
+    "ValidatingAdmissionPolicy '{full}-managed-quota' with binding '{full}-managed-quota' "
+    "denied request: "
+)
+SPEC_MESSAGE = (
+    "dynquota: spec of the managed quota is set by the operator; only the annotation "
+    "dynquota.io/override may be changed (dynquota.io/override=max lifts every limit to the "
+    "policy maximum)."
+)
+ANNOTATION_MESSAGE = (
+    "dynquota: only the annotation dynquota.io/override of the managed quota may be changed; "
+    "the other annotations hold the operator's state."
+)
+LABEL_MESSAGE = (
+    "dynquota: the labels of the managed quota are set by the operator; only the annotation "
+    "dynquota.io/override may be changed."
+)
+DELETE_MESSAGE = (
+    "dynquota: the managed quota cannot be deleted. To lift it, annotate it "
+    "dynquota.io/override=max; to stop managing this namespace, label the namespace "
+    "dynquota.io/managed=false; cluster admins can engage the kill switch."
+)
+
+
+def denied(release: Release, done: subprocess.CompletedProcess[str], message: str) -> None:
+    assert done.returncode == 1, done.stdout
+    assert done.stderr.strip() == POLICY_DENIED.format(full=release.fullname) + message
+
+
+def test_tenant_can_set_and_remove_the_override(
+    release: Release, tenant_ns: str, core: kubernetes.client.CoreV1Api
+) -> None:
+    cp = release.cp
+    done = alice(
+        cp, "annotate", "resourcequota", "dynquota", "-n", tenant_ns, "dynquota.io/override=max"
+    )
+    assert done.returncode == 0, done.stderr
+    assert quota(core, tenant_ns).metadata.annotations["dynquota.io/override"] == "max"
+    # Changing its value is allowed too (the operator rejects anything but `max` with an Event).
+    done = alice(cp, "annotate", "--overwrite", "resourcequota", "dynquota", "-n", tenant_ns,
+                 "dynquota.io/override=MAX")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    done = alice(
+        cp, "annotate", "resourcequota", "dynquota", "-n", tenant_ns, "dynquota.io/override-"
+    )
+    assert done.returncode == 0, done.stderr
+    assert quota(core, tenant_ns).metadata.annotations == {
+        "dynquota.io/last-upscale.pods": "2026-01-01T00:00:00Z"
+    }
+    # A JSON merge patch as a client library would send it.
+    done = alice(cp, "patch", "resourcequota", "dynquota", "-n", tenant_ns, "--type=merge",
+                 "-p", '{"metadata":{"annotations":{"dynquota.io/override":"max"}}}')  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_tenant_cannot_change_spec_state_annotations_or_labels(
+    release: Release, tenant_ns: str, core: kubernetes.client.CoreV1Api
+) -> None:
+    cp = release.cp
+    before = quota(core, tenant_ns)
+    patch = '{"spec":{"hard":{"pods":"1000"}}}'
+    denied(
+        release,
+        alice(
+            cp, "patch", "resourcequota", "dynquota", "-n", tenant_ns, "--type=merge", "-p", patch
+        ),
+        SPEC_MESSAGE,
+    )
+    # Adding a new tracked resource or another resource to spec.hard is a spec change too.
+    patch = '{"spec":{"hard":{"secrets":"5"}}}'
+    denied(
+        release,
+        alice(
+            cp, "patch", "resourcequota", "dynquota", "-n", tenant_ns, "--type=merge", "-p", patch
+        ),
+        SPEC_MESSAGE,
+    )
+    # The operator's state annotations: change, add, remove.
+    for change in (
+        ["--overwrite", "dynquota.io/last-upscale.pods=2030-01-01T00:00:00Z"],
+        ["dynquota.io/override-expires-at=2099-01-01T00:00:00Z"],
+        ["dynquota.io/last-upscale.pods-"],
+    ):
+        done = alice(cp, "annotate", "resourcequota", "dynquota", "-n", tenant_ns, *change)
+        denied(release, done, ANNOTATION_MESSAGE)
+    # Labels: add one, or remove the managed-by label to make the quota look unmanaged.
+    denied(
+        release,
+        alice(cp, "label", "resourcequota", "dynquota", "-n", tenant_ns, "team=x"),
+        LABEL_MESSAGE,
+    )
+    done = alice(
+        cp, "label", "resourcequota", "dynquota", "-n", tenant_ns, "app.kubernetes.io/managed-by-"
+    )
+    denied(release, done, LABEL_MESSAGE)
+    after = quota(core, tenant_ns)
+    assert after.metadata.resource_version == before.metadata.resource_version
+    assert after.spec.hard == {"pods": "3", "configmaps": "50"}
+
+
+def test_tenant_cannot_delete_the_quota_and_nobody_else_can_either(
+    release: Release, tenant_ns: str, core: kubernetes.client.CoreV1Api
+) -> None:
+    cp = release.cp
+    done = alice(cp, "delete", "resourcequota", "dynquota", "-n", tenant_ns)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        'Error from server (Forbidden): resourcequotas "dynquota" is forbidden: User "alice" '
+        f'cannot delete resource "resourcequotas" in API group "" in the namespace "{tenant_ns}"'
+    )
+    # Even a cluster admin is refused by the policy (the kill switch is the admin's tool).
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        cp.kubectl("delete", "resourcequota", "dynquota", "-n", tenant_ns)
+    assert (
+        refused.value.stderr.strip() == POLICY_DENIED.format(full=release.fullname) + DELETE_MESSAGE
+    )
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        cp.kubectl("patch", "resourcequota", "dynquota", "-n", tenant_ns, "--type=merge",
+                   "-p", '{"spec":{"hard":{"pods":"7"}}}')  # fmt: skip
+    assert refused.value.stderr.strip().endswith(SPEC_MESSAGE)
+    assert quota(core, tenant_ns).spec.hard == {"pods": "3", "configmaps": "50"}
+
+
+def test_the_operator_may_change_and_delete_the_quota(
+    release: Release, tenant_ns: str, core: kubernetes.client.CoreV1Api
+) -> None:
+    cp = release.cp
+    cp.kubectl("patch", "resourcequota", "dynquota", "-n", tenant_ns, f"--as={release.operator}",
+               "--type=merge", "-p",
+               '{"spec":{"hard":{"pods":"5"}},"metadata":{"annotations":'
+               '{"dynquota.io/last-upscale.pods":"2026-02-02T00:00:00Z"}}}')  # fmt: skip
+    got = quota(core, tenant_ns)
+    assert got.spec.hard == {"pods": "5", "configmaps": "50"}
+    assert got.metadata.annotations["dynquota.io/last-upscale.pods"] == "2026-02-02T00:00:00Z"
+    cp.kubectl("delete", "resourcequota", "dynquota", "-n", tenant_ns, f"--as={release.operator}")
+    with pytest.raises(ApiException) as gone:
+        quota(core, tenant_ns)
+    assert gone.value.status == 404
+
+
+def test_pods_are_still_admitted_and_counted(
+    release: Release, tenant_ns: str, core: kubernetes.client.CoreV1Api
+) -> None:
+    """The policy never sees quota status writes: admission charges pods, the quota controller
+    recomputes status.used, and the fourth pod is refused by the quota, not by the policy."""
+    cp = release.cp
+    wait_until(lambda: (quota(core, tenant_ns).status.hard or {}).get("pods") == "3",
+               "status.hard.pods == 3")  # fmt: skip
+    for i in range(3):
+        done = alice(cp, "run", f"p{i}", "-n", tenant_ns, f"--image={PAUSE}", "--restart=Never")
+        assert done.returncode == 0, done.stderr
+    done = alice(cp, "run", "p3", "-n", tenant_ns, f"--image={PAUSE}", "--restart=Never")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        'Error from server (Forbidden): pods "p3" is forbidden: exceeded quota: dynquota, '
+        "requested: pods=1, used: pods=3, limited: pods=3"
+    )
+    wait_until(
+        lambda: (quota(core, tenant_ns).status.used or {}).get("pods") == "3",
+        "status.used.pods == 3",
+    )
+    # The tenant's override still works while the quota is full.
+    done = alice(
+        cp, "annotate", "resourcequota", "dynquota", "-n", tenant_ns, "dynquota.io/override=max"
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_namespace_deletion_is_not_blocked_by_the_policy(
+    release: Release, core: kubernetes.client.CoreV1Api
+) -> None:
+    """The namespace controller deletes the managed quota of a terminating namespace."""
+    ns = f"dq-del-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    create_as(release.cp, release.operator, ns, managed_quota({"pods": "3"}))
+    core.delete_namespace(ns)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(ns)
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+        return False
+
+    wait_until(gone, f"namespace {ns} deleted", timeout=90)
+
+
+# -- uninstall with the cleanup hook ---------------------------------------------------------
+
+
+def token_kubeconfig(cp: LocalControlPlane, namespace: str, sa: str, path: Path) -> Path:
+    """A kubeconfig holding a TokenRequest token of ServiceAccount ``namespace/sa``."""
+    token = cp.kubectl("create", "token", sa, "-n", namespace, "--duration=1h").strip()
+    cluster = {"server": cp.server, "certificate-authority": str(cp.ca_file)}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "cp", "cluster": cluster}],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "cp", "user": sa}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def job_env(job: dict[str, Any], namespace: str) -> dict[str, str]:
+    """The hook container's environment, with downward-API values resolved."""
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    env = {}
+    for item in container["env"]:
+        if "valueFrom" in item:
+            path = item["valueFrom"]["fieldRef"]["fieldPath"]
+            assert path == "metadata.namespace", path
+            env[item["name"]] = namespace
+        else:
+            env[item["name"]] = item["value"]
+    return env
+
+
+def report_job_complete(cp: LocalControlPlane, namespace: str, name: str) -> None:
+    """What the job controller would write after the pod succeeded."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [
+        {"type": t, "status": "True", "lastProbeTime": now, "lastTransitionTime": now}
+        for t in ("SuccessCriteriaMet", "Complete")
+    ]
+    status = {"startTime": now, "completionTime": now, "succeeded": 1, "conditions": conditions}
+    cp.kubectl("patch", "job", name, "-n", namespace, "--subresource=status", "--type=merge",
+               "-p", json.dumps({"status": status}))  # fmt: skip
+
+
+def test_uninstall_runs_the_cleanup_hook(
+    release: Release, core: kubernetes.client.CoreV1Api, tmp_path: Path
+) -> None:
+    cp, ns, full = release.cp, release.namespace, release.fullname
+    dynquota = Path(sys.executable).parent / "dynquota"
+    probe = subprocess.run(
+        [str(dynquota), "cleanup", "--help"], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"`dynquota cleanup` is not implemented yet: {probe.stderr.strip()[-200:]}")
+    # Two managed quotas; beside them an unmanaged quota named dynquota (no label) and a
+    # labelled quota with another name: the hook deletes only the managed ones.
+    namespaces = [f"dq-un-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    for n in namespaces:
+        core.create_namespace({"metadata": {"name": n}})
+        create_as(cp, release.operator, n, managed_quota({"pods": "10"}))
+    try:
+        other = f"dq-un-{uuid.uuid4().hex[:6]}"
+        core.create_namespace({"metadata": {"name": other}})
+        namespaces.append(other)
+        core.create_namespaced_resource_quota(
+            other, {"metadata": {"name": "dynquota"}, "spec": {"hard": {"pods": "1"}}}
+        )
+        core.create_namespaced_resource_quota(
+            namespaces[0],
+            {
+                "metadata": {"name": "team", "labels": dict(MANAGED)},
+                "spec": {"hard": {"pods": "1"}},
+            },
+        )
+        helm_bin = str(Path(cp.bin_dir or "") / "helm")
+        uninstall = subprocess.Popen(
+            [helm_bin, "--kubeconfig", cp.kubeconfig, "uninstall", release.name, "-n", ns,
+             "--timeout", "120s"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=release.env,
+        )  # fmt: skip
+        try:
+            job = wait_until(
+                lambda: job_or_none(cp, ns, f"{full}-cleanup"), "the hook Job", timeout=60
+            )
+            # The hook's RBAC exists now, before anything of the release is deleted.
+            for check in CLEANUP_ALLOWED:
+                assert can_i(cp, release.cleanup, *check) is True, check
+            for check in CLEANUP_DENIED:
+                assert can_i(cp, release.cleanup, *check) is False, check
+            (container,) = job["spec"]["template"]["spec"]["containers"]
+            kubeconfig = token_kubeconfig(cp, ns, f"{full}-cleanup", tmp_path / "kubeconfig")
+            env = {**os.environ, **job_env(job, ns), "KUBECONFIG": str(kubeconfig)}
+            command = [str(dynquota), *container["command"][1:]]
+            ran = subprocess.run(
+                command, capture_output=True, text=True, env=env, timeout=120, check=False
+            )
+            assert ran.returncode == 0, ran.stdout + ran.stderr
+            # It stopped the operator before deleting anything.
+            deployment = json.loads(cp.kubectl("get", "deployment", full, "-n", ns, "-o", "json"))
+            assert deployment["spec"]["replicas"] == 0
+            report_job_complete(cp, ns, f"{full}-cleanup")
+            out, err = uninstall.communicate(timeout=120)
+        finally:
+            if uninstall.poll() is None:
+                uninstall.kill()
+                uninstall.communicate()
+        assert uninstall.returncode == 0, out + err
+        assert out.strip() == f'release "{release.name}" uninstalled'
+        for n in namespaces[:2]:
+            assert [q.metadata.name for q in core.list_namespaced_resource_quota(n).items] == (
+                ["team"] if n == namespaces[0] else []
+            )
+        assert [q.metadata.name for q in core.list_namespaced_resource_quota(other).items] == [
+            "dynquota"
+        ]
+        # The release is gone, hook objects included; the CRD stays (Helm never deletes CRDs).
+        left = cp.kubectl("get", "all,serviceaccounts,roles,rolebindings", "-n", ns, "-o", "name")
+        assert [x for x in left.split() if full in x] == []
+        left = cp.kubectl(
+            "get", "clusterroles,clusterrolebindings,validatingadmissionpolicies", "-o", "name"
+        )
+        assert [x for x in left.split() if full in x] == []
+        cp.kubectl("get", "crd", "dynamicquotapolicies.dynquota.io")
+    finally:
+        for n in namespaces:
+            core.delete_namespace(n)
+
+
+def job_or_none(cp: LocalControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    out = cp.kubectl("get", "jobs", "-n", namespace, "-o", "json")
+    for item in json.loads(out)["items"]:
+        if item["metadata"]["name"] == name:
+            found: dict[str, Any] = item
+            return found
+    return None
