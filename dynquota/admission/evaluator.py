@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class _Waiter:
     done: asyncio.Future[None]
     result: BaseException | None
     abandoned: bool = False  # the caller got its answer (deadline) or went away
+    requeued: bool = False  # sent back to the namespace's queue after a conflict
     charged: bool = False  # folded into a quota write still to be confirmed
 
     @property
@@ -171,6 +173,7 @@ class Evaluator:
         self._work: dict[str, list[_Waiter]] = {}
         self._dirty_work: dict[str, list[_Waiter]] = {}
         self._in_progress: set[str] = set()
+        self._read_live_next: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._started = False
         self._closed = False
@@ -287,7 +290,15 @@ class Evaluator:
         work = self._work.pop(ns, [])
         self._dirty_work.pop(ns, None)
         self._in_progress.add(ns)
+        for w in work:
+            w.requeued = False
         return work
+
+    def _requeue(self, ns: str, waiters: list[_Waiter]) -> None:
+        """Put waiters back at the head of the namespace's work (it is in progress now)."""
+        assert self._queue is not None
+        self._dirty_work[ns] = waiters + self._dirty_work.get(ns, [])
+        self._queue.add(ns)
 
     def _complete_work(self, ns: str) -> None:
         assert self._queue is not None
@@ -329,9 +340,13 @@ class Evaluator:
             if not live:
                 return
             try:
-                quotas = await self._bounded(
-                    self.accessor.get_quotas(ns), live, f"reading the quotas of {ns!r}"
-                )
+                if ns in self._read_live_next and isinstance(self.accessor, LiveQuotaAccessor):
+                    self.stats.live_rereads += 1
+                    read = self.accessor.get_quotas_live(ns)
+                else:
+                    read = self.accessor.get_quotas(ns)
+                self._read_live_next.discard(ns)
+                quotas = await self._bounded(read, live, f"reading the quotas of {ns!r}")
             except AdmissionError as e:
                 for w in live:
                     w.result = e
@@ -343,9 +358,15 @@ class Evaluator:
             await self._check_quotas(ns, quotas, live)
         except Exception:
             log.exception("quota evaluation of namespace %r failed; denying its batch", ns)
-        finally:
             for w in waiters:
-                w.finish()
+                w.requeued = False
+        finally:
+            requeued = [w for w in waiters if w.requeued]
+            for w in waiters:
+                if not w.requeued:
+                    w.finish()
+            if requeued:
+                self._requeue(ns, requeued)
 
     async def _check_quotas(
         self, ns: str, quotas: list[ResourceQuota], waiters: list[_Waiter]
@@ -354,6 +375,7 @@ class Evaluator:
         policy = self.policy
         budget = policy.retries
         now = self._clock()
+        conflict_streak = 0
         while True:
             self.stats.rounds += 1
             # Phase 0/1: fold every undecided request into a running copy of the quotas.
@@ -386,6 +408,7 @@ class Evaluator:
                 return
 
             # Phase 3: one write per changed document.
+            written = 0
             failed: list[str] = []
             errors: list[AdmissionError] = []
             for before, after in zip(quotas, running, strict=True):
@@ -400,6 +423,8 @@ class Evaluator:
                 except AdmissionError as e:
                     failed.append(after.name)
                     errors.append(e)
+                else:
+                    written += 1
             if not failed:
                 for w in charged:
                     if w.abandoned:
@@ -424,6 +449,14 @@ class Evaluator:
                     self._fail(pending, last)
                     return
                 budget -= 1
+            elif policy.requeue_on_conflict and policy.batching and not written:
+                # Nothing was written: the undecided requests go back to the head of the
+                # namespace's queue, to be decided with the requests that arrived meanwhile
+                # against a live read (one write for all of them, not one more per batch).
+                self._read_live_next.add(ns)
+                for w in pending:
+                    w.requeued = True
+                return
             elif loop_time >= max(w.deadline for w in pending):
                 self._fail(
                     pending,
@@ -434,8 +467,10 @@ class Evaluator:
                     ),
                 )
                 return
-            # Let other tasks run (and their deadlines fire) between rounds.
-            await asyncio.sleep(0)
+            # Let other tasks run (and their deadlines fire) between rounds; after repeated
+            # conflicts, step aside for a random moment so colliding writers spread out.
+            conflict_streak = conflict_streak + 1 if conflicts_only else 0
+            await asyncio.sleep(self._backoff(conflict_streak))
 
             # Re-read only the failed documents; a deleted one is simply not checked again.
             live_read = (
@@ -458,6 +493,13 @@ class Evaluator:
                 self._fail(pending, last)
                 return
             quotas = [q for q in fresh if q.name in failed]
+
+    def _backoff(self, streak: int) -> float:
+        """Seconds to pause before the next round: 0 unless conflicts repeat."""
+        base = self.policy.conflict_backoff
+        if base <= 0 or streak < 2:
+            return 0.0
+        return random.uniform(0, min(base * 2 ** (streak - 2), 16 * base))
 
     @staticmethod
     def _fail(waiters: list[_Waiter], error: BaseException) -> None:

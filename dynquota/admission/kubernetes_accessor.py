@@ -56,6 +56,8 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
         watch_timeout: seconds of one watch request before it is renewed.
         request_timeout: seconds for one list or write.
         page_size: list page size (``limit``).
+        informer_lag: seconds to hold back each watch event before the informer applies it
+            (0: at once); for tests and benchmarks that need a lagging informer.
         **cache_options: see :class:`CachingQuotaAccessor`.
     """
 
@@ -67,6 +69,7 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
         watch_timeout: int = 300,
         request_timeout: float = 30.0,
         page_size: int = 500,
+        informer_lag: float = 0.0,
         **cache_options: Any,
     ) -> None:
         super().__init__(**cache_options)
@@ -75,6 +78,8 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
         self._watch_timeout = watch_timeout
         self._request_timeout = request_timeout
         self._page_size = page_size
+        self._informer_lag = informer_lag
+        self._delayed: set[asyncio.TimerHandle] = set()
         self._store: dict[str, dict[str, ResourceQuota]] = {}
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -101,6 +106,9 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        for handle in self._delayed:
+            handle.cancel()
+        self._delayed.clear()
 
     # --- informer -------------------------------------------------------------------------
 
@@ -196,13 +204,29 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
                 rv = str((obj.get("metadata") or {}).get("resourceVersion", rv))
                 if kind == "BOOKMARK":
                     continue
-                q = ResourceQuota.from_object(obj)
-                names = self._store.setdefault(q.namespace, {})
-                if kind == "DELETED":
-                    names.pop(q.name, None)
-                else:
-                    names[q.name] = q
+                self._deliver(str(kind), ResourceQuota.from_object(obj))
         return rv
+
+    def _deliver(self, kind: str, quota: ResourceQuota) -> None:
+        if self._informer_lag <= 0:
+            self._apply(kind, quota)
+            return
+        handle: asyncio.TimerHandle | None = None
+
+        def later() -> None:
+            assert handle is not None
+            self._delayed.discard(handle)
+            self._apply(kind, quota)
+
+        handle = asyncio.get_running_loop().call_later(self._informer_lag, later)
+        self._delayed.add(handle)
+
+    def _apply(self, kind: str, quota: ResourceQuota) -> None:
+        names = self._store.setdefault(quota.namespace, {})
+        if kind == "DELETED":
+            names.pop(quota.name, None)
+        else:
+            names[quota.name] = quota
 
     # --- API calls ------------------------------------------------------------------------
 

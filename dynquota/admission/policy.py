@@ -40,6 +40,13 @@ class ConflictPolicy:
             the requests still waiting.
         reread_live_on_conflict: after a round of conflicts, read the failed quotas with one
             live list instead of through the informer and caches.
+        requeue_on_conflict: when a round wrote nothing and all its writes conflicted, send
+            the undecided requests back to the head of the namespace's queue (next batch, with
+            the requests that arrived meanwhile, after a live read) instead of retrying alone.
+            Only with ``batching``.
+        conflict_backoff: seconds; from the second conflict round in a row, pause a random
+            time up to ``conflict_backoff * 2**(n-2)`` (at most 16x) before retrying, so
+            writers that keep colliding spread out. 0 disables.
     """
 
     name: str
@@ -47,12 +54,23 @@ class ConflictPolicy:
     retries: int = 3
     conflicts_consume_retries: bool = False
     reread_live_on_conflict: bool = True
+    requeue_on_conflict: bool = True
+    conflict_backoff: float = 0.0
 
 
 DYNQUOTA = ConflictPolicy("dynquota")
-UPSTREAM = ConflictPolicy("upstream", conflicts_consume_retries=True, reread_live_on_conflict=False)
+UPSTREAM = ConflictPolicy(
+    "upstream",
+    conflicts_consume_retries=True,
+    reread_live_on_conflict=False,
+    requeue_on_conflict=False,
+)
 NAIVE = ConflictPolicy(
-    "naive", batching=False, conflicts_consume_retries=True, reread_live_on_conflict=False
+    "naive",
+    batching=False,
+    conflicts_consume_retries=True,
+    reread_live_on_conflict=False,
+    requeue_on_conflict=False,
 )
 POLICIES: dict[str, ConflictPolicy] = {p.name: p for p in (NAIVE, UPSTREAM, DYNQUOTA)}
 """The three policies by name."""
