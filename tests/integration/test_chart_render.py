@@ -433,7 +433,7 @@ def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None
     assert sorted(alerts) == [
         "DynquotaAbsent",
         "DynquotaKillSwitchEngaged",
-        "DynquotaNamespaceAtLimit",
+        "DynquotaNamespaceAtMaximum",
         "DynquotaPolicyInvalid",
         "DynquotaUsageDrift",
     ]

@@ -1,0 +1,163 @@
+"""Static checks of the chart and the CRD that need no binary: one source of truth for the CRD,
+the CRD agrees with the operator's pydantic models, values.yaml agrees with its schema and with
+docs/configuration.md."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dynquota.policy.durations import DURATION_PATTERN
+from dynquota.policy.models import DEFAULT_PROFILES, TRACKED_RESOURCES, validate_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "dynquota"
+CRD = ROOT / "crds" / "dynamicquotapolicies.yaml"
+
+
+def crd_schema() -> dict[str, Any]:
+    crd = yaml.safe_load(CRD.read_text())
+    (version,) = crd["spec"]["versions"]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_chart_carries_an_identical_copy_of_the_crd() -> None:
+    """crds/ is the source of truth; Helm installs the chart's crds/ copy. After editing the
+    CRD run: cp crds/dynamicquotapolicies.yaml helm/dynquota/crds/"""
+    copies = sorted(p.name for p in (CHART / "crds").iterdir())
+    assert copies == sorted(p.name for p in (ROOT / "crds").iterdir())
+    for name in copies:
+        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), name
+
+
+def test_crd_duration_pattern_is_the_operators() -> None:
+    profile = crd_schema()["properties"]["spec"]["properties"]["resources"]["additionalProperties"]
+    for field in ("upscaleCooldown", "downscaleCooldown"):
+        assert profile["properties"][field]["pattern"] == DURATION_PATTERN
+
+
+def test_crd_allowed_resource_keys_are_the_tracked_resources() -> None:
+    resources = crd_schema()["properties"]["spec"]["properties"]["resources"]
+    (rule,) = resources["x-kubernetes-validations"]
+    keys = re.fullmatch(r"self\.all\(k, k in \[(.*)\]\)", rule["rule"])
+    assert keys is not None
+    assert tuple(k.strip().strip("'") for k in keys.group(1).split(",")) == TRACKED_RESOURCES
+
+
+def test_crd_documents_the_built_in_defaults() -> None:
+    description = " ".join(
+        crd_schema()["properties"]["spec"]["properties"]["resources"]["description"].split()
+    )
+    for name, p in DEFAULT_PROFILES.items():
+        d = p.to_crd()
+        expected = (
+            f"{d['bufferPercent']}, {d['minimum']}, {d['maximum']}, "
+            f"{d['upscaleCooldown']}, {d['downscaleCooldown']}"
+        )
+        if name == "pods":
+            expected = (
+                f"bufferPercent {d['bufferPercent']}, minimum {d['minimum']}, maximum "
+                f"{d['maximum']}, upscaleCooldown {d['upscaleCooldown']}, downscaleCooldown "
+                f"{d['downscaleCooldown']}"
+            )
+        assert f"{name}: {expected}" in description
+
+
+def test_values_default_policy_is_valid_and_equals_the_built_in_profiles() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    policy = values["defaultPolicy"]
+    assert policy["resources"] == {name: p.to_crd() for name, p in DEFAULT_PROFILES.items()}
+    info = validate_policy(
+        {
+            "metadata": {"name": policy["name"]},
+            "spec": {
+                "namespaceSelector": policy["namespaceSelector"],
+                "priority": policy["priority"],
+                "dryRun": policy["dryRun"],
+                "resources": policy["resources"],
+            },
+        }
+    )
+    assert info.reason is None
+    assert info.valid
+
+
+def leaf_paths(node: object, prefix: str = "") -> list[str]:
+    """Dotted paths of values.yaml: maps are walked, except empty ones and lists (leaves)."""
+    if isinstance(node, dict) and node:
+        out: list[str] = []
+        for key, value in node.items():
+            out += leaf_paths(value, f"{prefix}.{key}" if prefix else key)
+        return out
+    return [prefix]
+
+
+# Maps whose content is Kubernetes' own (resources, security contexts, profiles): the
+# reference documents the map, not each Kubernetes field in it.
+OPAQUE = (
+    "resources.",
+    "podSecurityContext.",
+    "securityContext.",
+    "cleanupOnUninstall.resources.",
+    "defaultPolicy.resources.",
+)
+
+
+def test_every_value_is_in_the_configuration_reference() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    reference = reference.split("## Helm values", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `([A-Za-z0-9_.]+)` \|", reference, re.MULTILINE))
+    expected = set()
+    for path in leaf_paths(values):
+        opaque = next((p for p in OPAQUE if path.startswith(p)), None)
+        expected.add(opaque.rstrip(".") if opaque else path)
+    assert sorted(expected - documented) == []
+    assert sorted(documented - expected) == []
+
+
+def walk_schema(schema: dict[str, Any], values: object, path: str = "") -> list[str]:
+    """Paths where values.yaml has a key the schema does not declare, or a declared object
+    without additionalProperties: false."""
+    problems: list[str] = []
+    if schema.get("type") == "object" and "properties" in schema:
+        if schema.get("additionalProperties") is not False:
+            problems.append(f"{path or '/'}: additionalProperties is not false")
+        if isinstance(values, dict):
+            for key, value in values.items():
+                if key not in schema["properties"]:
+                    problems.append(f"{path}/{key}: not in the schema")
+                else:
+                    problems += walk_schema(schema["properties"][key], value, f"{path}/{key}")
+    return problems
+
+
+def test_schema_is_draft_07_closed_and_covers_values() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert walk_schema(schema, values) == []
+    # Every top-level value is declared, and nothing else is.
+    assert sorted(set(schema["properties"]) - {"global"}) == sorted(values)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (CHART / "ci").glob("*.yaml")))
+def test_ci_values_use_only_declared_keys(name: str) -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "ci" / name).read_text())
+    assert walk_schema(schema, values) == []
+
+
+def test_values_yaml_comments_every_top_level_key() -> None:
+    """A top-level key has a comment right above it, or its first child has one."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^[A-Za-z]\w*:", line):
+            above, below = lines[i - 1].strip(), lines[i + 1].strip()
+            assert above.startswith("#") or below.startswith("#"), f"values.yaml:{i + 1}: {line}"
