@@ -47,6 +47,7 @@ from dynquota.policy import (
     target,
     validate_policy,
 )
+from dynquota.policy.decide import reject_unmanaged_override
 from dynquota.quantity import QuantityError, parse_quantity
 from dynquota.settings import Settings
 from dynquota.usage import PeakWindows
@@ -717,13 +718,10 @@ class Operator:
             "manage this namespace",
             key=quota.namespace,
         )
-        if OVERRIDE in quota.annotations:
-            await self._warn_once(
-                ref,
-                "OverrideRejected",
-                f"{OVERRIDE} is set on a quota dynquota does not manage; ignored",
-                key=quota.namespace,
-            )
+        request = quota.annotations.get(OVERRIDE)
+        if request is not None:
+            event = reject_unmanaged_override(quota.name, request)
+            await self._warn_once(ref, event.reason, event.message, key=quota.namespace)
 
     async def _emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None:
         if not self.gate.is_leader:

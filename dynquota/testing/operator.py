@@ -1,0 +1,389 @@
+"""Running the operator against a local control plane: identity, admin helpers, a thread.
+
+Used by the operator's integration tests, its benchmarks and ``dynquota demo``; never by the
+operator itself.
+
+- :func:`install_operator` applies the CRD, the operator's namespace and the chart's RBAC
+  (ServiceAccount, ClusterRole and binding, leader-election Role, rendered with
+  ``helm template`` from ``helm/dynquota``), and returns a kubeconfig holding a TokenRequest
+  token of that ServiceAccount: the operator runs with the chart's least privilege, never as
+  cluster admin.
+- :class:`OperatorCluster`: admin-side helpers over the official sync ``kubernetes`` client
+  (an independent path from the code under test).
+- :class:`OperatorThread`: :func:`dynquota.operator.runtime.run` in a thread with its own
+  event loop, so callers stay synchronous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import subprocess
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from dynquota.operator.runtime import Runtime, run
+from dynquota.settings import Settings
+from dynquota.testing.controlplane import LocalControlPlane
+from dynquota.testing.wait import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "dynquota"
+CRD = ROOT / "crds" / "dynamicquotapolicies.yaml"
+OPERATOR_NS = "dynquota-system"
+OPERATOR_SA = "dynquota"
+PAUSE = "registry.k8s.io/pause:3.10"
+GROUP, VERSION, PLURAL = "dynquota.io", "v1alpha1", "dynamicquotapolicies"
+MANAGED_LABELS = {"app.kubernetes.io/managed-by": "dynquota"}
+
+
+def render_rbac(cp: LocalControlPlane) -> str:
+    """The chart's ServiceAccount, ClusterRole(+Binding) and leader-election Role, as YAML."""
+    assert cp.bin_dir is not None
+    done = subprocess.run(
+        [
+            str(cp.bin_dir / "helm"),
+            "template",
+            "dynquota",
+            str(CHART),
+            "--namespace",
+            OPERATOR_NS,
+            "--set",
+            "replicaCount=2",  # renders the leader-election Role too
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/clusterrole.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+@dataclass
+class OperatorCluster:
+    """The operator tests' control plane, with admin helpers (official sync client)."""
+
+    cp: LocalControlPlane
+    api: kubernetes.client.ApiClient
+    sa_kubeconfig: str
+    core: Any = field(init=False)
+    apps: Any = field(init=False)
+    custom: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.core = kubernetes.client.CoreV1Api(self.api)
+        self.apps = kubernetes.client.AppsV1Api(self.api)
+        self.custom = kubernetes.client.CustomObjectsApi(self.api)
+
+    # -- namespaces, policies -----------------------------------------------------------------
+
+    def new_namespace(self, labels: dict[str, str] | None = None) -> str:
+        name = f"t-{uuid.uuid4().hex[:8]}"
+        self.core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.core.delete_namespace(name)
+
+    def policy(
+        self,
+        name: str,
+        selector: dict[str, str],
+        pods: dict[str, Any] | None = None,
+        configmaps: dict[str, Any] | None = None,
+        priority: int = 0,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        resources: dict[str, Any] = {}
+        if pods is not None:
+            resources["pods"] = pods
+        if configmaps is not None:
+            resources["configmaps"] = configmaps
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "DynamicQuotaPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "namespaceSelector": {"matchLabels": selector},
+                "priority": priority,
+                "resources": resources,
+                "dryRun": dry_run,
+            },
+        }
+        result: dict[str, Any] = self.custom.create_cluster_custom_object(
+            GROUP, VERSION, PLURAL, body
+        )
+        return result
+
+    def delete_policy(self, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+
+    def get_policy(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        return result
+
+    # -- quotas --------------------------------------------------------------------------------
+
+    def quota(self, ns: str, name: str = "dynquota") -> Any:
+        try:
+            return self.core.read_namespaced_resource_quota(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def hard(self, ns: str) -> dict[str, str] | None:
+        quota = self.quota(ns)
+        return dict(quota.spec.hard or {}) if quota is not None else None
+
+    def wait_hard(
+        self, ns: str, expected: dict[str, str], timeout: float = 60, enforced: bool = True
+    ) -> Any:
+        """Wait until spec.hard (and, with ``enforced``, status.hard) equals ``expected``."""
+
+        def check() -> Any:
+            quota = self.quota(ns)
+            if quota is None or dict(quota.spec.hard or {}) != expected:
+                return None
+            if enforced and dict((quota.status and quota.status.hard) or {}) != expected:
+                return None
+            return quota
+
+        return wait_until(check, f"hard of {ns} == {expected}", timeout=timeout)
+
+    def annotations(self, ns: str) -> dict[str, str]:
+        quota = self.quota(ns)
+        assert quota is not None
+        return dict(quota.metadata.annotations or {})
+
+    def events(self, ns: str, reason: str | None = None) -> list[Any]:
+        items = self.core.list_namespaced_event(ns).items
+        return [e for e in items if reason is None or e.reason == reason]
+
+    def wait_event(self, ns: str, reason: str, contains: str = "", timeout: float = 30) -> Any:
+        return wait_until(
+            lambda: next(
+                (e for e in self.events(ns, reason) if contains in (e.message or "")), None
+            ),
+            f"Event {reason} in {ns} containing {contains!r}",
+            timeout=timeout,
+        )
+
+    # -- workload ------------------------------------------------------------------------------
+
+    def create_pod(self, ns: str, name: str | None = None) -> None:
+        self.core.create_namespaced_pod(
+            ns,
+            {
+                "metadata": {"name": name or f"p-{uuid.uuid4().hex[:8]}"},
+                "spec": {"containers": [{"name": "c", "image": PAUSE}]},
+            },
+        )
+
+    def fill_pods(self, ns: str, limit: int = 10_000) -> int:
+        """Create pods until the quota refuses one (403 exceeded quota); returns how many
+        were created."""
+        created = 0
+        while created < limit:
+            try:
+                self.create_pod(ns)
+            except ApiException as exc:
+                if exc.status == 403 and "exceeded quota" in str(exc.body):
+                    return created
+                raise
+            created += 1
+        return created
+
+    def create_pods(self, ns: str, count: int) -> None:
+        for _ in range(count):
+            self.create_pod(ns)
+
+    def delete_pods(self, ns: str, count: int) -> None:
+        pods = self.core.list_namespaced_pod(ns).items[:count]
+        for pod in pods:
+            self.core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
+
+    def kill_switch(self, value: str | None) -> None:
+        self.core.patch_namespace(
+            "kube-system", {"metadata": {"annotations": {"dynquota.io/kill-switch": value}}}
+        )
+
+
+def install_operator(cp: LocalControlPlane, workdir: Path, crd: Path = CRD) -> str:
+    """Apply the CRD, the namespace ``dynquota-system`` and the chart's RBAC; wait until the
+    CRD is established and the ServiceAccount exists; return the path of a kubeconfig (in
+    ``workdir``) that authenticates as that ServiceAccount (TokenRequest, 6 h).
+
+    Raises ``subprocess.CalledProcessError`` if kubectl or helm fail.
+    """
+    api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)  # type: ignore[no-untyped-call]
+    try:
+        core: Any = kubernetes.client.CoreV1Api(api)
+        cp.kubectl("apply", "-f", str(crd))
+        if not _try(lambda: core.read_namespace(OPERATOR_NS)):
+            cp.kubectl("create", "namespace", OPERATOR_NS)
+        cp.kubectl("apply", "-f", "-", input=render_rbac(cp))
+        cp.kubectl("wait", "--for=condition=Established", f"crd/{PLURAL}.{GROUP}", "--timeout=60s")
+        wait_until(
+            lambda: _try(lambda: core.read_namespaced_service_account(OPERATOR_SA, OPERATOR_NS)),
+            "operator ServiceAccount",
+        )
+        return _kubeconfig(cp, _token(core), workdir / "operator.kubeconfig")
+    finally:
+        api.close()
+
+
+def _token(core: Any) -> str:
+    answer = core.create_namespaced_service_account_token(
+        OPERATOR_SA, OPERATOR_NS, {"spec": {"expirationSeconds": 6 * 3600}}
+    )
+    token: str = answer.status.token
+    return token
+
+
+def _kubeconfig(cp: LocalControlPlane, token: str, path: Path) -> str:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": cp.server,
+                    "certificate-authority-data": base64.b64encode(
+                        cp.ca_file.read_bytes()
+                    ).decode(),
+                },
+            }
+        ],
+        "users": [{"name": OPERATOR_SA, "user": {"token": token}}],
+        "contexts": [{"name": "op", "context": {"cluster": "local", "user": OPERATOR_SA}}],
+        "current-context": "op",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return str(path)
+
+
+def _try(call: Callable[[], Any]) -> bool:
+    try:
+        call()
+    except ApiException:
+        return False
+    return True
+
+
+class OperatorThread:
+    """An operator running in a thread (its own event loop) until :meth:`stop`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.runtime: Runtime | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="operator", daemon=True)
+
+    def _main(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            await run(self.settings, stop_flag=self._stop, on_runtime=self._got_runtime)
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            self._error = exc
+
+    def _got_runtime(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def start(self, timeout: float = 60) -> OperatorThread:
+        self._thread.start()
+        wait_until(
+            lambda: (
+                self._error is not None
+                or (self.runtime is not None and self.runtime.ready.is_set())
+            ),
+            "operator ready",
+            timeout=timeout,
+        )
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def crash(self, timeout: float = 30) -> None:
+        """Stop without any cleanup a dying process could not do: the loop is torn down
+        without giving the Lease up (as after SIGKILL)."""
+        assert self.runtime is not None
+        gate = self.runtime.gate
+
+        async def no_release() -> None:
+            return None
+
+        gate.release = no_release  # type: ignore[method-assign]
+        self.stop(timeout)
+
+    def stop(self, timeout: float = 30) -> None:
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "operator did not stop"
+        if self._error is not None:
+            raise self._error
+
+    def call(self, coro_fn: Callable[[], Any], timeout: float = 30) -> Any:
+        """Run ``coro_fn()`` in the operator's loop and return its result."""
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro_fn(), self._loop).result(timeout)
+
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """A metric sample from the operator's registry (0 when absent)."""
+        assert self.runtime is not None
+        value = self.runtime.metrics.registry.get_sample_value(name, labels or {})
+        return value or 0.0
+
+    def writes(self) -> float:
+        """Quota writes so far (create + patch + delete)."""
+        return sum(
+            self.sample("dynquota_quota_writes_total", {"verb": v})
+            for v in ("create", "patch", "delete")
+        )
+
+    def idle(self, timeout: float = 30) -> None:
+        """Wait until the operator's workqueue has nothing runnable."""
+        assert self.runtime is not None
+        queue = self.runtime.operator.queue
+        self.call(lambda: queue.wait_idle(timeout), timeout=timeout + 5)
+
+
+def operator_settings(op_cluster: OperatorCluster, **overrides: Any) -> Settings:
+    """Short settings for tests (cooldowns come from each test's policy)."""
+    values: dict[str, Any] = {
+        "kubeconfig": op_cluster.sa_kubeconfig,
+        "namespace": OPERATOR_NS,
+        "metrics_port": 0,
+        "probe_port": 0,
+        "watch_timeout_seconds": 60,
+        "resync_seconds": 10,
+        "coalesce_seconds": 0.05,
+        "override_ttl": "8s",
+        "kill_switch_delete_qps": 50,
+        "pod_name": f"test-{uuid.uuid4().hex[:6]}",
+    }
+    values.update(overrides)
+    return Settings(**values)

@@ -1,0 +1,71 @@
+"""Operator fixtures: a private control plane with the chart's RBAC, and in-process operators.
+
+The operator manages every namespace of the cluster it runs against, so its tests get their
+own control plane (``op_cluster``, session-scoped) instead of the shared one: no other test's
+namespaces or policies can meet it. The operator authenticates as the ServiceAccount
+``dynquota-system/dynquota`` bound to the chart's ClusterRole through a TokenRequest token
+(:func:`dynquota.testing.operator.install_operator`), never as cluster admin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from dynquota.testing.controlplane import LocalControlPlane
+from dynquota.testing.operator import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    OperatorCluster,
+    OperatorThread,
+    install_operator,
+    operator_settings,
+)
+
+
+@pytest.fixture(scope="session")
+def op_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorCluster]:
+    """A private control plane with the CRD, the chart's RBAC and an operator kubeconfig."""
+    with LocalControlPlane(resource_quota_sync_period=10) as cp:
+        kubeconfig = install_operator(cp, tmp_path_factory.mktemp("operator"))
+        api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
+        yield OperatorCluster(cp, api, kubeconfig)
+        api.close()
+
+
+@pytest.fixture
+def start_operator(op_cluster: OperatorCluster) -> Iterator[Callable[..., OperatorThread]]:
+    """``start_operator(**settings)`` runs an operator; every one is stopped after the test."""
+    running: list[OperatorThread] = []
+
+    def start(**overrides: Any) -> OperatorThread:
+        op = OperatorThread(operator_settings(op_cluster, **overrides))
+        running.append(op)
+        return op.start()
+
+    yield start
+    for op in running:
+        with contextlib.suppress(AssertionError):
+            op.stop()
+
+
+@pytest.fixture
+def scope(op_cluster: OperatorCluster) -> Iterator[dict[str, str]]:
+    """A label unique to this test, for its policies' selectors and its namespaces. After the
+    test: the kill switch is released, every policy and the labelled namespaces deleted."""
+    label = {"dq-test": uuid.uuid4().hex[:10]}
+    yield label
+    with contextlib.suppress(ApiException):
+        op_cluster.kill_switch(None)
+    for policy in op_cluster.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]:
+        op_cluster.delete_policy(policy["metadata"]["name"])
+    selector = ",".join(f"{k}={v}" for k, v in label.items())
+    for ns in op_cluster.core.list_namespace(label_selector=selector).items:
+        op_cluster.delete_namespace(ns.metadata.name)
