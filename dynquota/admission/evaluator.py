@@ -174,6 +174,7 @@ class Evaluator:
         self._dirty_work: dict[str, list[_Waiter]] = {}
         self._in_progress: set[str] = set()
         self._read_live_next: set[str] = set()
+        self._contended_until: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._started = False
         self._closed = False
@@ -340,7 +341,7 @@ class Evaluator:
             if not live:
                 return
             try:
-                if ns in self._read_live_next and isinstance(self.accessor, LiveQuotaAccessor):
+                if self._should_read_live(ns) and isinstance(self.accessor, LiveQuotaAccessor):
                     self.stats.live_rereads += 1
                     read = self.accessor.get_quotas_live(ns)
                 else:
@@ -437,6 +438,10 @@ class Evaluator:
             conflicts_only = all(isinstance(e, QuotaConflictError) for e in errors)
             if conflicts_only:
                 self.stats.conflict_rounds += 1
+                if policy.live_read_window > 0:
+                    self._contended_until[ns] = (
+                        asyncio.get_running_loop().time() + policy.live_read_window
+                    )
             else:
                 self.stats.error_rounds += 1
             pending = [w for w in waiters if w.pending]
@@ -493,6 +498,19 @@ class Evaluator:
                 self._fail(pending, last)
                 return
             quotas = [q for q in fresh if q.name in failed]
+
+    def _should_read_live(self, ns: str) -> bool:
+        """A batch reads live right after its namespace's conflict round, and during the
+        policy's ``live_read_window`` after one."""
+        if ns in self._read_live_next:
+            return True
+        until = self._contended_until.get(ns)
+        if until is None:
+            return False
+        if asyncio.get_running_loop().time() < until:
+            return True
+        del self._contended_until[ns]
+        return False
 
     def _backoff(self, streak: int) -> float:
         """Seconds to pause before the next round: 0 unless conflicts repeat."""

@@ -44,6 +44,8 @@ class ConflictPolicy:
             the undecided requests back to the head of the namespace's queue (next batch, with
             the requests that arrived meanwhile, after a live read) instead of retrying alone.
             Only with ``batching``.
+        live_read_window: seconds after a conflict round during which every batch of that
+            namespace starts from a live read instead of the informer (0: only the retry).
         conflict_backoff: seconds; from the second conflict round in a row, pause a random
             time up to ``conflict_backoff * 2**(n-2)`` (at most 16x) before retrying, so
             writers that keep colliding spread out. 0 disables.
@@ -55,6 +57,7 @@ class ConflictPolicy:
     conflicts_consume_retries: bool = False
     reread_live_on_conflict: bool = True
     requeue_on_conflict: bool = True
+    live_read_window: float = 0.0
     conflict_backoff: float = 0.0
 
 

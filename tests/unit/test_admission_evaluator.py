@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -370,3 +371,33 @@ async def test_look_aside_cache_avoids_conflicts_with_a_lagging_informer(
     assert server.stats.conflicts == conflicts
     assert server.stats.status_writes == 20
     assert used(server) == "20"
+
+
+@pytest.mark.parametrize(("window", "conflicts"), [(0.0, 2), (60.0, 1)])
+async def test_live_read_window_after_a_conflict(window: float, conflicts: int) -> None:
+    server = InMemoryQuotaServer()
+    server.create("ns", "q", {KEY: 100})
+    accessor = InMemoryQuotaAccessor(server, informer_lag=3600, look_aside=False)
+    server.competing_write("ns", "q", {KEY: 1})  # the informer never sees it
+    policy = dataclasses.replace(DYNQUOTA, live_read_window=window)
+    async with Evaluator(accessor, policy=policy) as ev:
+        assert await outcome(ev, widget(i=1)) is None
+        assert await outcome(ev, widget(i=2)) is None
+    assert server.stats.conflicts == conflicts
+    assert accessor.stats.live_lists == 2
+    assert used(server) == "3"
+
+
+async def test_conflict_backoff_still_admits() -> None:
+    server = InMemoryQuotaServer()
+    server.create("ns", "q", {KEY: 5})
+    server.conflict_before_next_writes("ns", "q", times=5)
+    accessor = InMemoryQuotaAccessor(server)
+    server.competing_write("ns", "q", {KEY: 1})
+    # without requeueing, the retries stay inside the batch, where the backoff applies
+    policy = dataclasses.replace(DYNQUOTA, conflict_backoff=0.001, requeue_on_conflict=False)
+    async with Evaluator(accessor, policy=policy) as ev:
+        assert await outcome(ev, widget()) is None
+    assert server.stats.conflicts == 5
+    assert ev.stats.rounds == 6
+    assert used(server) == "2"
