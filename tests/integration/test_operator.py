@@ -131,3 +131,237 @@ def test_upscale_only_after_cooldown_and_runaway_exact_sequence(
     with pytest.raises(ApiException) as refused:
         op_cluster.create_pod(ns)
     assert refused.value.status == 403
+
+
+def test_downscale_only_after_the_stabilisation_window(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    ns = op_cluster.new_namespace(scope)
+    op_cluster.create_pods(ns, 20)
+    op_cluster.policy("p-down", scope, pods=profile(down="8s"), configmaps=CONFIGMAPS)
+    start_operator()
+    quota = op_cluster.wait_hard(ns, {"pods": "28", "configmaps": "20"})
+    created = parse_time(quota.metadata.annotations["dynquota.io/last-change.pods"])
+    op_cluster.delete_pods(ns, 18)
+    dropped = time.time()
+    # the peak (20) stays in the 8 s window: no change a good while after the drop
+    wait_until(lambda: time.time() >= dropped + 5, "5 s after the drop")
+    assert op_cluster.hard(ns) == {"pods": "28", "configmaps": "20"}
+    quota = op_cluster.wait_hard(ns, {"pods": "10", "configmaps": "20"}, timeout=30)
+    changed = parse_time(quota.metadata.annotations["dynquota.io/last-change.pods"])
+    assert changed >= int(dropped) + 8
+    assert changed >= created + 8
+    # a downscale does not stamp lastUpscale
+    assert parse_time(quota.metadata.annotations["dynquota.io/last-upscale.pods"]) == created
+    event = op_cluster.wait_event(ns, "Resized", "downscale")
+    assert event.message == "downscale pods 28->10: peak 2 over 8s, buffer 40%, at minimum 10"
+
+
+def test_maximum_caps_the_quota_and_usage_above_it_is_reported(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    ns = op_cluster.new_namespace(scope)
+    op_cluster.create_pods(ns, 30)
+    op_cluster.policy("p-max", scope, pods=profile(maximum=25), configmaps=CONFIGMAPS)
+    op = start_operator()
+    op_cluster.wait_hard(ns, {"pods": "25", "configmaps": "20"})
+    event = op_cluster.wait_event(ns, "UsageAboveMaximum")
+    assert event.type == "Warning"
+    assert event.message == "usage of pods 30 is above the maximum 25 of policy p-max"
+    wait_until(
+        lambda: (
+            op.sample("dynquota_usage_above_maximum", {"namespace": ns, "resource": "pods"}) == 1
+        ),
+        "usage_above_maximum metric",
+    )
+    assert op.sample("dynquota_usage", {"namespace": ns, "resource": "pods"}) == 30
+    assert op.sample("dynquota_hard", {"namespace": ns, "resource": "pods"}) == 25
+
+
+def test_override_raises_to_maximum_then_expires_back_to_sizing(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    ns = op_cluster.new_namespace(scope)
+    op_cluster.create_pods(ns, 3)
+    op_cluster.policy("p-override", scope, pods=profile(maximum=50), configmaps=CONFIGMAPS)
+    op = start_operator(override_ttl="8s")
+    op_cluster.wait_hard(ns, {"pods": "10", "configmaps": "20"})
+    op_cluster.core.patch_namespaced_resource_quota(
+        "dynquota", ns, {"metadata": {"annotations": {"dynquota.io/override": "max"}}}
+    )
+    quota = op_cluster.wait_hard(ns, {"pods": "50", "configmaps": "200"})
+    ann = quota.metadata.annotations
+    granted = parse_time(ann["dynquota.io/override-granted-at"])
+    assert parse_time(ann["dynquota.io/override-expires-at"]) == granted + 8
+    event = op_cluster.wait_event(ns, "OverrideGranted")
+    assert event.message.startswith("override granted until ")
+    assert event.message.endswith(": pods 10->50, configmaps 20->200")
+    wait_until(lambda: op.sample("dynquota_overrides_active") == 1, "overrides_active 1")
+    # the limit is really lifted: 40 pods fit
+    op_cluster.create_pods(ns, 40)
+    # expiry: back to T(peak) — the 43 pods are the peak now
+    quota = op_cluster.wait_hard(ns, {"pods": "50", "configmaps": "20"}, timeout=30)
+    ann = quota.metadata.annotations
+    assert "dynquota.io/override" not in ann
+    assert "dynquota.io/override-granted-at" not in ann
+    assert "dynquota.io/override-expires-at" not in ann
+    expired = op_cluster.wait_event(ns, "OverrideExpired")
+    assert "override expired at" in expired.message
+    assert "override-expired configmaps 200->20" in expired.message
+    wait_until(lambda: op.sample("dynquota_overrides_active") == 0, "overrides_active 0")
+    # a new request after expiry is granted again
+    op_cluster.delete_pods(ns, 43)
+    op_cluster.core.patch_namespaced_resource_quota(
+        "dynquota", ns, {"metadata": {"annotations": {"dynquota.io/override": "MAX"}}}
+    )
+    op_cluster.wait_hard(ns, {"pods": "50", "configmaps": "200"})
+    wait_until(lambda: len(op_cluster.events(ns, "OverrideGranted")) == 2, "second grant")
+
+
+def test_malformed_override_is_rejected_with_a_warning_and_no_change(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    ns = op_cluster.new_namespace(scope)
+    op_cluster.policy("p-bad-override", scope, pods=profile(), configmaps=CONFIGMAPS)
+    op = start_operator()
+    before = op_cluster.wait_hard(ns, {"pods": "10", "configmaps": "20"})
+    op.idle()
+    writes = op.writes()
+    op_cluster.core.patch_namespaced_resource_quota(
+        "dynquota", ns, {"metadata": {"annotations": {"dynquota.io/override": "forever"}}}
+    )
+    event = op_cluster.wait_event(ns, "OverrideRejected")
+    assert event.type == "Warning"
+    assert event.message == (
+        "dynquota.io/override='forever' is not a valid request (the only value is max); ignored"
+    )
+    op.idle()
+    after = op_cluster.quota(ns)
+    assert after.spec.hard == before.spec.hard
+    assert {k: v for k, v in after.metadata.annotations.items() if k != "dynquota.io/override"} == (
+        before.metadata.annotations
+    )
+    assert op.writes() == writes
+
+
+def test_deleted_quota_is_recreated_and_direct_edits_are_reverted(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    ns = op_cluster.new_namespace(scope)
+    op_cluster.create_pods(ns, 14)
+    op_cluster.policy("p-revert", scope, pods=profile(), configmaps=CONFIGMAPS)
+    start_operator()
+    first = op_cluster.wait_hard(ns, {"pods": "20", "configmaps": "20"})
+    op_cluster.core.delete_namespaced_resource_quota("dynquota", ns)
+    second = op_cluster.wait_hard(ns, {"pods": "20", "configmaps": "20"})
+    assert second.metadata.uid != first.metadata.uid
+    stamps = {k: v for k, v in second.metadata.annotations.items() if "last-" in k}
+    op_cluster.core.patch_namespaced_resource_quota(
+        "dynquota", ns, {"spec": {"hard": {"pods": "500", "secrets": "5"}}}
+    )
+    third = op_cluster.wait_hard(ns, {"pods": "20", "configmaps": "20"})
+    assert third.metadata.uid == second.metadata.uid
+    # a revert stamps nothing
+    assert {k: v for k, v in third.metadata.annotations.items() if "last-" in k} == stamps
+    op_cluster.wait_event(ns, "Resized", "revert pods 500->20: spec.hard was edited directly")
+
+
+def test_namespaces_labelled_managed_false_are_skipped(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    skipped = op_cluster.new_namespace({**scope, "dynquota.io/managed": "false"})
+    managed = op_cluster.new_namespace(scope)
+    op_cluster.policy("p-optout", scope, pods=profile(), configmaps=CONFIGMAPS)
+    op = start_operator()
+    op_cluster.wait_hard(managed, {"pods": "10", "configmaps": "20"})
+    op.idle()
+    assert op_cluster.quota(skipped) is None
+    op_cluster.core.patch_namespace(
+        managed, {"metadata": {"labels": {"dynquota.io/managed": "False"}}}
+    )
+    wait_until(lambda: op_cluster.quota(managed) is None, "managed quota removed")
+
+
+def test_kill_switch_removes_managed_quotas_only_and_release_recreates_them(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    a = op_cluster.new_namespace(scope)
+    b = op_cluster.new_namespace(scope)
+    op_cluster.core.create_namespaced_resource_quota(
+        a, {"metadata": {"name": "team-limits"}, "spec": {"hard": {"pods": "100"}}}
+    )
+    op_cluster.policy("p-kill", scope, pods=profile(), configmaps=CONFIGMAPS)
+    op = start_operator()
+    op_cluster.wait_hard(a, {"pods": "10", "configmaps": "20"})
+    op_cluster.wait_hard(b, {"pods": "10", "configmaps": "20"})
+    unmanaged = op_cluster.quota(a, "team-limits")
+    op_cluster.kill_switch("True")
+    wait_until(
+        lambda: op_cluster.quota(a) is None and op_cluster.quota(b) is None,
+        "managed quotas deleted",
+    )
+    kept = op_cluster.quota(a, "team-limits")
+    assert kept.metadata.uid == unmanaged.metadata.uid
+    assert kept.spec.hard == {"pods": "100"}
+    engaged = op_cluster.wait_event("default", "KillSwitchEngaged")
+    assert engaged.involved_object.kind == "Namespace"
+    assert engaged.involved_object.name == "kube-system"
+    assert op.sample("dynquota_kill_switch_engaged") == 1
+    # nothing is created while engaged, even for a new namespace and after a resync
+    c = op_cluster.new_namespace(scope)
+    op.call(lambda: op.runtime.operator.queue.wait_idle(10))  # type: ignore[union-attr]
+    time.sleep(1)
+    op.idle()
+    assert [op_cluster.quota(n) for n in (a, b, c)] == [None, None, None]
+    op_cluster.kill_switch(None)
+    for ns in (a, b, c):
+        op_cluster.wait_hard(ns, {"pods": "10", "configmaps": "20"})
+    op_cluster.wait_event("default", "KillSwitchReleased")
+    assert op.sample("dynquota_kill_switch_engaged") == 0
+
+
+def test_kill_switch_engaged_while_the_operator_is_down(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    ns = op_cluster.new_namespace(scope)
+    op_cluster.policy("p-kill-down", scope, pods=profile(), configmaps=CONFIGMAPS)
+    first = start_operator()
+    op_cluster.wait_hard(ns, {"pods": "10", "configmaps": "20"})
+    first.stop()
+    op_cluster.kill_switch("true")
+    fresh = op_cluster.new_namespace(scope)
+    op = start_operator()
+    wait_until(lambda: op_cluster.quota(ns) is None, "managed quota deleted at start-up")
+    op.idle()
+    assert op_cluster.quota(fresh) is None
+    assert op.sample("dynquota_quota_writes_total", {"verb": "create"}) == 0
+    # (earlier tests' terminating namespaces may hold managed quotas too: >= 1 delete)
+    assert op.sample("dynquota_quota_writes_total", {"verb": "delete"}) >= 1
+    op_cluster.kill_switch("false")
+    op_cluster.wait_hard(fresh, {"pods": "10", "configmaps": "20"})
+
+
+def test_restart_at_the_fixed_point_writes_nothing(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    namespaces = [op_cluster.new_namespace(scope) for _ in range(3)]
+    op_cluster.create_pods(namespaces[0], 14)
+    op_cluster.policy("p-restart", scope, pods=profile(), configmaps=CONFIGMAPS)
+    first = start_operator()
+    op_cluster.wait_hard(namespaces[0], {"pods": "20", "configmaps": "20"})
+    for ns in namespaces[1:]:
+        op_cluster.wait_hard(ns, {"pods": "10", "configmaps": "20"})
+    first.idle()
+    first.stop()
+    events_before = {ns: len(op_cluster.events(ns)) for ns in namespaces}
+    second = start_operator(resync_seconds=2)
+    # every namespace is decided at start and again by two resyncs
+    runs = second.runtime.operator.queue.runs  # type: ignore[union-attr]
+    wait_until(
+        lambda: second.runtime.operator.queue.runs >= runs + 2 * len(namespaces),  # type: ignore[union-attr]
+        "two resyncs",
+        timeout=20,
+    )
+    second.idle()
+    assert second.writes() == 0
+    assert {ns: len(op_cluster.events(ns)) for ns in namespaces} == events_before
