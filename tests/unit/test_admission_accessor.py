@@ -188,3 +188,32 @@ async def test_get_quotas_live_bypasses_informer_and_refreshes_cache() -> None:
     assert (str(stale.used[KEY]), str(live.used[KEY])) == ("0", "2")
     assert int(live.resource_version) > int(stale.resource_version)
     assert acc.stats.live_lists == 1
+
+
+def test_resource_quota_json_round_trip() -> None:
+    obj = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "q", "namespace": "ns", "resourceVersion": "42", "uid": "u-1"},
+        "spec": {
+            "hard": {"pods": "10", "requests.cpu": "2"},
+            "scopeSelector": {
+                "matchExpressions": [
+                    {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}
+                ]
+            },
+        },
+        "status": {"hard": {"pods": "10", "requests.cpu": "2"}, "used": {"pods": "3"}},
+    }
+    quota = ResourceQuota.from_object(obj)
+    assert (quota.key, quota.resource_version) == ("ns/q", "42")
+    assert [str(s.values) for s in quota.scope_selectors()] == ["('high',)"]
+    written = quota.with_used({"pods": parse_quantity("4"), "requests.cpu": parse_quantity("0.5")})
+    out = written.to_object()
+    assert out["metadata"] == obj["metadata"]
+    assert out["spec"] == obj["spec"]
+    assert out["status"] == {
+        "hard": {"pods": "10", "requests.cpu": "2"},
+        "used": {"pods": "4", "requests.cpu": "500m"},
+    }
+    assert obj["status"]["used"] == {"pods": "3"}  # the source is not mutated
