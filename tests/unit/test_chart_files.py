@@ -161,3 +161,28 @@ def test_values_yaml_comments_every_top_level_key() -> None:
         if re.match(r"^[A-Za-z]\w*:", line):
             above, below = lines[i - 1].strip(), lines[i + 1].strip()
             assert above.startswith("#") or below.startswith("#"), f"values.yaml:{i + 1}: {line}"
+
+
+DOCS = ("install", "configuration", "runbook", "metrics", "upgrade", "troubleshooting",
+        "known-gaps", "chart")  # fmt: skip
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_doc_links_resolve(doc: str) -> None:
+    """Every relative link of the user docs names an existing file and heading."""
+    text = (ROOT / "docs" / f"{doc}.md").read_text()
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (ROOT / "docs" / path) if path else ROOT / "docs" / f"{doc}.md"
+        assert linked.exists(), f"{doc}.md links to missing {target}"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", linked.read_text(), re.MULTILINE)
+            assert anchor in {slug(h) for h in headings}, f"{doc}.md: no heading for {target}"
