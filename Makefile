@@ -37,7 +37,7 @@ test: lint controlplane
 bench: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench
 
-bench-admission: setup
+bench-admission: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench -k admission
 
 demo: setup controlplane
