@@ -7,8 +7,12 @@ the managed quota's spec.hard/status.hard, its annotations, Events, and the oper
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import time
+import urllib.request
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -365,3 +369,87 @@ def test_restart_at_the_fixed_point_writes_nothing(
     second.idle()
     assert second.writes() == 0
     assert {ns: len(op_cluster.events(ns)) for ns in namespaces} == events_before
+
+
+def _etcd_put(op_cluster: OperatorCluster, key: str, value: dict[str, Any]) -> None:
+    """Write an object straight into etcd, past every apiserver check (a stored-anyway spec:
+    an old CRD, a schema change, a direct etcd write)."""
+    body = json.dumps(
+        {
+            "key": base64.b64encode(key.encode()).decode(),
+            "value": base64.b64encode(json.dumps(value).encode()).decode(),
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{op_cluster.cp.etcd_url}/v3/kv/put",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+
+
+def test_invalid_policy_is_refused_by_the_apiserver_and_frozen_by_the_operator(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    ns = op_cluster.new_namespace(scope)
+    op_cluster.create_pods(ns, 14)
+    op_cluster.policy("p-good", scope, pods=profile(), configmaps=CONFIGMAPS)
+    op = start_operator()
+    op_cluster.wait_hard(ns, {"pods": "20", "configmaps": "20"})
+    bad_spec = {
+        "namespaceSelector": {"matchLabels": scope},
+        "priority": 10,
+        "resources": {"count/nodes": {"maximum": 3}, "pods": profile(minimum=1, maximum=2)},
+    }
+    # 1. the apiserver refuses it (CRD CEL rule on the keys of resources)
+    with pytest.raises(ApiException) as refused:
+        op_cluster.custom.create_cluster_custom_object(
+            "dynquota.io",
+            "v1alpha1",
+            "dynamicquotapolicies",
+            {
+                "apiVersion": "dynquota.io/v1alpha1",
+                "kind": "DynamicQuotaPolicy",
+                "metadata": {"name": "p-typo"},
+                "spec": bad_spec,
+            },
+        )
+    assert refused.value.status == 422
+    assert "resources may only have the keys 'pods' and 'configmaps'" in str(refused.value.body)
+    # 2. stored anyway: the operator reports Valid=False and freezes the namespace
+    _etcd_put(
+        op_cluster,
+        "/registry/dynquota.io/dynamicquotapolicies/p-typo",
+        {
+            "apiVersion": "dynquota.io/v1alpha1",
+            "kind": "DynamicQuotaPolicy",
+            "metadata": {
+                "name": "p-typo",
+                "uid": str(uuid.uuid4()),
+                "generation": 1,
+                "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            "spec": bad_spec,
+        },
+    )
+
+    def invalid_condition() -> dict[str, Any] | None:
+        status = op_cluster.get_policy("p-typo").get("status") or {}
+        return next((c for c in status.get("conditions") or [] if c["status"] == "False"), None)
+
+    condition = wait_until(invalid_condition, "Valid=False on p-typo")
+    assert condition["type"] == "Valid"
+    assert condition["reason"] == "InvalidSpec"
+    assert "spec.resources: unknown resource key 'count/nodes'" in condition["message"]
+    wait_until(lambda: op.sample("dynquota_frozen_namespaces") == 1, "one frozen namespace")
+    # frozen: neither the invalid policy's maximum 2 nor pressure moves the quota
+    assert op_cluster.fill_pods(ns) == 6
+    deadline = time.time() + 5  # 2.5 upscale cooldowns
+    wait_until(lambda: time.time() >= deadline, "5 s")
+    op.idle()
+    assert op_cluster.hard(ns) == {"pods": "20", "configmaps": "20"}
+    # fixed (deleted): p-good governs again and the pending upscale happens
+    op_cluster.delete_policy("p-typo")
+    op_cluster.wait_hard(ns, {"pods": "28", "configmaps": "20"})
+    wait_until(lambda: op.sample("dynquota_frozen_namespaces") == 0, "nothing frozen")
