@@ -13,6 +13,7 @@ component's output goes to ``<workdir>/logs/<component>.log``.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import ctypes
 import datetime as dt
@@ -56,6 +57,8 @@ CONTROLLERS = (
     "clusterrole-aggregation-controller",
 )
 ADMIN_USER = "dynquota-admin"
+# One thread that lives as long as the process forks every component (see _die_with_parent).
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cp-spawner")
 
 
 class ControlPlaneError(RuntimeError):
@@ -95,7 +98,8 @@ def _free_port() -> int:
 
 def _die_with_parent() -> None:
     # PR_SET_PDEATHSIG = 1: the child gets SIGKILL when the launching process dies, so a
-    # crashed or killed test run leaves nothing listening.
+    # crashed or killed test run leaves nothing listening. The signal fires when the *thread*
+    # that forked exits, so every child is forked from _SPAWNER's one long-lived thread.
     with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
@@ -437,13 +441,14 @@ class LocalControlPlane:
         log = (self.log_dir / f"{name}.log").open("ab")
         log.write(f"\n=== start {time.strftime('%H:%M:%S')} ===\n".encode())
         log.flush()
-        self._procs[name] = subprocess.Popen(
+        self._procs[name] = _SPAWNER.submit(
+            subprocess.Popen,
             [str(self.bin_dir / name), *args],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
-        )
+        ).result()
         log.close()
 
     def _stop(self, name: str) -> None:
