@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -111,6 +112,22 @@ def chart_rbac(controlplane: LocalControlPlane) -> Iterator[tuple[str, str]]:
     controlplane.kubectl("delete", "namespace", ns, "--wait=false")
 
 
+def helm_test_script(controlplane: LocalControlPlane, url: str) -> str:
+    """The Python check of the chart's `helm test` Pod, pointed at ``url``."""
+    assert controlplane.bin_dir is not None
+    rendered = subprocess.run(
+        [str(controlplane.bin_dir / "helm"), "template", "dq", str(CHART), "-n", "ns",
+         "-s", "templates/tests/test-metrics.yaml"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    (container,) = yaml.safe_load(rendered)["spec"]["containers"]
+    assert container["command"][:2] == ["python", "-c"]
+    script: str = container["command"][2]
+    in_cluster = "http://dq-dynquota-metrics.ns.svc:8080/metrics"
+    assert in_cluster in script
+    return script.replace(in_cluster, url)
+
+
 def test_operator_from_the_clean_venv_reconciles_with_the_chart_rbac(
     image_venv: Path,
     controlplane: LocalControlPlane,
@@ -162,13 +179,16 @@ def test_operator_from_the_clean_venv_reconciles_with_the_chart_rbac(
             }
         )
     )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        metrics_port = sock.getsockname()[1]
     env = {
         "PATH": f"{image_venv}:/usr/bin:/bin",
         "HOME": str(tmp_path),
         "KUBECONFIG": str(kubeconfig),
         "DYNQUOTA_NAMESPACE": own_ns,
         "DYNQUOTA_POD_NAME": "image-test",
-        "DYNQUOTA_METRICS_PORT": "0",
+        "DYNQUOTA_METRICS_PORT": str(metrics_port),
         "DYNQUOTA_PROBE_PORT": "0",
         "DYNQUOTA_LOG_FORMAT": "json",
     }
@@ -198,6 +218,13 @@ def test_operator_from_the_clean_venv_reconciles_with_the_chart_rbac(
         # The main resource is written by dynquota alone (kube-controller-manager owns /status).
         writers = [m.manager for m in quota.metadata.managed_fields if not m.subresource]
         assert writers == ["dynquota"]
+        # The `helm test` Pod's check passes against this operator's /metrics.
+        script = helm_test_script(controlplane, f"http://127.0.0.1:{metrics_port}/metrics")
+        checked = subprocess.run(
+            [str(image_venv / "python"), "-c", script], capture_output=True, text=True, check=False
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert checked.stdout.endswith("-> ['dynquota_kill_switch_engaged 0.0']\n")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
