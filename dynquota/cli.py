@@ -1,0 +1,390 @@
+"""The ``dynquota`` command line.
+
+- ``dynquota run``: the operator (flags override the ``DYNQUOTA_*`` environment, see
+  :class:`dynquota.settings.Settings`);
+- ``dynquota plan``: a read-only table per namespace and resource: usage, status.used, hard,
+  target, next action and why;
+- ``dynquota override NAMESPACE [--off]``: request (or cancel) the tenant override on the
+  namespace's managed quota;
+- ``dynquota kill-switch on|off|status``: the admin kill switch on ``kube-system``;
+- ``dynquota demo``: a local control plane and a real workload (see :mod:`dynquota.demo`).
+
+Errors a user can fix (no kubeconfig, cluster unreachable, CRD missing, RBAC) are printed as
+one clear line on stderr with exit code 2; other failures exit with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from dynquota.settings import Settings
+
+__all__ = ["UserError", "explain", "main"]
+
+CRD_HINT = (
+    "the DynamicQuotaPolicy CRD (dynamicquotapolicies.dynquota.io) is not installed: "
+    "kubectl apply -f crds/dynamicquotapolicies.yaml, or install the Helm chart"
+)
+
+
+class UserError(Exception):
+    """A problem the user can fix; the message says what and how."""
+
+
+def explain(exc: BaseException, what: str = "") -> UserError | None:
+    """Turn a client failure into a :class:`UserError` with a clear message, or ``None``.
+
+    Understands both clients' config errors, ``ApiException`` (401/403/404 on the CRD) and
+    connection failures (urllib3, aiohttp, dynquota's ``TransportError``).
+    """
+    import aiohttp
+    import kubernetes
+    import kubernetes_asyncio
+    import urllib3
+
+    from dynquota.kube.errors import ApiError, ForbiddenError, NotFoundError, TransportError
+
+    prefix = f"{what}: " if what else ""
+    if isinstance(
+        exc, kubernetes.config.ConfigException | kubernetes_asyncio.config.ConfigException
+    ):
+        return UserError(
+            f"{prefix}no usable Kubernetes configuration ({exc}); set KUBECONFIG or "
+            "--kubeconfig, or run inside a cluster"
+        )
+    if isinstance(exc, FileNotFoundError):
+        return UserError(f"{prefix}kubeconfig not found: {exc.filename}")
+    status: int | None = None
+    message = ""
+    if isinstance(exc, kubernetes.client.exceptions.ApiException):
+        status = exc.status
+        message = _status_message(exc.body) or str(exc.reason)
+    elif isinstance(exc, ApiError):
+        status, message = exc.status, exc.message
+    if status is not None:
+        if status in (401,):
+            return UserError(f"{prefix}the cluster refused the credentials (401): {message}")
+        if status == 403 or isinstance(exc, ForbiddenError):
+            return UserError(f"{prefix}insufficient RBAC permissions (403): {message}")
+        if status == 404 and (isinstance(exc, NotFoundError) or "dynamicquotapolicies" in what):
+            return UserError(f"{prefix}{CRD_HINT}")
+        if status == 0:
+            return UserError(f"{prefix}cannot reach the Kubernetes API: {message or exc}")
+        return None
+    if isinstance(
+        exc,
+        urllib3.exceptions.HTTPError | aiohttp.ClientError | TransportError | ConnectionError,
+    ):
+        return UserError(f"{prefix}cannot reach the Kubernetes API: {exc}")
+    return None
+
+
+def _status_message(body: object) -> str:
+    try:
+        decoded = json.loads(body) if isinstance(body, str | bytes) else None
+    except ValueError:
+        return ""
+    return str(decoded.get("message") or "") if isinstance(decoded, dict) else ""
+
+
+# -- sync client helpers (plan, override, kill-switch) -----------------------------------------
+
+
+def _sync_client(kubeconfig: str | None) -> Any:
+    import kubernetes
+
+    configuration = kubernetes.client.Configuration()
+    if not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig or None, client_configuration=configuration
+        )
+    configuration.retries = 1
+    return kubernetes.client.ApiClient(configuration)
+
+
+def _guard(what: str, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except Exception as exc:
+        error = explain(exc, what)
+        if error is not None:
+            raise error from exc
+        raise
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def _setup_logging(settings: Settings) -> None:
+    import kopf
+
+    kopf.configure(
+        debug=settings.log_level == "DEBUG",
+        verbose=settings.log_level == "DEBUG",
+        log_format=kopf.LogFormat.JSON if settings.log_format == "json" else kopf.LogFormat.FULL,
+        log_prefix=False,
+    )
+    logging.getLogger().setLevel(settings.log_level)
+    # kopf logs every handled event at INFO; ours are the interesting lines
+    logging.getLogger("kopf.objects").setLevel(
+        logging.DEBUG if settings.log_level == "DEBUG" else logging.WARNING
+    )
+
+
+async def _preflight(settings: Settings) -> None:
+    from dynquota.kube.client import new_api_client
+    from dynquota.kube.cluster import ClusterClient
+
+    try:
+        api_client = await new_api_client(settings.kubeconfig or None)
+    except Exception as exc:
+        error = explain(exc)
+        if error is not None:
+            raise error from exc
+        raise
+    async with api_client:
+        cluster = ClusterClient(api_client)
+        for what, call in (
+            ("reading namespace kube-system", lambda: cluster.read_namespace("kube-system")),
+            ("listing dynamicquotapolicies", cluster.list_policies),
+        ):
+            try:
+                await call()
+            except Exception as exc:
+                error = explain(exc, what)
+                if error is not None:
+                    raise error from exc
+                raise
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the operator until SIGINT/SIGTERM."""
+    from dynquota.operator.runtime import run
+
+    overrides = {
+        key: value
+        for key, value in vars(args).items()
+        if key in Settings.model_fields and value is not None
+    }
+    settings = Settings(**overrides)
+    _setup_logging(settings)
+    asyncio.run(_preflight(settings))
+    asyncio.run(run(settings))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Print what the operator would do now (read-only)."""
+    from dynquota.operator.plan import compute_plan, format_table, read_cluster
+
+    settings = Settings()
+    api = _guard("connecting", lambda: _sync_client(args.kubeconfig))
+    with api:
+        snapshot = _guard(
+            "reading the cluster (dynamicquotapolicies...)", lambda: read_cluster(api)
+        )
+    rows = compute_plan(
+        snapshot,
+        operator_namespace=args.operator_namespace or settings.namespace,
+        override_ttl=settings.override_ttl,
+        excluded=frozenset(
+            ns["metadata"]["name"]
+            for ns in snapshot.namespaces
+            if settings.excluded(ns["metadata"]["name"])
+        ),
+    )
+    if args.namespace:
+        rows = [r for r in rows if r.namespace in args.namespace]
+    if args.output == "json":
+        print(json.dumps([r.__dict__ for r in rows], indent=2))
+    else:
+        print(format_table(rows))
+    return 0
+
+
+def cmd_override(args: argparse.Namespace) -> int:
+    """Request (or with --off cancel) the tenant override on NAMESPACE's managed quota."""
+    import kubernetes
+
+    from dynquota.kube.quotas import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MANAGED_QUOTA_NAME
+    from dynquota.policy import OVERRIDE, OVERRIDE_EXPIRES_AT
+
+    api = _guard("connecting", lambda: _sync_client(args.kubeconfig))
+    with api:
+        core: Any = kubernetes.client.CoreV1Api(api)
+        try:
+            quota = core.read_namespaced_resource_quota(MANAGED_QUOTA_NAME, args.namespace)
+        except kubernetes.client.exceptions.ApiException as exc:
+            if exc.status == 404:
+                raise UserError(
+                    f"namespace {args.namespace} has no managed quota {MANAGED_QUOTA_NAME} "
+                    "(not managed, or the kill switch is engaged)"
+                ) from exc
+            raise explain(exc, f"reading quota in {args.namespace}") or exc from exc
+        except Exception as exc:
+            raise explain(exc, "connecting") or exc from exc
+        labels = quota.metadata.labels or {}
+        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+            raise UserError(
+                f"the quota {MANAGED_QUOTA_NAME} in {args.namespace} is not managed by dynquota"
+            )
+        value = None if args.off else "max"
+        _guard(
+            f"annotating quota {MANAGED_QUOTA_NAME} in {args.namespace}",
+            lambda: core.patch_namespaced_resource_quota(
+                MANAGED_QUOTA_NAME,
+                args.namespace,
+                {"metadata": {"annotations": {OVERRIDE: value}}},
+            ),
+        )
+    if args.off:
+        print(f"override cancelled in {args.namespace}: sizing resumes from peak usage")
+    else:
+        expires = (quota.metadata.annotations or {}).get(OVERRIDE_EXPIRES_AT)
+        note = f" (already granted until {expires})" if expires else ""
+        print(
+            f"override requested in {args.namespace}: every tracked resource to its maximum{note}"
+        )
+    return 0
+
+
+def cmd_kill_switch(args: argparse.Namespace) -> int:
+    """Engage, release or show the kill switch."""
+    import kubernetes
+
+    from dynquota.kube.quotas import MANAGED_SELECTOR
+    from dynquota.policy import KILL_SWITCH, parse_kill_switch
+
+    api = _guard("connecting", lambda: _sync_client(args.kubeconfig))
+    with api:
+        core: Any = kubernetes.client.CoreV1Api(api)
+        if args.state == "status":
+            namespace = _guard(
+                "reading namespace kube-system", lambda: core.read_namespace("kube-system")
+            )
+            raw = (namespace.metadata.annotations or {}).get(KILL_SWITCH)
+            reading = parse_kill_switch(raw)
+            quotas = _guard(
+                "listing managed quotas",
+                lambda: core.list_resource_quota_for_all_namespaces(
+                    label_selector=MANAGED_SELECTOR
+                ),
+            )
+            state = {True: "ENGAGED", False: "released", None: "INVALID"}[reading.engaged]
+            print(f"kill switch: {state} ({KILL_SWITCH}={raw!r} on kube-system)")
+            if reading.warning:
+                print(f"warning: {reading.warning}")
+            print(f"managed quotas in the cluster: {len(quotas.items)}")
+            return 0
+        value = "true" if args.state == "on" else None
+        _guard(
+            "annotating namespace kube-system",
+            lambda: core.patch_namespace(
+                "kube-system", {"metadata": {"annotations": {KILL_SWITCH: value}}}
+            ),
+        )
+    if args.state == "on":
+        print("kill switch ENGAGED: the operator deletes every managed quota and creates none")
+    else:
+        print("kill switch released: the operator re-creates quotas for every managed namespace")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo on a local control plane."""
+    from dynquota.demo import main as demo_main
+
+    return demo_main(fast=args.fast)
+
+
+# -- parser ------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``dynquota``."""
+    parser = argparse.ArgumentParser(
+        prog="dynquota", description="Size one ResourceQuota per namespace from observed usage."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the operator")
+    run.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG or in-cluster)")
+    run.add_argument("--dry-run", action="store_true", default=None, help="write no quota")
+    run.add_argument("--namespace", help="the operator's own namespace (excluded; Lease home)")
+    run.add_argument("--exclude-namespaces", help="comma list of namespaces never managed")
+    run.add_argument("--include-namespaces", help="comma list: manage only these")
+    run.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (0: off)")
+    run.add_argument("--probe-port", type=int, help="liveness /healthz port (0: off)")
+    run.add_argument("--override-ttl", help="tenant override lifetime, e.g. 168h")
+    run.add_argument(
+        "--leader-election", action="store_true", default=None, help="gate writes on a Lease"
+    )
+    run.add_argument("--lease-name", help="name of the Lease")
+    run.add_argument("--pod-name", help="identity in the Lease (default: hostname)")
+    run.add_argument("--watch-timeout-seconds", type=int, help="server-side watch timeout")
+    run.add_argument("--kill-switch-delete-qps", type=float, help="kill-switch delete rate")
+    run.add_argument("--resync-seconds", type=int, help="re-queue every namespace this often")
+    run.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
+    run.add_argument("--log-format", help="text or json")
+    run.set_defaults(handler=cmd_run)
+
+    plan = commands.add_parser("plan", help="show what the operator would do now (read-only)")
+    plan.add_argument("--kubeconfig")
+    plan.add_argument("-n", "--namespace", action="append", help="only these namespaces")
+    plan.add_argument(
+        "--operator-namespace", default="", help="the operator's namespace (excluded)"
+    )
+    plan.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    plan.set_defaults(handler=cmd_plan)
+
+    override = commands.add_parser("override", help="request the tenant override (7 days)")
+    override.add_argument("namespace")
+    override.add_argument("--off", action="store_true", help="cancel the override")
+    override.add_argument("--kubeconfig")
+    override.set_defaults(handler=cmd_override)
+
+    kill = commands.add_parser("kill-switch", help="the admin kill switch")
+    kill.add_argument("state", choices=("on", "off", "status"))
+    kill.add_argument("--kubeconfig")
+    kill.set_defaults(handler=cmd_kill_switch)
+
+    demo = commands.add_parser("demo", help="run the demo on a local control plane")
+    demo.add_argument(
+        "--fast", action="store_true", help="shorter scenario (for tests), about 2 minutes"
+    )
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    print(f"dynquota: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dynquota`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except UserError as exc:
+        _fail(str(exc), 2)
+    except ValidationError as exc:
+        _fail(f"invalid setting: {exc}", 2)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
