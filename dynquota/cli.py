@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from dynquota.settings import Settings
 
-__all__ = ["UserError", "explain", "main"]
+__all__ = ["UserError", "build_parser", "explain", "main", "settings_from_args"]
 
 CRD_HINT = (
     "the DynamicQuotaPolicy CRD (dynamicquotapolicies.dynquota.io) is not installed: "
@@ -168,16 +168,24 @@ async def _preflight(settings: Settings) -> None:
                 raise
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """Run the operator until SIGINT/SIGTERM."""
-    from dynquota.operator.runtime import run
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """:class:`Settings` from the environment, overridden by the flags given to ``run``.
 
+    Raises ``pydantic.ValidationError`` on a malformed value.
+    """
     overrides = {
         key: value
         for key, value in vars(args).items()
         if key in Settings.model_fields and value is not None
     }
-    settings = Settings(**overrides)
+    return Settings(**overrides)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the operator until SIGINT/SIGTERM."""
+    from dynquota.operator.runtime import run
+
+    settings = settings_from_args(args)
     _setup_logging(settings)
     asyncio.run(_preflight(settings))
     asyncio.run(run(settings))

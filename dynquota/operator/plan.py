@@ -194,20 +194,31 @@ def format_table(rows: list[PlanRow]) -> str:
     )
 
 
+def _get(api: Any, path: str, query: list[tuple[str, str]], accept: str) -> Any:
+    """One GET through the sync client's low-level API; the decoded JSON body.
+
+    Raises ``ApiException`` for a non-2xx answer."""
+    from kubernetes.client.exceptions import ApiException
+
+    method, url, headers, _, _ = api.param_serialize(
+        "GET",
+        path,
+        query_params=query,
+        header_params={"Accept": accept},
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(method, url, header_params=headers)
+    data = response.read()
+    if not 200 <= response.status < 300:
+        raise ApiException(http_resp=response)
+    return json.loads(data)
+
+
 def _pages(api: Any, path: str, query: list[tuple[str, str]], accept: str) -> Iterator[Any]:
     token = ""
     while True:
         params = [*query, ("limit", "500")] + ([("continue", token)] if token else [])
-        response = api.call_api(
-            path,
-            "GET",
-            query_params=params,
-            header_params={"Accept": accept},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-        )
-        page = json.loads(response.data)
+        page = _get(api, path, params, accept)
         yield from page.get("items") or []
         token = (page.get("metadata") or {}).get("continue") or ""
         if not token:
@@ -223,16 +234,7 @@ def read_cluster(api: Any, now: float | None = None) -> ClusterSnapshot:
     """
     when = time.time() if now is None else now
     plain = "application/json"
-    kube_system = json.loads(
-        api.call_api(
-            "/api/v1/namespaces/kube-system",
-            "GET",
-            header_params={"Accept": plain},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-        ).data
-    )
+    kube_system = _get(api, "/api/v1/namespaces/kube-system", [], plain)
     namespaces = list(_pages(api, "/api/v1/namespaces", [], plain))
     policies = list(_pages(api, "/apis/dynquota.io/v1alpha1/dynamicquotapolicies", [], plain))
     quotas = list(

@@ -1,0 +1,114 @@
+"""`dynquota plan`'s decisions from a cluster snapshot (no cluster needed)."""
+
+from __future__ import annotations
+
+from dynquota.operator.plan import ClusterSnapshot, compute_plan, format_table
+
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+def ns(name: str, **labels: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def quota(
+    namespace: str, hard: dict[str, str], managed: bool = True, **ann: str
+) -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": "dynquota",
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "dynquota"} if managed else {},
+            "annotations": ann,
+        },
+        "spec": {"hard": hard},
+        "status": {"hard": hard, "used": {"pods": "25", "configmaps": "1"}},
+    }
+
+
+POLICY = {
+    "metadata": {"name": "p"},
+    "spec": {
+        "resources": {
+            "pods": {
+                "bufferPercent": 40,
+                "minimum": 10,
+                "maximum": 100,
+                "upscaleCooldown": "5m",
+                "downscaleCooldown": "1h",
+            }
+        }
+    },
+}
+
+
+def snapshot() -> ClusterSnapshot:
+    state = {
+        "dynquota.io/policy": "p",
+        "dynquota.io/hard.pods": "20",
+        "dynquota.io/hard.configmaps": "50",
+        "dynquota.io/profile.pods": "bufferPercent=40,minimum=10,maximum=100",
+        "dynquota.io/profile.configmaps": "bufferPercent=40,minimum=50,maximum=2000",
+        "dynquota.io/last-upscale.pods": "2027-01-15T07:58:00Z",
+        "dynquota.io/last-change.pods": "2027-01-15T07:58:00Z",
+        "dynquota.io/last-upscale.configmaps": "2027-01-15T07:00:00Z",
+        "dynquota.io/last-change.configmaps": "2027-01-15T07:00:00Z",
+    }
+    return ClusterSnapshot(
+        kube_system={"metadata": {"name": "kube-system", "annotations": {}}},
+        namespaces=[ns("kube-public"), ns("team-a"), ns("team-b"), ns("team-c")],
+        policies=[POLICY],
+        quotas=[
+            quota("team-a", {"pods": "20", "configmaps": "50"}, **state),
+            quota("team-c", {"pods": "3"}, managed=False),
+        ],
+        tally={("team-a", "pods"): 24, ("team-a", "configmaps"): 1, ("team-b", "pods"): 6},
+    )
+
+
+def test_plan_rows_say_what_and_why() -> None:
+    rows = compute_plan(snapshot(), now=NOW)
+    table = {(r.namespace, r.resource): r for r in rows}
+    assert [r.namespace for r in rows] == [
+        "team-a",
+        "team-a",
+        "team-b",
+        "team-b",
+        "team-c",
+        "team-c",
+    ]
+    a = table[("team-a", "pods")]
+    # U = max(tally 24, status.used 25); T(25) = 35 > H 20, but the cooldown runs until 08:03
+    assert (a.tally, a.status_used, a.hard, a.target, a.next) == (24, 25, 20, 35, "nothing")
+    assert a.why.endswith("next check at 2027-01-15T08:03:00Z")
+    b = table[("team-b", "pods")]
+    assert (b.tally, b.status_used, b.hard, b.target, b.next) == (6, None, None, 10, "create")
+    assert b.why == "create pods 10: usage 6, buffer 40%, at minimum 10"
+    c = table[("team-c", "pods")]
+    assert (c.hard, c.next) == (3, "nothing")
+    assert "without the managed-by label" in c.why
+
+
+def test_plan_after_the_cooldown_and_with_the_kill_switch() -> None:
+    rows = compute_plan(snapshot(), now=NOW + 300)
+    a = next(r for r in rows if (r.namespace, r.resource) == ("team-a", "pods"))
+    assert (a.next, a.why) == ("patch", "upscale pods 20->35: usage 25, buffer 40%")
+    engaged = snapshot()
+    engaged.kube_system = {
+        "metadata": {"name": "kube-system", "annotations": {"dynquota.io/kill-switch": "true"}}
+    }
+    rows = compute_plan(engaged, now=NOW)
+    assert {(r.namespace, r.next) for r in rows} == {
+        ("team-a", "delete"),
+        ("team-b", "nothing"),
+        ("team-c", "nothing"),
+    }
+
+
+def test_table_format() -> None:
+    text = format_table(compute_plan(snapshot(), now=NOW))
+    lines = text.splitlines()
+    assert lines[0].split() == [
+        "NAMESPACE", "RESOURCE", "TALLY", "STATUS.USED", "HARD", "TARGET", "NEXT", "WHY"
+    ]  # fmt: skip
+    assert lines[3].split()[:7] == ["team-b", "pods", "6", "-", "-", "10", "create"]
