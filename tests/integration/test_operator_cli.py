@@ -1,0 +1,271 @@
+"""The ``dynquota`` command line against a real control plane, and two operator processes
+with leader election (``dynquota run``, killed with SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+
+from dynquota.cli import main
+from dynquota.testing.operator import OPERATOR_NS, OperatorCluster, OperatorThread
+from dynquota.testing.wait import wait_until
+
+StartOperator = Callable[..., OperatorThread]
+PROFILE = {
+    "bufferPercent": 40,
+    "minimum": 10,
+    "maximum": 100,
+    "upscaleCooldown": "2s",
+    "downscaleCooldown": "1h",
+}
+CONFIGMAPS = {**PROFILE, "minimum": 20, "maximum": 200}
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_override_and_kill_switch_commands(
+    op_cluster: OperatorCluster,
+    scope: dict[str, str],
+    start_operator: StartOperator,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    admin = op_cluster.cp.kubeconfig
+    ns = op_cluster.new_namespace(scope)
+    op_cluster.create_pods(ns, 14)
+    op_cluster.policy("p-cli", scope, pods=PROFILE, configmaps=CONFIGMAPS)
+    # before the operator runs, plan says what it will do
+    code, out, _ = run_cli(["plan", "--kubeconfig", admin, "-n", ns], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "NAMESPACE", "RESOURCE", "TALLY", "STATUS.USED", "HARD", "TARGET", "NEXT", "WHY"
+    ]  # fmt: skip
+    assert lines[1].split()[:7] == [ns, "pods", "14", "-", "-", "20", "create"]
+    assert lines[1].endswith("create pods 20: usage 14, buffer 40%")
+    start_operator()
+    op_cluster.wait_hard(ns, {"pods": "20", "configmaps": "20"})
+    wait_until(lambda: (op_cluster.quota(ns).status.used or {}).get("pods") == "14", "status.used")
+    code, out, _ = run_cli(["plan", "--kubeconfig", admin, "-n", ns], capsys)
+    assert out.splitlines()[1].split()[:7] == [ns, "pods", "14", "14", "20", "20", "nothing"]
+
+    code, out, _ = run_cli(["override", ns, "--kubeconfig", admin], capsys)
+    assert code == 0
+    assert out.strip() == (f"override requested in {ns}: every tracked resource to its maximum")
+    op_cluster.wait_hard(ns, {"pods": "100", "configmaps": "200"})
+    code, out, _ = run_cli(["override", ns, "--off", "--kubeconfig", admin], capsys)
+    assert code == 0
+    op_cluster.wait_hard(ns, {"pods": "20", "configmaps": "20"})
+
+    code, out, _ = run_cli(["kill-switch", "on", "--kubeconfig", admin], capsys)
+    assert code == 0
+    wait_until(lambda: op_cluster.quota(ns) is None, "quota deleted by the kill switch")
+    code, out, _ = run_cli(["kill-switch", "status", "--kubeconfig", admin], capsys)
+    assert out.splitlines() == [
+        "kill switch: ENGAGED (dynquota.io/kill-switch='true' on kube-system)",
+        "managed quotas in the cluster: 0",
+    ]
+    code, out, err = run_cli(["override", ns, "--kubeconfig", admin], capsys)
+    assert code == 2
+    assert f"namespace {ns} has no managed quota dynquota" in err
+    code, out, _ = run_cli(["kill-switch", "off", "--kubeconfig", admin], capsys)
+    assert code == 0
+    op_cluster.wait_hard(ns, {"pods": "20", "configmaps": "20"})
+
+
+def test_cli_reports_insufficient_rbac(
+    op_cluster: OperatorCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    core = op_cluster.core
+    if not any(
+        sa.metadata.name == "nobody"
+        for sa in core.list_namespaced_service_account(OPERATOR_NS).items
+    ):
+        core.create_namespaced_service_account(OPERATOR_NS, {"metadata": {"name": "nobody"}})
+    token = core.create_namespaced_service_account_token(
+        "nobody", OPERATOR_NS, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    config = yaml.safe_load(Path(op_cluster.sa_kubeconfig).read_text())
+    config["users"][0]["user"]["token"] = token
+    path = tmp_path / "nobody.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    code, _, err = run_cli(["kill-switch", "status", "--kubeconfig", str(path)], capsys)
+    assert code == 2
+    assert err.startswith(
+        "dynquota: error: reading namespace kube-system: insufficient RBAC permissions (403): "
+    )
+    assert "system:serviceaccount:dynquota-system:nobody" in err
+    code, _, err = run_cli(["plan", "--kubeconfig", str(path)], capsys)
+    assert code == 2
+    assert "insufficient RBAC permissions (403)" in err
+
+
+# -- two replicas -------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Replica:
+    """``python -m dynquota.cli run`` as a child process with its own metrics port."""
+
+    def __init__(self, name: str, kubeconfig: str, log: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.metrics_port = _free_port()
+        self.probe_port = _free_port()
+        self.log = log
+        self._out = log.open("wb")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "dynquota.cli", "run",
+                "--kubeconfig", kubeconfig,
+                "--leader-election",
+                "--namespace", OPERATOR_NS,
+                "--pod-name", name,
+                "--metrics-port", str(self.metrics_port),
+                "--probe-port", str(self.probe_port),
+                "--resync-seconds", "5",
+                "--watch-timeout-seconds", "30",
+            ],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )  # fmt: skip
+
+    def metric(self, name: str, labels: str = "") -> float | None:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2
+            ) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return None
+        total = 0.0
+        found = False
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            series, value = line.rsplit(" ", 1)
+            if series.split("{", 1)[0] == name and labels in series:
+                total += float(value)
+                found = True
+        return total if found else None
+
+    def writes(self) -> float:
+        return self.metric("dynquota_quota_writes_total") or 0.0
+
+    def healthz(self) -> int:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.probe_port}/healthz", timeout=5
+            ) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self._out.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._out.close()
+
+
+@pytest.fixture
+def replicas(op_cluster: OperatorCluster, tmp_path: Path) -> Iterator[list[Replica]]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "PYTHONUNBUFFERED": "1",
+            "DYNQUOTA_LEASE_DURATION_SECONDS": "6",
+            "DYNQUOTA_LEASE_RENEW_DEADLINE_SECONDS": "4",
+            "DYNQUOTA_LEASE_RETRY_PERIOD_SECONDS": "1",
+        }
+    )
+    started = [
+        Replica(name, op_cluster.sa_kubeconfig, tmp_path / f"{name}.log", env)
+        for name in ("replica-a", "replica-b")
+    ]
+    yield started
+    for replica in started:
+        replica.stop()
+    for replica in started:
+        print(f"==> {replica.log} <==\n" + replica.log.read_text(errors="replace")[-3000:])
+
+
+def test_two_replicas_one_writes_and_the_other_takes_over(
+    op_cluster: OperatorCluster, scope: dict[str, str], replicas: list[Replica]
+) -> None:
+    a, b = replicas
+    op_cluster.policy("p-leader", scope, pods=PROFILE, configmaps=CONFIGMAPS)
+    wait_until(
+        lambda: a.metric("dynquota_leader") is not None and b.metric("dynquota_leader") is not None,
+        "both replicas serve /metrics",
+        timeout=60,
+    )
+    leader_name = wait_until(lambda: _lease_holder(op_cluster), "a Lease holder", timeout=30)
+    leader, follower = (a, b) if leader_name == a.name else (b, a)
+    wait_until(lambda: leader.metric("dynquota_leader") == 1, "leader metric 1")
+    assert follower.metric("dynquota_leader") == 0
+    assert leader.healthz() == 200
+    assert follower.healthz() == 200
+    first = op_cluster.new_namespace(scope)
+    op_cluster.wait_hard(first, {"pods": "10", "configmaps": "20"})
+    time.sleep(2)  # a resync on both
+    assert leader.writes() >= 1
+    assert follower.writes() == 0
+    assert follower.metric("dynquota_events_total") is None  # nothing posted
+
+    leader.kill()
+    killed = time.monotonic()
+    wait_until(lambda: _lease_holder(op_cluster) == follower.name, "takeover", timeout=30)
+    took = time.monotonic() - killed
+    assert took <= 6 + 2 * 1 + 1, took  # lease duration + two retry periods (+1 s slack)
+    wait_until(lambda: follower.metric("dynquota_leader") == 1, "follower leads")
+    second = op_cluster.new_namespace(scope)
+    op_cluster.wait_hard(second, {"pods": "10", "configmaps": "20"})
+    assert follower.writes() >= 1
+
+
+def _lease_holder(op_cluster: OperatorCluster) -> str | None:
+    coordination: Any = kubernetes.client.CoordinationV1Api(op_cluster.api)
+    try:
+        lease = coordination.read_namespaced_lease("dynquota", OPERATOR_NS)
+    except kubernetes.client.exceptions.ApiException:
+        return None
+    holder: str | None = lease.spec.holder_identity
+    return holder
