@@ -368,7 +368,7 @@ class Operator:
             self._kill_task = None
         if reading.engaged:
             log.warning("kill switch engaged: deleting every managed quota, creating none")
-            self._kill_task = self._spawn(self.engage_kill_switch(announce=True))
+            self._kill_task = self._spawn(self.engage_kill_switch(announce=not first))
         elif not first:
             log.warning("kill switch released: re-creating quotas for every managed namespace")
             self._spawn(self._release_kill_switch())
@@ -389,6 +389,14 @@ class Operator:
                 f"(at most {self.settings.kill_switch_delete_qps:g}/s); none is created",
             )
         deleted = 0
+        if self.settings.dry_run:
+            try:
+                found = await self.quotas.list_managed()
+            except KubeError as exc:
+                log.warning("(dry run) kill switch: listing managed quotas failed: %s", exc)
+                return 0
+            log.warning("(dry run) kill switch: would delete %d managed quotas", len(found))
+            return 0
         while self.kill_switch and self.gate.is_leader:
             try:
                 found = await self.quotas.list_managed()

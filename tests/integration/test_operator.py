@@ -453,3 +453,24 @@ def test_invalid_policy_is_refused_by_the_apiserver_and_frozen_by_the_operator(
     op_cluster.delete_policy("p-typo")
     op_cluster.wait_hard(ns, {"pods": "28", "configmaps": "20"})
     wait_until(lambda: op.sample("dynquota_frozen_namespaces") == 0, "nothing frozen")
+
+
+def test_dry_run_policy_reports_and_writes_nothing(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    ns = op_cluster.new_namespace(scope)
+    op_cluster.create_pods(ns, 14)
+    op_cluster.policy("p-dry", scope, pods=profile(), configmaps=CONFIGMAPS, dry_run=True)
+    op = start_operator()
+    event = op_cluster.wait_event(ns, "Resized")
+    assert event.message == (
+        "(dry run) create pods 20: usage 14, buffer 40%; "
+        "create configmaps 20: usage 1, buffer 40%, at minimum 20"
+    )
+    wait_until(
+        lambda: op.sample("dynquota_hard", {"namespace": ns, "resource": "pods"}) == 20,
+        "simulated hard in the metrics",
+    )
+    op.idle()
+    assert op_cluster.quota(ns) is None
+    assert op.writes() == 0

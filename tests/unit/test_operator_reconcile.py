@@ -555,3 +555,11 @@ async def test_terminating_pod_grace_expiry_is_a_requeue_instant(world: World) -
     world.usage.expiry["team-a"] = T0 + 30.5
     outcome = await world.reconcile("team-a")
     assert outcome.requeue_at == T0 + 31
+
+
+async def test_global_dry_run_kill_switch_deletes_nothing() -> None:
+    world = World(dry_run=True)
+    world.quotas.put("team-a", {"pods": "10"})
+    world.op.kill_switch = True
+    assert await world.op.engage_kill_switch() == 0
+    assert world.quotas.writes == []
