@@ -7,6 +7,8 @@
 - ``dynquota override NAMESPACE [--off]``: request (or cancel) the tenant override on the
   namespace's managed quota;
 - ``dynquota kill-switch on|off|status``: the admin kill switch on ``kube-system``;
+- ``dynquota cleanup [--yes] [--scale-down DEPLOYMENT]``: delete every managed quota (the
+  chart's uninstall hook; ``--scale-down`` stops the operator first);
 - ``dynquota demo``: a local control plane and a real workload (see :mod:`dynquota.demo`).
 
 Errors a user can fix (no kubeconfig, cluster unreachable, CRD missing, RBAC) are printed as
@@ -309,6 +311,98 @@ def cmd_kill_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _selector_string(selector: Any) -> str:
+    """A ``V1LabelSelector`` as label-selector text (``a=b,c in (d,e),!f``)."""
+    parts = [f"{k}={v}" for k, v in sorted((selector.match_labels or {}).items())]
+    for requirement in selector.match_expressions or []:
+        values = ",".join(requirement.values or [])
+        parts.append(
+            {
+                "In": f"{requirement.key} in ({values})",
+                "NotIn": f"{requirement.key} notin ({values})",
+                "Exists": requirement.key,
+                "DoesNotExist": f"!{requirement.key}",
+            }[requirement.operator]
+        )
+    return ",".join(parts)
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    """Delete every managed quota (the chart's uninstall hook); optionally stop the operator
+    first. Without --yes only lists what it would delete."""
+    import time
+
+    import kubernetes
+
+    from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR
+
+    settings = Settings()
+    api = _guard("connecting", lambda: _sync_client(args.kubeconfig))
+    with api:
+        core: Any = kubernetes.client.CoreV1Api(api)
+        apps: Any = kubernetes.client.AppsV1Api(api)
+        if args.scale_down:
+            namespace = settings.namespace
+            if not namespace:
+                raise UserError("--scale-down needs DYNQUOTA_NAMESPACE (the operator's namespace)")
+            if args.yes:
+                deployment = _guard(
+                    f"reading deployment {namespace}/{args.scale_down}",
+                    lambda: apps.read_namespaced_deployment(args.scale_down, namespace),
+                )
+                _guard(
+                    f"scaling deployment {namespace}/{args.scale_down}",
+                    lambda: apps.patch_namespaced_deployment_scale(
+                        args.scale_down, namespace, {"spec": {"replicas": 0}}
+                    ),
+                )
+                selector = _selector_string(deployment.spec.selector)
+                print(f"scaled deployment {namespace}/{args.scale_down} to 0; waiting for its pods")
+                deadline = time.monotonic() + args.timeout
+                while True:
+                    pods = _guard(
+                        f"listing pods in {namespace}",
+                        lambda: core.list_namespaced_pod(namespace, label_selector=selector),
+                    ).items
+                    if not pods:
+                        break
+                    if time.monotonic() > deadline:
+                        raise UserError(
+                            f"{len(pods)} operator pods still running after {args.timeout:.0f} s"
+                        )
+                    time.sleep(1)
+                print(f"operator pods gone ({selector})")
+            else:
+                print(f"would scale deployment {namespace}/{args.scale_down} to 0")
+        quotas = _guard(
+            "listing managed quotas",
+            lambda: core.list_resource_quota_for_all_namespaces(
+                label_selector=MANAGED_SELECTOR,
+                field_selector=f"metadata.name={MANAGED_QUOTA_NAME}",
+            ),
+        ).items
+        interval = 1.0 / settings.kill_switch_delete_qps
+        deleted = 0
+        for quota in quotas:
+            ns = quota.metadata.namespace
+            if not args.yes:
+                print(f"would delete resourcequota {ns}/{MANAGED_QUOTA_NAME}")
+                continue
+            try:
+                core.delete_namespaced_resource_quota(MANAGED_QUOTA_NAME, ns)
+                deleted += 1
+                print(f"deleted resourcequota {ns}/{MANAGED_QUOTA_NAME}")
+            except kubernetes.client.exceptions.ApiException as exc:
+                if exc.status != 404:
+                    raise explain(exc, f"deleting quota in {ns}") or exc from exc
+            time.sleep(interval)
+    if args.yes:
+        print(f"deleted {deleted} managed quotas")
+    else:
+        print(f"{len(quotas)} managed quotas; run with --yes to delete them")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo on a local control plane."""
     from dynquota.demo import main as demo_main
@@ -366,6 +460,19 @@ def build_parser() -> argparse.ArgumentParser:
     kill.add_argument("state", choices=("on", "off", "status"))
     kill.add_argument("--kubeconfig")
     kill.set_defaults(handler=cmd_kill_switch)
+
+    cleanup = commands.add_parser(
+        "cleanup", help="delete every managed quota (after uninstalling the operator)"
+    )
+    cleanup.add_argument("--yes", action="store_true", help="really delete (else: list)")
+    cleanup.add_argument(
+        "--scale-down",
+        metavar="DEPLOYMENT",
+        help="first scale this operator Deployment (in $DYNQUOTA_NAMESPACE) to 0 and wait",
+    )
+    cleanup.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for pods")
+    cleanup.add_argument("--kubeconfig")
+    cleanup.set_defaults(handler=cmd_cleanup)
 
     demo = commands.add_parser("demo", help="run the demo on a local control plane")
     demo.add_argument(

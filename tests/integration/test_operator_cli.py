@@ -269,3 +269,80 @@ def _lease_holder(op_cluster: OperatorCluster) -> str | None:
         return None
     holder: str | None = lease.spec.holder_identity
     return holder
+
+
+def test_cleanup_stops_the_operator_and_deletes_managed_quotas_only(
+    op_cluster: OperatorCluster,
+    scope: dict[str, str],
+    start_operator: StartOperator,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    admin = op_cluster.cp.kubeconfig
+    a, b = op_cluster.new_namespace(scope), op_cluster.new_namespace(scope)
+    op_cluster.policy("p-cleanup", scope, pods=PROFILE, configmaps=CONFIGMAPS)
+    op = start_operator()
+    op_cluster.wait_hard(a, {"pods": "10", "configmaps": "20"})
+    op_cluster.wait_hard(b, {"pods": "10", "configmaps": "20"})
+    op.stop()
+    foreign = op_cluster.new_namespace(scope)
+    op_cluster.core.create_namespaced_resource_quota(
+        foreign, {"metadata": {"name": "dynquota"}, "spec": {"hard": {"pods": "1"}}}
+    )
+    op_cluster.core.create_namespaced_resource_quota(
+        a,
+        {
+            "metadata": {"name": "team", "labels": {"app.kubernetes.io/managed-by": "dynquota"}},
+            "spec": {"hard": {"pods": "1"}},
+        },
+    )
+    # a stand-in for the operator's Deployment (its pods stay Pending: no kubelet)
+    labels = {"app": "fake-operator"}
+    op_cluster.apps.create_namespaced_deployment(
+        OPERATOR_NS,
+        {
+            "metadata": {"name": "fake-operator"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+                },
+            },
+        },
+    )
+    try:
+        wait_until(
+            lambda: (
+                len(
+                    op_cluster.core.list_namespaced_pod(
+                        OPERATOR_NS, label_selector="app=fake-operator"
+                    ).items
+                )
+                == 2
+            ),
+            "2 fake operator pods",
+        )
+        monkeypatch.setenv("DYNQUOTA_NAMESPACE", OPERATOR_NS)
+        code, out, _ = run_cli(["cleanup", "--kubeconfig", admin], capsys)
+        assert code == 0
+        assert f"would delete resourcequota {a}/dynquota" in out
+        assert f"would delete resourcequota {b}/dynquota" in out
+        assert foreign not in out
+        assert op_cluster.quota(a) is not None
+        code, out, err = run_cli(
+            ["cleanup", "--yes", "--scale-down", "fake-operator", "--kubeconfig", admin], capsys
+        )
+        assert code == 0, err
+        assert out.splitlines()[:2] == [
+            f"scaled deployment {OPERATOR_NS}/fake-operator to 0; waiting for its pods",
+            "operator pods gone (app=fake-operator)",
+        ]
+        assert out.splitlines()[-1].startswith("deleted ")
+        assert op_cluster.quota(a) is None
+        assert op_cluster.quota(b) is None
+        assert op_cluster.quota(foreign) is not None
+        assert op_cluster.quota(a, "team") is not None
+    finally:
+        op_cluster.apps.delete_namespaced_deployment("fake-operator", OPERATOR_NS)
