@@ -155,6 +155,12 @@ def test_api_cost_of_a_1000_pod_burst(bench_cluster: OperatorCluster) -> None:
                 break
             wait_until(lambda: int((c.hard(runaway) or {})["pods"]) > sequence[-1], "next step", 30)
             sequence.append(int((c.hard(runaway) or {})["pods"]))
+            # admission reads status.hard: fill only once the quota controller copied it
+            wait_until(
+                lambda: (c.quota(runaway).status.hard or {}).get("pods") == str(sequence[-1]),
+                "status.hard",
+                30,
+            )
         runaway_seconds = time.monotonic() - step_started
         time.sleep(3)  # one more cooldown: usage 1000 may still call for a step
         op.idle()
