@@ -219,6 +219,7 @@ class Operator:
         self.started_at = clock()
         self.namespaces: dict[str, NamespaceInfo] = {}
         self._namespace_rv: dict[str, int] = {}
+        self._deleted: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=3600)
         self._policies: dict[str, _PolicyRecord] = {}
         self.kill_switch: bool | None = None
         self._kube_system_uid = ""
@@ -251,12 +252,13 @@ class Operator:
         rv = _rv(obj)
         if event_type == "DELETED":
             self.namespaces.pop(name, None)
-            self._namespace_rv[name] = rv
+            self._namespace_rv.pop(name, None)
+            self._deleted[name] = rv
             self._forget(name)
             self.mark_policy_status_dirty()
             return
-        if rv and rv < self._namespace_rv.get(name, 0):
-            return  # older than what we hold
+        if rv and rv < max(self._namespace_rv.get(name, 0), self._deleted.get(name, 0)):
+            return  # older than what we hold (e.g. a start-up listing racing the watch)
         self._namespace_rv[name] = rv
         if name == KUBE_SYSTEM:
             self._kube_system_uid = str(meta.get("uid") or "")
@@ -617,6 +619,8 @@ class Operator:
         current: QuotaSnapshot | None,
     ) -> None:
         m = self.metrics
+        if governance.kind != "managed":
+            m.forget_namespace(namespace, TRACKED_RESOURCES)
         view = self.views.setdefault(namespace, NamespaceView())
         view.usage = dict(usage)
         view.tally = dict(tally)

@@ -136,13 +136,15 @@ class Runtime:
                 await asyncio.sleep(delay)
         self.operator.on_namespace(None, kube_system)
         log.info("kill switch is %s", "ENGAGED" if self.operator.kill_switch else "released")
-        for attempt in range(1_000_000):
+        backoff.reset()
+        while True:
             try:
                 namespaces = await self.cluster.list_namespaces()
                 break
             except KubeError as exc:
-                log.warning("listing namespaces failed (%s); retrying", exc)
-                await asyncio.sleep(min(30.0, 1.0 * 2**attempt))
+                delay = backoff.next_delay()
+                log.warning("listing namespaces failed (%s); retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay)
         for namespace in namespaces:
             self.operator.on_namespace(None, namespace)
         try:
