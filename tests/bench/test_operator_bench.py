@@ -103,6 +103,7 @@ def create_pods_parallel(c: OperatorCluster, ns: str, count: int, workers: int =
         return sum(pool.map(one, range(count)))
 
 
+@pytest.mark.timeout(STEADY_SECONDS + 300)
 def test_api_cost_of_a_1000_pod_burst(bench_cluster: OperatorCluster) -> None:
     c = bench_cluster
     label = {"bench": "burst"}
@@ -232,6 +233,7 @@ class QuotaWatch:
         self._thread.join(10)
 
 
+@pytest.mark.timeout(REACTION_SAMPLES * 10 + 120)
 def test_reaction_time(bench_cluster: OperatorCluster) -> None:
     c = bench_cluster
     label = {"bench": "reaction"}
@@ -305,6 +307,7 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+@pytest.mark.timeout(1800)
 def test_scale_2000_namespaces(bench_cluster: OperatorCluster, tmp_path: Path) -> None:
     c = bench_cluster
     label = {"bench": "scale"}
