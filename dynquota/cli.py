@@ -327,6 +327,15 @@ def _selector_string(selector: Any) -> str:
     return ",".join(parts)
 
 
+def _owned_by(pod: Any, deployment: str) -> bool:
+    """Whether ``pod`` is controlled by a ReplicaSet of ``deployment``
+    (``<deployment>-<pod-template-hash>``)."""
+    for ref in pod.metadata.owner_references or []:
+        if ref.kind == "ReplicaSet" and ref.controller and ref.name.startswith(f"{deployment}-"):
+            return True
+    return False
+
+
 def cmd_cleanup(args: argparse.Namespace) -> int:
     """Delete every managed quota (the chart's uninstall hook); optionally stop the operator
     first. Without --yes only lists what it would delete."""
@@ -360,10 +369,13 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
                 print(f"scaled deployment {namespace}/{args.scale_down} to 0; waiting for its pods")
                 deadline = time.monotonic() + args.timeout
                 while True:
-                    pods = _guard(
+                    listed = _guard(
                         f"listing pods in {namespace}",
                         lambda: core.list_namespaced_pod(namespace, label_selector=selector),
                     ).items
+                    # other pods of the release carry the same labels (this hook's own pod,
+                    # a `helm test` pod): only pods of the Deployment's ReplicaSets count
+                    pods = [p for p in listed if _owned_by(p, args.scale_down)]
                     if not pods:
                         break
                     if time.monotonic() > deadline:

@@ -312,6 +312,14 @@ def test_cleanup_stops_the_operator_and_deletes_managed_quotas_only(
             },
         },
     )
+    # a pod with the same labels but not the Deployment's (like the hook's own pod)
+    op_cluster.core.create_namespaced_pod(
+        OPERATOR_NS,
+        {
+            "metadata": {"name": "fake-hook", "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        },
+    )
     try:
         wait_until(
             lambda: (
@@ -320,9 +328,9 @@ def test_cleanup_stops_the_operator_and_deletes_managed_quotas_only(
                         OPERATOR_NS, label_selector="app=fake-operator"
                     ).items
                 )
-                == 2
+                == 3
             ),
-            "2 fake operator pods",
+            "2 fake operator pods and the hook's",
         )
         monkeypatch.setenv("DYNQUOTA_NAMESPACE", OPERATOR_NS)
         code, out, _ = run_cli(["cleanup", "--kubeconfig", admin], capsys)
@@ -346,3 +354,4 @@ def test_cleanup_stops_the_operator_and_deletes_managed_quotas_only(
         assert op_cluster.quota(a, "team") is not None
     finally:
         op_cluster.apps.delete_namespaced_deployment("fake-operator", OPERATOR_NS)
+        op_cluster.core.delete_namespaced_pod("fake-hook", OPERATOR_NS)
