@@ -33,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dynquota.operator.runtime import Runtime, run
 from dynquota.settings import Settings
-from dynquota.testing.controlplane import LocalControlPlane
+from dynquota.testing.controlplane import ControlPlaneError, LocalControlPlane
 from dynquota.testing.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +47,18 @@ MANAGED_LABELS = {"app.kubernetes.io/managed-by": "dynquota"}
 
 
 def render_rbac(cp: LocalControlPlane) -> str:
-    """The chart's ServiceAccount, ClusterRole(+Binding) and leader-election Role, as YAML."""
+    """The chart's ServiceAccount, ClusterRole(+Binding) and leader-election Role, as YAML.
+
+    Raises:
+        ControlPlaneError: the chart or the CRD is not there (not a source checkout).
+        subprocess.CalledProcessError: helm failed.
+    """
     assert cp.bin_dir is not None
+    for needed in (CHART, CRD):
+        if not needed.exists():
+            raise ControlPlaneError(
+                f"{needed} not found: the demo and the tests run from a dynquota source checkout"
+            )
     done = subprocess.run(
         [
             str(cp.bin_dir / "helm"),
