@@ -12,7 +12,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	# PYTHONWARNINGS: setuptools' banner about editable installs is noise here
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # Builds (only when missing) and prints the directory of the control-plane binaries.
