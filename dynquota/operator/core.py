@@ -520,7 +520,9 @@ class Operator:
         else:
             applied = await self._apply(namespace, decision, current)
             if isinstance(applied, Outcome):
-                return applied, "retry" if applied.retry else "invalid"
+                if applied.retry or applied.requeue_at is not None:
+                    return applied, "retry"
+                return applied, "invalid" if self.gate.is_leader else "standby"
             written = applied
             result = "ok"
         await self._report_decision(namespace, governance, decision, written, dry_run)
