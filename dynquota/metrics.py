@@ -20,7 +20,7 @@ dynquota_leader                             gauge   - (1 when this replica may w
 dynquota_frozen_namespaces                  gauge   - (matched by an invalid policy)
 dynquota_managed_namespaces                 gauge   -
 dynquota_reconcile_duration_seconds         histo   -
-dynquota_reconciles_total                   counter result (ok/retry/invalid/error)
+dynquota_reconciles_total                   counter result (ok/dry-run/retry/invalid/standby)
 dynquota_workqueue_depth                    gauge   -
 dynquota_watch_restarts_total               counter resource (informer retries after errors)
 dynquota_relists_total                      counter resource (full relists after 410 Gone)
