@@ -378,7 +378,10 @@ class Demo:
                 for v in ("create", "patch", "delete")
             }
             decisions = self.op.runtime.operator.queue.runs
-            print(f"    quota writes: {writes} for {decisions} decisions (reads are free)")
+            print(
+                f"    quota writes: {writes} for {decisions} decisions "
+                "(a decision that changes nothing writes nothing)"
+            )
             events = sum(
                 sample.value
                 for metric in m.collect()
@@ -395,6 +398,8 @@ class Demo:
 def main(fast: bool = False) -> int:
     """Run the demo; returns the exit code (0 on success)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # the operator runs in a thread here, where kopf cannot install signal handlers: expected
+    logging.getLogger("kopf._core.reactor.running").setLevel(logging.ERROR)
     show = Show()
     timing = Timing.fast() if fast else Timing()
     started = time.monotonic()
