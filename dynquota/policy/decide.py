@@ -239,53 +239,49 @@ def _parse_record(raw: str | None) -> int | None:
 
 @dataclass
 class _Override:
+    """The tenant override as read from the quota's annotations.
+
+    ``mode``: ``none`` (no override), ``grant`` (grant now), ``active``, ``expire`` (ends now)
+    or ``cancel`` (``dynquota.io/override`` removed). ``granted_at`` / ``expires_at``: seconds
+    since the epoch (``expires_at``: the provable end). ``clamped_from``: the stored expiry,
+    when it was clamped; ``write_granted`` / ``write_expires``: a repaired annotation to write;
+    ``ended``: the text of an ``expire`` that is not a plain expiry.
+    """
+
     mode: Literal["none", "grant", "active", "expire", "cancel"]
     granted_at: int | None = None
     expires_at: int | None = None
     clamped_from: int | None = None
+    write_granted: bool = False
+    write_expires: bool = False
+    ended: str | None = None
+
+
+def _parse_time_or_none(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_time(text)
+    except ValueError:
+        return None
 
 
 def _read_override(
     annotations: Mapping[str, str], now: int, ttl: int
-) -> tuple[_Override | None, list[Event]]:
-    """The override's state, or ``None`` when its timestamps are malformed (then: no change)."""
+) -> tuple[_Override, list[Event], list[str]]:
+    """The override's state, and the Events and notes reading it calls for.
+
+    Malformed override state never blocks a change (``docs/sizing.md`` §3): a provable expiry
+    in the past expires and a removed request cancels, whatever else is malformed. The
+    provable end is the earliest of a valid ``expires-at`` and a valid ``granted-at + ttl``;
+    an active override with partly malformed state is repaired (Warning ``StateRepaired``)
+    and never ends later than that, nor later than a grant made now would. With no provable
+    time at all the state is discarded: a valid request is granted again from ``now``, any
+    other value ends the override now.
+    """
     events: list[Event] = []
+    notes: list[str] = []
     raw = annotations.get(OVERRIDE)
-    granted_raw = annotations.get(OVERRIDE_GRANTED_AT)
-    expires_raw = annotations.get(OVERRIDE_EXPIRES_AT)
-    problems: list[str] = []
-    granted = expires = None
-    for key, text in ((OVERRIDE_GRANTED_AT, granted_raw), (OVERRIDE_EXPIRES_AT, expires_raw)):
-        if text is None:
-            continue
-        try:
-            value = parse_time(text)
-        except ValueError as error:
-            problems.append(f"{key}: {error}")
-            continue
-        if key == OVERRIDE_GRANTED_AT:
-            granted = value
-        else:
-            expires = value
-    if not problems:
-        if granted_raw is not None and expires_raw is None:
-            problems.append(f"{OVERRIDE_GRANTED_AT} is set without {OVERRIDE_EXPIRES_AT}")
-        elif expires_raw is not None and granted_raw is None:
-            problems.append(f"{OVERRIDE_EXPIRES_AT} is set without {OVERRIDE_GRANTED_AT}")
-        elif granted is not None and expires is not None and expires < granted:
-            problems.append(
-                f"{OVERRIDE_EXPIRES_AT} {expires_raw} is before {OVERRIDE_GRANTED_AT} {granted_raw}"
-            )
-    if problems:
-        for problem in problems:
-            events.append(
-                Event(
-                    "Warning",
-                    OVERRIDE_REJECTED,
-                    f"override state is malformed, the quota is left as it is: {problem}",
-                )
-            )
-        return None, events
     valid_request = raw is not None and raw.lower() == "max"
     if raw is not None and not valid_request:
         events.append(
@@ -295,19 +291,94 @@ def _read_override(
                 f"{OVERRIDE}={raw!r} is not a valid request (the only value is max); ignored",
             )
         )
-    if granted is not None and expires is not None:
-        state = _Override("active", granted, expires)
-        if expires > granted + ttl:
-            state.clamped_from = expires
-            state.expires_at = expires = granted + ttl
-        if now >= expires:
-            state.mode = "expire"
-        elif raw is None:
-            state.mode = "cancel"
-        return state, events
-    if valid_request:
-        return _Override("grant", now, now + ttl), events
-    return _Override("none"), events
+    granted_raw = annotations.get(OVERRIDE_GRANTED_AT)
+    expires_raw = annotations.get(OVERRIDE_EXPIRES_AT)
+    if granted_raw is None and expires_raw is None:
+        if valid_request:
+            return _Override("grant", now, now + ttl), events, notes
+        return _Override("none"), events, notes
+
+    granted = _parse_time_or_none(granted_raw)
+    expires = _parse_time_or_none(expires_raw)
+    problems: list[str] = []
+    for key, text, value in (
+        (OVERRIDE_GRANTED_AT, granted_raw, granted),
+        (OVERRIDE_EXPIRES_AT, expires_raw, expires),
+    ):
+        if text is None:
+            problems.append(f"{key} missing")
+        elif value is None:
+            problems.append(f"{key} malformed ({text!r})")
+    if granted is not None and expires is not None and expires < granted:
+        problems.append(
+            f"{OVERRIDE_EXPIRES_AT} {expires_raw} is before {OVERRIDE_GRANTED_AT} {granted_raw}"
+        )
+        granted = None  # a grant after its own expiry proves nothing
+    malformed = "override state malformed: " + ", ".join(problems) if problems else ""
+
+    bounds = [b for b in (expires, None if granted is None else granted + ttl) if b is not None]
+    end = min(bounds) if bounds else None
+    state = _Override("active", granted, end)
+    if end is not None and expires is not None and end < expires:
+        state.clamped_from = expires
+    if end is not None and now >= end:
+        state.mode = "expire"
+    elif raw is None:
+        state.mode = "cancel"
+    if state.mode in ("expire", "cancel"):
+        if malformed:
+            notes.append(f"{malformed}; the override annotations are removed")
+        return state, events, notes
+
+    if end is None:  # nothing proves when the override was granted
+        if valid_request:
+            message = (
+                f"{malformed}; nothing proves when the override was granted: granted again "
+                f"until {format_time(now + ttl)}"
+            )
+            events.append(Event("Warning", STATE_REPAIRED, message))
+            return _Override("grant", now, now + ttl), events, notes
+        message = (
+            f"{malformed}; nothing proves when the override was granted and {OVERRIDE} is "
+            "not a valid request: the override ends now"
+        )
+        events.append(Event("Warning", STATE_REPAIRED, message))
+        ended = "override ended (its state was malformed)"
+        return _Override("expire", ended=ended), events, notes
+
+    if not malformed:
+        return state, events, notes  # a clamp only: a note (_Sizer._override_annotations)
+    # Active, partly malformed: repair, never ending later than a grant made now would.
+    repairs: list[str] = []
+    if granted is None:
+        state.granted_at = now
+        state.write_granted = True
+        repairs.append(f"{OVERRIDE_GRANTED_AT} re-stamped {format_time(now)}")
+        if end > now + ttl:
+            state.expires_at = end = now + ttl
+            state.write_expires = True
+            repairs.append(
+                f"{OVERRIDE_EXPIRES_AT} set to {format_time(end)} (was {expires_raw}, later "
+                "than a grant made now would end)"
+            )
+    else:
+        state.write_expires = True
+        repairs.append(
+            f"{OVERRIDE_EXPIRES_AT} set to {format_time(end)} ({OVERRIDE_GRANTED_AT} + "
+            f"{format_duration(ttl)})"
+        )
+    message = f"{malformed}; repaired: {', '.join(repairs)}; the override ends at "
+    events.append(Event("Warning", STATE_REPAIRED, message + format_time(end)))
+    return state, events, notes
+
+
+def _ended(override: _Override, now: int, detailed: bool) -> str:
+    """How an override ended: expired, cancelled, or discarded as malformed."""
+    if override.ended is not None:
+        return override.ended
+    if override.mode == "expire":
+        return f"override expired at {format_time(override.expires_at or now)}"
+    return f"override cancelled ({OVERRIDE} removed)" if detailed else "override cancelled"
 
 
 def _frozen_events(governance: Governance, quota: QuotaState | None) -> list[Event]:
@@ -460,15 +531,11 @@ class _Sizer:
         if self.quota is None:
             override = _Override("none")
         else:
-            override, override_events = _read_override(self.annotations, self.now, self.ttl)
+            override, override_events, override_notes = _read_override(
+                self.annotations, self.now, self.ttl
+            )
             self.events.extend(override_events)
-            if override is None:
-                return Decision(
-                    "nothing",
-                    notes=("override state malformed: the quota is left as it is",),
-                    events=self._dry(self.events, dry_run),
-                    dry_run=dry_run,
-                )
+            self.notes.extend(override_notes)
         profiles = self.governance.profiles
         recorded_policy = self.annotations.get(POLICY)
         policy_renamed = recorded_policy is not None and recorded_policy != self.policy
@@ -601,11 +668,7 @@ class _Sizer:
         elif override.mode in ("expire", "cancel"):
             desired = t_peak
             kind = "override-expired"
-            ended = (
-                f"override expired at {format_time(override.expires_at or now)}"
-                if override.mode == "expire"
-                else f"override cancelled ({OVERRIDE} removed)"
-            )
+            ended = _ended(override, now, detailed=True)
             why = f"{ended}, peak {peak} over {window}, {buffer}{_clamp_note(peak, profile)}"
         elif policy_changed:
             desired = t_peak
@@ -676,7 +739,11 @@ class _Sizer:
             self._put_time(OVERRIDE_EXPIRES_AT, override.expires_at or override.granted_at)
             self.pending.append(override.expires_at or override.granted_at)
         elif override.mode == "active" and override.expires_at is not None:
-            if override.clamped_from is not None:
+            if override.write_granted and override.granted_at is not None:
+                self.set[OVERRIDE_GRANTED_AT] = format_time(override.granted_at)
+            if override.write_expires:
+                self.set[OVERRIDE_EXPIRES_AT] = format_time(override.expires_at)
+            elif override.clamped_from is not None:
                 self.set[OVERRIDE_EXPIRES_AT] = format_time(override.expires_at)
                 self.notes.append(
                     f"override expiry {format_time(override.clamped_from)} is later than "
@@ -703,11 +770,7 @@ class _Sizer:
                 Event("Normal", OVERRIDE_GRANTED, f"override granted until {until}: {sizes}")
             )
         if override.mode in ("expire", "cancel"):
-            ended = (
-                f"override expired at {format_time(override.expires_at or self.now)}"
-                if override.mode == "expire"
-                else "override cancelled"
-            )
+            ended = _ended(override, self.now, detailed=False)
             sizes = "; ".join(c.reason for c in expired) or "no change"
             self.events.append(Event("Normal", OVERRIDE_EXPIRED, f"{ended}: {sizes}"))
         if resized:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dynquota.policy import (
@@ -25,6 +25,7 @@ from dynquota.policy import (
     ceil_div,
     decide,
     format_time,
+    parse_time,
     reject_unmanaged_override,
     target,
 )
@@ -624,55 +625,323 @@ def test_override_with_garbage_value_stays_active_until_expiry() -> None:
     assert "dynquota.io/override" in d.remove_annotations
 
 
+# -- malformed override state never pins an override ----------------------------------------
+
+G_KEY = "dynquota.io/override-granted-at"
+E_KEY = "dynquota.io/override-expires-at"
+R_KEY = "dynquota.io/override"
+OVERRIDE_KEYS = frozenset({R_KEY, G_KEY, E_KEY})
+CANCELLED = (
+    "override-expired pods 1000->14: override cancelled (dynquota.io/override removed), peak 10 "
+    "over 1h, buffer 40%",
+    "override-expired configmaps 2000->50: override cancelled (dynquota.io/override removed), "
+    "peak 10 over 6h, buffer 40%, at minimum 50",
+)
+
+
+def _at_max(extra: Mapping[str, str]) -> QuotaState:
+    """A quota held at the maximum by an override, with ``extra`` override annotations."""
+    return settled(1000, 2000, at=0, extra=extra)
+
+
+def test_tester_repro_malformed_granted_at_neither_pins_nor_blocks() -> None:
+    """Override active; granted-at set to ``nope``; then expiry in the past; then the request
+    removed: each step is handled, none leaves the quota pinned at the maximum."""
+    nope = _at_max({R_KEY: "max", G_KEY: "nope", E_KEY: ts(WEEK)})
+    # 1. Still requested, expiry valid and ahead: granted-at re-stamped, expiry kept.
+    d = run(nope, T0 + 3600, pods=10, configmaps=10)
+    assert d.action == "patch"
+    assert d.changes == ()
+    assert d.set_annotations == {G_KEY: ts(3600)}
+    assert d.remove_annotations == frozenset()
+    assert d.events == (
+        Event(
+            "Warning",
+            "StateRepaired",
+            "override state malformed: dynquota.io/override-granted-at malformed ('nope'); "
+            f"repaired: dynquota.io/override-granted-at re-stamped {ts(3600)}; the override "
+            f"ends at {ts(WEEK)}",
+        ),
+    )
+    assert d.requeue_at == T0 + WEEK
+    repaired = apply_decision(nope, d)
+    assert_fixed_point(repaired, T0 + 3600, pods=10, configmaps=10)
+    # The repaired override still ends at the original expiry.
+    d = run(repaired, T0 + WEEK, pods=10, configmaps=10)
+    assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+    assert d.events[0].message.startswith(f"override expired at {ts(WEEK)}: ")
+    # 2. Expiry set in the past while granted-at is malformed: expires at once.
+    past = _at_max({R_KEY: "max", G_KEY: "nope", E_KEY: ts(1800)})
+    d = run(past, T0 + 3600, pods=10, configmaps=10)
+    assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+    assert d.remove_annotations == OVERRIDE_KEYS
+    assert d.reasons == (
+        f"override-expired pods 1000->14: override expired at {ts(1800)}, peak 10 over 1h, "
+        "buffer 40%",
+        f"override-expired configmaps 2000->50: override expired at {ts(1800)}, peak 10 over "
+        "6h, buffer 40%, at minimum 50",
+    )
+    assert d.events == (
+        Event(
+            "Normal", "OverrideExpired", f"override expired at {ts(1800)}: " + "; ".join(d.reasons)
+        ),
+    )
+    assert d.notes[0] == (
+        "override state malformed: dynquota.io/override-granted-at malformed ('nope'); the "
+        "override annotations are removed"
+    )
+    assert_fixed_point(apply_decision(past, d), T0 + 3600, pods=10, configmaps=10)
+    # 3. Request removed while granted-at is malformed: cancelled.
+    removed = _at_max({G_KEY: "nope", E_KEY: ts(WEEK)})
+    d = run(removed, T0 + 3600, pods=10, configmaps=10)
+    assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+    assert d.reasons == CANCELLED
+    assert d.remove_annotations == frozenset({G_KEY, E_KEY})
+    assert d.events == (
+        Event("Normal", "OverrideExpired", "override cancelled: " + "; ".join(CANCELLED)),
+    )
+    assert_fixed_point(apply_decision(removed, d), T0 + 3600, pods=10, configmaps=10)
+
+
 @pytest.mark.parametrize(
-    ("extra", "problem"),
+    ("extra", "problems"),
     [
+        ({G_KEY: "nope", E_KEY: ts(WEEK)}, "dynquota.io/override-granted-at malformed ('nope')"),
         (
-            {
-                "dynquota.io/override": "max",
-                "dynquota.io/override-granted-at": "soon",
-                "dynquota.io/override-expires-at": ts(WEEK),
-            },
-            "dynquota.io/override-granted-at: invalid timestamp 'soon': expected RFC 3339 like "
-            "2026-11-30T03:30:00Z",
+            {G_KEY: ts(0), E_KEY: "2026-12-07"},
+            "dynquota.io/override-expires-at malformed ('2026-12-07')",
         ),
         (
-            {
-                "dynquota.io/override": "max",
-                "dynquota.io/override-granted-at": ts(0),
-                "dynquota.io/override-expires-at": "2026-12-07",
-            },
-            "dynquota.io/override-expires-at: invalid timestamp '2026-12-07': expected RFC 3339 "
-            "like 2026-11-30T03:30:00Z",
+            {G_KEY: "nope", E_KEY: "never"},
+            "dynquota.io/override-granted-at malformed ('nope'), "
+            "dynquota.io/override-expires-at malformed ('never')",
+        ),
+        ({G_KEY: ts(0)}, "dynquota.io/override-expires-at missing"),
+        ({E_KEY: ts(WEEK)}, "dynquota.io/override-granted-at missing"),
+        (
+            {G_KEY: "nope"},
+            "dynquota.io/override-granted-at malformed ('nope'), "
+            "dynquota.io/override-expires-at missing",
         ),
         (
-            {"dynquota.io/override": "max", "dynquota.io/override-granted-at": ts(0)},
-            "dynquota.io/override-granted-at is set without dynquota.io/override-expires-at",
-        ),
-        (
-            {"dynquota.io/override-expires-at": ts(0)},
-            "dynquota.io/override-expires-at is set without dynquota.io/override-granted-at",
-        ),
-        (
-            {"dynquota.io/override-granted-at": ts(100), "dynquota.io/override-expires-at": ts(0)},
-            f"dynquota.io/override-expires-at {ts(0)} is before dynquota.io/override-granted-at "
-            f"{ts(100)}",
+            {G_KEY: ts(7200), E_KEY: ts(5000)},
+            f"dynquota.io/override-expires-at {ts(5000)} is before dynquota.io/override-granted-at "
+            f"{ts(7200)}",
         ),
     ],
 )
-def test_malformed_override_state_changes_nothing(extra: dict[str, str], problem: str) -> None:
-    quota = settled(14, at=0, extra=extra)
-    d = run(quota, T0 + 300, pods=14)  # an upscale would be due
-    assert d.action == "nothing"
+def test_cancel_is_never_blocked_by_malformed_override_state(
+    extra: dict[str, str], problems: str
+) -> None:
+    quota = _at_max(extra)
+    d = run(quota, T0 + 3600, pods=10, configmaps=10)
+    assert d.action == "patch"
+    assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+    assert d.reasons == CANCELLED
+    assert d.remove_annotations == frozenset(extra)
+    assert d.events == (
+        Event("Normal", "OverrideExpired", "override cancelled: " + "; ".join(CANCELLED)),
+    )
+    assert d.notes[0] == (
+        f"override state malformed: {problems}; the override annotations are removed"
+    )
+    assert_fixed_point(apply_decision(quota, d), T0 + 3600, pods=10, configmaps=10)
+
+
+@pytest.mark.parametrize("value", ["max", "please"])
+def test_valid_expiry_in_the_past_expires_whatever_granted_at_holds(value: str) -> None:
+    for granted in ("nope", None, ts(4000)):
+        extra = {R_KEY: value, E_KEY: ts(1800)}
+        if granted is not None:
+            extra[G_KEY] = granted
+        d = run(_at_max(extra), T0 + 3600, pods=10, configmaps=10)
+        assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+        assert d.remove_annotations == frozenset(extra)
+        assert d.changes[0].reason.startswith(
+            f"override-expired pods 1000->14: override expired at {ts(1800)}"
+        )
+        assert [e.reason for e in d.events] == (
+            ["OverrideExpired"] if value == "max" else ["OverrideRejected", "OverrideExpired"]
+        )
+
+
+def test_malformed_expires_at_is_rewritten_from_granted_at() -> None:
+    for raw, problem in (
+        ("2026-12-07", "dynquota.io/override-expires-at malformed ('2026-12-07')"),
+        (None, "dynquota.io/override-expires-at missing"),
+    ):
+        extra = {R_KEY: "max", G_KEY: ts(0)}
+        if raw is not None:
+            extra[E_KEY] = raw
+        quota = _at_max(extra)
+        d = run(quota, T0 + 3600, pods=10, configmaps=10)
+        assert d.action == "patch"
+        assert d.changes == ()
+        assert d.set_annotations == {E_KEY: ts(WEEK)}
+        assert d.events == (
+            Event(
+                "Warning",
+                "StateRepaired",
+                f"override state malformed: {problem}; repaired: dynquota.io/override-expires-at "
+                f"set to {ts(WEEK)} (dynquota.io/override-granted-at + 168h); the override ends "
+                f"at {ts(WEEK)}",
+            ),
+        )
+        assert d.requeue_at == T0 + WEEK
+        assert_fixed_point(apply_decision(quota, d), T0 + 3600, pods=10, configmaps=10)
+        # Past granted-at + TTL it expires, the malformed expiry notwithstanding.
+        d = run(quota, T0 + WEEK, pods=10, configmaps=10)
+        assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+        assert d.events[0] == Event(
+            "Normal", "OverrideExpired", f"override expired at {ts(WEEK)}: " + "; ".join(d.reasons)
+        )
+
+
+def test_unprovable_grant_never_extends_beyond_a_grant_made_now() -> None:
+    # granted-at malformed, expiry 30 days ahead: clamped to now + TTL, granted-at re-stamped.
+    quota = _at_max({R_KEY: "max", G_KEY: "nope", E_KEY: ts(30 * 86400)})
+    d = run(quota, T0 + 3600, pods=10, configmaps=10)
+    assert d.set_annotations == {G_KEY: ts(3600), E_KEY: ts(3600 + WEEK)}
+    assert d.events == (
+        Event(
+            "Warning",
+            "StateRepaired",
+            "override state malformed: dynquota.io/override-granted-at malformed ('nope'); "
+            f"repaired: dynquota.io/override-granted-at re-stamped {ts(3600)}, "
+            f"dynquota.io/override-expires-at set to {ts(3600 + WEEK)} (was {ts(30 * 86400)}, "
+            f"later than a grant made now would end); the override ends at {ts(3600 + WEEK)}",
+        ),
+    )
+    assert d.requeue_at == T0 + 3600 + WEEK
+    assert_fixed_point(apply_decision(quota, d), T0 + 3600, pods=10, configmaps=10)
+    # Expiry before grant: the grant proves nothing, the earlier expiry stands.
+    quota = _at_max({R_KEY: "max", G_KEY: ts(7200), E_KEY: ts(5000)})
+    d = run(quota, T0 + 3600, pods=10, configmaps=10)
+    assert d.set_annotations == {G_KEY: ts(3600)}
+    assert d.events == (
+        Event(
+            "Warning",
+            "StateRepaired",
+            f"override state malformed: dynquota.io/override-expires-at {ts(5000)} is before "
+            f"dynquota.io/override-granted-at {ts(7200)}; repaired: "
+            f"dynquota.io/override-granted-at re-stamped {ts(3600)}; the override ends at "
+            f"{ts(5000)}",
+        ),
+    )
+    assert d.requeue_at == T0 + 5000
+
+
+def test_unprovable_override_state_with_a_request_is_granted_again() -> None:
+    quota = _at_max({R_KEY: "MAX", G_KEY: "nope", E_KEY: "never"})
+    d = run(quota, T0 + 3600, pods=10, configmaps=10)
+    assert d.action == "patch"
     assert d.changes == ()
+    assert d.set_annotations == {G_KEY: ts(3600), E_KEY: ts(3600 + WEEK)}
+    assert d.events == (
+        Event(
+            "Warning",
+            "StateRepaired",
+            "override state malformed: dynquota.io/override-granted-at malformed ('nope'), "
+            "dynquota.io/override-expires-at malformed ('never'); nothing proves when the "
+            f"override was granted: granted again until {ts(3600 + WEEK)}",
+        ),
+        Event("Normal", "OverrideGranted", f"override granted until {ts(3600 + WEEK)}: no change"),
+    )
+    assert d.requeue_at == T0 + 3600 + WEEK
+    assert_fixed_point(apply_decision(quota, d), T0 + 3600, pods=10, configmaps=10)
+    # Below the maximum (e.g. after an admin edit of the state), the grant raises it.
+    d = run(settled(14, extra={R_KEY: "max", G_KEY: "nope"}), T0 + 3600, pods=10)
+    assert d.reasons[0] == (
+        f"override-granted pods 14->1000: dynquota.io/override=max until {ts(3600 + WEEK)}"
+    )
+
+
+def test_unprovable_override_state_without_a_valid_request_ends_now() -> None:
+    quota = _at_max({R_KEY: "please", G_KEY: "nope"})
+    d = run(quota, T0 + 3600, pods=10, configmaps=10)
+    ended = (
+        "override-expired pods 1000->14: override ended (its state was malformed), peak 10 "
+        "over 1h, buffer 40%",
+        "override-expired configmaps 2000->50: override ended (its state was malformed), peak "
+        "10 over 6h, buffer 40%, at minimum 50",
+    )
+    assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+    assert d.reasons == ended
+    assert d.remove_annotations == frozenset({R_KEY, G_KEY})
     assert d.events == (
         Event(
             "Warning",
             "OverrideRejected",
-            f"override state is malformed, the quota is left as it is: {problem}",
+            "dynquota.io/override='please' is not a valid request (the only value is max); ignored",
+        ),
+        Event(
+            "Warning",
+            "StateRepaired",
+            "override state malformed: dynquota.io/override-granted-at malformed ('nope'), "
+            "dynquota.io/override-expires-at missing; nothing proves when the override was "
+            "granted and dynquota.io/override is not a valid request: the override ends now",
+        ),
+        Event(
+            "Normal",
+            "OverrideExpired",
+            "override ended (its state was malformed): " + "; ".join(ended),
         ),
     )
-    assert d.requeue_at is None
+    assert_fixed_point(apply_decision(quota, d), T0 + 3600, pods=10, configmaps=10)
+
+
+_G_VALUES = st.sampled_from([None, "nope", 0, 3000, 9000, -WEEK])
+_E_VALUES = st.sampled_from([None, "never", 1000, 5000, WEEK, 30 * 86400])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    request=st.sampled_from([None, "max", "MAX", "yes"]),
+    granted=_G_VALUES,
+    expires=_E_VALUES,
+    now=st.integers(0, 2 * WEEK),
+)
+def test_override_state_never_blocks_nor_outlasts_its_proof(
+    request: str | None, granted: int | str | None, expires: int | str | None, now: int
+) -> None:
+    assume(granted is not None or expires is not None)  # some override state is stored
+    extra: dict[str, str] = {}
+    for key, value in ((R_KEY, request), (G_KEY, granted), (E_KEY, expires)):
+        if isinstance(value, int):
+            extra[key] = ts(value)
+        elif value is not None:
+            extra[key] = value
+    quota = _at_max(extra)
+    d = run(quota, T0 + now, pods=10, configmaps=10)
+    # OverrideRejected is only for a bad request value.
+    rejected = [e for e in d.events if e.reason == "OverrideRejected"]
+    assert len(rejected) == (1 if request == "yes" else 0)
+    after = apply_decision(quota, d)
+    assert after is not None
+    assert_fixed_point(after, T0 + now, pods=10, configmaps=10)
+    left = {k: after.annotations[k] for k in (G_KEY, E_KEY) if k in after.annotations}
+    proofs = [T0 + v for v in (expires,) if isinstance(v, int)]
+    if isinstance(granted, int) and not (isinstance(expires, int) and expires < granted):
+        proofs.append(T0 + granted + WEEK)
+    if request is None:
+        assert not left, "a cancelled override leaves no state"
+    if not left:
+        assert R_KEY not in after.annotations
+        assert after.hard[PODS] == 14  # sized to T(P) at once
+        if request in ("max", "MAX"):  # a valid request ends only at a provable expiry
+            assert proofs
+            assert min(proofs) <= T0 + now
+        return
+    assert set(left) == {G_KEY, E_KEY}
+    assert after.hard[PODS] == 1000
+    end = parse_time(left[E_KEY])
+    assert parse_time(left[G_KEY]) <= end
+    assert T0 + now < end <= max([*proofs, T0 + now + WEEK])
+    if proofs:
+        assert end <= min(proofs)  # never beyond what the stored state proves
+    else:
+        assert request in ("max", "MAX")
+        assert end == T0 + now + WEEK  # granted again from now
 
 
 def test_policy_change_during_override_moves_to_new_maximum() -> None:
