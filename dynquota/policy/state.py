@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Final
+from typing import Final, Literal
 
 __all__ = [
     "ANNOTATION_PREFIX",
@@ -40,6 +40,7 @@ __all__ = [
     "OVERRIDE_GRANTED_AT",
     "POLICY",
     "KillSwitchReading",
+    "KillSwitchState",
     "format_time",
     "hard_key",
     "last_change_key",
@@ -133,13 +134,30 @@ def parse_time(text: str) -> int:
     return math.floor(moment.timestamp())
 
 
+KillSwitchState = Literal["engaged", "released", "unknown"]
+"""The kill switch as reported (metric label, log, CLI): ``unknown`` while no valid state is
+known; then nothing is created."""
+
+
 @dataclass(frozen=True)
 class KillSwitchReading:
     """The ``dynquota.io/kill-switch`` annotation read: ``engaged`` is ``True``/``False``, or
-    ``None`` when the value is invalid (then ``warning`` says why and nothing must change)."""
+    ``None`` when the state is unknown (an invalid value and no valid state to fall back on;
+    then nothing must be written). ``warning`` says why a value was not taken as it is."""
 
     engaged: bool | None
     warning: str | None = None
+
+    @property
+    def state(self) -> KillSwitchState:
+        """``engaged``, ``released`` or ``unknown`` (``engaged is None``)."""
+        if self.engaged is None:
+            return "unknown"
+        return "engaged" if self.engaged else "released"
+
+
+def _invalid(value: str) -> str:
+    return f"invalid {KILL_SWITCH} value {value!r}: expected true or false (case-insensitive)"
 
 
 def parse_kill_switch(value: str | None) -> KillSwitchReading:
@@ -156,18 +174,51 @@ def parse_kill_switch(value: str | None) -> KillSwitchReading:
         return KillSwitchReading(True)
     if lowered == "false":
         return KillSwitchReading(False)
+    return KillSwitchReading(None, f"{_invalid(value)}; the kill switch stays as it was")
+
+
+def resolve_kill_switch(
+    value: str | None, previous: bool | None, *, managed_quotas_exist: bool | None = None
+) -> KillSwitchReading:
+    """The kill switch's state given the annotation ``value`` (``None``: absent), the last
+    valid state ``previous`` (``None``: no valid value read since start-up) and, at start-up,
+    whether any managed quota exists cluster-wide (``managed_quotas_exist``; ``None``: not
+    known, e.g. an older caller).
+
+    A valid value wins (see :func:`parse_kill_switch`). An invalid value (Warning text in
+    ``warning``) keeps ``previous``; with no previous state:
+
+    - managed quotas exist: the last valid state was *released* (an engaged switch deletes
+      every managed quota), so ``engaged=False``;
+    - no managed quota exists (a fresh install, or the switch was engaged): ``engaged=None``,
+      state ``unknown``: nothing is created until a valid value is read;
+    - not known: ``engaged=None`` as well.
+
+    Pure. Caveat: a switch set to ``true`` and then to an invalid value while the operator was
+    down, before it deleted anything, reads as released (the quotas are still there).
+    """
+    reading = parse_kill_switch(value)
+    if reading.engaged is not None or value is None:
+        return reading
+    invalid = _invalid(value)
+    if previous is not None:
+        was = "engaged" if previous else "released"
+        return KillSwitchReading(previous, f"{invalid}; the kill switch stays {was}")
+    if managed_quotas_exist:
+        return KillSwitchReading(
+            False,
+            f"{invalid}; no valid value was read since start-up, but managed quotas exist, so "
+            "it was last released (an engaged switch deletes them all): acting as released",
+        )
+    if managed_quotas_exist is None:
+        return KillSwitchReading(
+            None,
+            f"{invalid}; no valid value was read since start-up: the state is unknown, nothing "
+            "is written until it reads true or false",
+        )
     return KillSwitchReading(
         None,
-        f"invalid {KILL_SWITCH} value {value!r}: expected true or false (case-insensitive); "
-        "the kill switch stays as it was",
+        f"{invalid}; no valid value was read since start-up and no managed quota exists (a "
+        "fresh install, or the switch was engaged): the state is unknown, no quota is created "
+        "until it reads true or false",
     )
-
-
-def resolve_kill_switch(value: str | None, previous: bool | None) -> KillSwitchReading:
-    """Like :func:`parse_kill_switch`, but an invalid value keeps ``previous`` (the last valid
-    state; ``None`` when there was none yet, e.g. at start-up: then nothing is written until a
-    valid value is read). The warning is kept."""
-    reading = parse_kill_switch(value)
-    if reading.engaged is None:
-        return KillSwitchReading(previous, reading.warning)
-    return reading

@@ -10,6 +10,8 @@ from dynquota.policy import (
     DEFAULT_PROFILES,
     PODS,
     Exclusion,
+    KillSwitchReading,
+    KillSwitchState,
     NamespaceInfo,
     PolicyInfo,
     format_time,
@@ -285,3 +287,89 @@ def test_resolve_kill_switch_keeps_previous_state() -> None:
     assert resolve_kill_switch("yes", previous=True).warning is not None
     assert resolve_kill_switch("TRUE", previous=False).engaged is True
     assert resolve_kill_switch(None, previous=True).engaged is False
+
+
+VALID_KILL_SWITCH = [
+    ("true", "engaged"),
+    ("TRUE", "engaged"),
+    ("false", "released"),
+    (None, "released"),
+]
+INVALID_KILL_SWITCH = ["yes", " true ", "", "maybe"]
+INVALID_PREFIX = (
+    "invalid dynquota.io/kill-switch value {!r}: expected true or false (case-insensitive)"
+)
+
+
+@pytest.mark.parametrize(("value", "state"), VALID_KILL_SWITCH)
+@pytest.mark.parametrize("previous", [None, True, False])
+@pytest.mark.parametrize("managed_quotas_exist", [None, True, False])
+def test_resolve_kill_switch_valid_value_wins(
+    value: str | None,
+    state: KillSwitchState,
+    previous: bool | None,
+    managed_quotas_exist: bool | None,
+) -> None:
+    reading = resolve_kill_switch(value, previous, managed_quotas_exist=managed_quotas_exist)
+    assert reading == KillSwitchReading(state == "engaged", None)
+    assert reading.state == state
+
+
+@pytest.mark.parametrize("value", INVALID_KILL_SWITCH)
+@pytest.mark.parametrize("managed_quotas_exist", [None, True, False])
+@pytest.mark.parametrize(("previous", "state"), [(True, "engaged"), (False, "released")])
+def test_resolve_kill_switch_invalid_value_keeps_a_known_state(
+    value: str, managed_quotas_exist: bool | None, previous: bool, state: KillSwitchState
+) -> None:
+    reading = resolve_kill_switch(value, previous, managed_quotas_exist=managed_quotas_exist)
+    assert reading == KillSwitchReading(
+        previous, INVALID_PREFIX.format(value) + f"; the kill switch stays {state}"
+    )
+    assert reading.state == state
+
+
+@pytest.mark.parametrize("value", INVALID_KILL_SWITCH)
+def test_resolve_kill_switch_invalid_at_start_up_with_managed_quotas_acts_released(
+    value: str,
+) -> None:
+    reading = resolve_kill_switch(value, None, managed_quotas_exist=True)
+    assert reading == KillSwitchReading(
+        False,
+        INVALID_PREFIX.format(value) + "; no valid value was read since start-up, but managed "
+        "quotas exist, so it was last released (an engaged switch deletes them all): acting as "
+        "released",
+    )
+    assert reading.state == "released"
+
+
+@pytest.mark.parametrize("value", INVALID_KILL_SWITCH)
+def test_resolve_kill_switch_invalid_at_start_up_without_managed_quotas_is_unknown(
+    value: str,
+) -> None:
+    reading = resolve_kill_switch(value, None, managed_quotas_exist=False)
+    assert reading == KillSwitchReading(
+        None,
+        INVALID_PREFIX.format(value) + "; no valid value was read since start-up and no managed "
+        "quota exists (a fresh install, or the switch was engaged): the state is unknown, no "
+        "quota is created until it reads true or false",
+    )
+    assert reading.state == "unknown"
+
+
+@pytest.mark.parametrize("value", INVALID_KILL_SWITCH)
+def test_resolve_kill_switch_old_callers_keep_unknown(value: str) -> None:
+    """Without ``managed_quotas_exist`` (callers predating it): unknown, as before."""
+    reading = resolve_kill_switch(value, None)
+    assert reading == KillSwitchReading(
+        None,
+        INVALID_PREFIX.format(value) + "; no valid value was read since start-up: the state "
+        "is unknown, nothing is written until it reads true or false",
+    )
+    assert reading.state == "unknown"
+
+
+def test_kill_switch_reading_states() -> None:
+    assert KillSwitchReading(True).state == "engaged"
+    assert KillSwitchReading(False).state == "released"
+    assert KillSwitchReading(None, "x").state == "unknown"
+    assert parse_kill_switch(" true ").state == "unknown"
