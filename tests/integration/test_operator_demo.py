@@ -1,0 +1,28 @@
+"""`dynquota demo --fast` end to end: its own control plane, the real ReplicaSet controller,
+the operator, and everything stopped afterwards (what `make demo` runs, shorter)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_demo_runs_and_cleans_up() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dynquota.cli", "demo", "--fast"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+    assert "2. demo-runaway: throttled to 60 pods instead of 100000: " in out
+    assert "10 -> 14 -> 20 -> 28 -> 40 -> 56 -> 60" in out
+    assert "1. demo-web: all 20 pods created, in steps of one cooldown" in out
+    assert "3. demo-helm: install re-run, all 100 ConfigMaps created under the override" in out
+    assert "4. demo-helm: override expired, configmaps sized from the peak usage" in out
+    assert "5. every managed quota deleted; none is created while engaged" in out
+    assert "5. quotas re-created from current usage" in out
+    assert "nudged ReplicaSet demo-runaway/" in out
+    assert out.rstrip().endswith("everything stopped: control plane, operator, temporary files.")
