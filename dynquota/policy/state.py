@@ -13,7 +13,8 @@ Annotations on the managed ResourceQuota ``dynquota`` (all under ``dynquota.io/`
                                            change, applied at once
 ``dynquota.io/policy``                     name of the governing policy; a different one now
                                            governing is a policy change
-``dynquota.io/override``                   written by the tenant: ``max`` requests the override
+``dynquota.io/override``                   written by the tenant: ``max`` (any case) requests
+                                           the override
 ``dynquota.io/override-granted-at``        RFC 3339 UTC, written when granted
 ``dynquota.io/override-expires-at``        RFC 3339 UTC, granted-at + TTL at most
 =========================================  =====================================================

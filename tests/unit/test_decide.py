@@ -511,6 +511,22 @@ def test_override_value_is_case_insensitive(value: str) -> None:
     assert d.hard[PODS] == 1000
 
 
+@pytest.mark.parametrize("value", ["MAX", "Max", "mAx"])
+def test_override_in_any_case_is_one_request_for_its_whole_life(value: str) -> None:
+    """Grant, active (never rejected), expiry (the request removed whatever its case)."""
+    quota = settled(14, 70, extra={"dynquota.io/override": value})
+    d = run(quota, T0 + 5, pods=10, configmaps=50)
+    assert d.hard == {PODS: 1000, CONFIGMAPS: 2000}
+    assert [e.reason for e in d.events] == ["OverrideGranted"]
+    active = apply_decision(quota, d)
+    d = run(active, T0 + 3600, pods=10, configmaps=50)
+    assert (d.action, d.events, d.requeue_at) == ("nothing", (), T0 + 5 + WEEK)
+    d = run(active, T0 + 5 + WEEK, pods=10, configmaps=10)
+    assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+    assert "dynquota.io/override" in d.remove_annotations
+    assert [e.reason for e in d.events] == ["OverrideExpired"]
+
+
 @pytest.mark.parametrize("value", ["true", "yes", " max", "max ", "maximum", "", "1000"])
 def test_override_other_values_rejected_sizing_continues(value: str) -> None:
     quota = settled(14, extra={"dynquota.io/override": value})
