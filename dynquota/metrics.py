@@ -16,6 +16,8 @@ dynquota_resizes_total                      counter direction (up/down), reason
 dynquota_quota_writes_total                 counter verb (create/patch/delete)
 dynquota_overrides_active                   gauge   -
 dynquota_kill_switch_engaged                gauge   -
+dynquota_kill_switch_state                  gauge   state (engaged/released/unknown: 1 for
+                                                    the current one; unknown: nothing written)
 dynquota_leader                             gauge   - (1 when this replica may write)
 dynquota_frozen_namespaces                  gauge   - (matched by an invalid policy)
 dynquota_managed_namespaces                 gauge   -
@@ -83,6 +85,13 @@ class Metrics:
         self.kill_switch = Gauge(
             "dynquota_kill_switch_engaged", "1 while the kill switch is engaged", registry=r
         )
+        self.kill_switch_state = Gauge(
+            "dynquota_kill_switch_state",
+            "1 for the kill switch's current state (engaged, released, unknown)",
+            ("state",),
+            registry=r,
+        )
+        self.kill_switch_state.labels("unknown").set(1)
         self.leader = Gauge("dynquota_leader", "1 while this replica may write", registry=r)
         self.frozen = Gauge(
             "dynquota_frozen_namespaces", "Namespaces matched by an invalid policy", registry=r

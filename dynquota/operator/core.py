@@ -222,6 +222,9 @@ class Operator:
         self._deleted: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=3600)
         self._policies: dict[str, _PolicyRecord] = {}
         self.kill_switch: bool | None = None
+        self.managed_quotas_exist: bool | None = None
+        """Whether managed quotas existed at start-up (read only when the kill-switch
+        annotation is invalid then); ``None``: not known."""
         self._kube_system_uid = ""
         self._status_used: dict[str, dict[str, int]] = {}
         self.simulated: dict[str, QuotaState | None] = {}
@@ -348,8 +351,19 @@ class Operator:
     # -- kill switch ---------------------------------------------------------------------------
 
     def observe_kill_switch(self, value: str | None) -> None:
-        """The ``dynquota.io/kill-switch`` annotation of ``kube-system`` as read now."""
-        reading = resolve_kill_switch(value, self.kill_switch)
+        """The ``dynquota.io/kill-switch`` annotation of ``kube-system`` as read now.
+
+        An invalid value keeps the last valid state; with none yet (start-up), the state is
+        released if :attr:`managed_quotas_exist` (set at start-up), else unknown (nothing is
+        written) — see :func:`dynquota.policy.resolve_kill_switch`.
+        """
+        reading = resolve_kill_switch(
+            value,
+            self.kill_switch,
+            managed_quotas_exist=self.managed_quotas_exist if self.kill_switch is None else None,
+        )
+        for state in ("engaged", "released", "unknown"):
+            self.metrics.kill_switch_state.labels(state).set(1 if state == reading.state else 0)
         if reading.warning:
             log.warning("%s", reading.warning)
             self._spawn(

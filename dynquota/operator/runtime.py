@@ -41,6 +41,7 @@ from dynquota.kube.leader import AlwaysLeader, LeaderGate
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaClient
 from dynquota.metrics import InformerCollector, Metrics, MetricsServer
 from dynquota.operator.core import KUBE_SYSTEM, Operator
+from dynquota.policy import KILL_SWITCH, parse_kill_switch
 from dynquota.settings import Settings
 
 __all__ = ["Runtime", "build_registry", "connection_info", "kopf_settings", "run"]
@@ -134,8 +135,22 @@ class Runtime:
                     delay,
                 )
                 await asyncio.sleep(delay)
+        value = ((kube_system.get("metadata") or {}).get("annotations") or {}).get(KILL_SWITCH)
+        if value is not None and parse_kill_switch(value).engaged is None:
+            # invalid at start-up: whether managed quotas exist tells the last valid state
+            backoff.reset()
+            while True:
+                try:
+                    found = await self.operator.quotas.list_managed()
+                    break
+                except KubeError as exc:
+                    delay = backoff.next_delay()
+                    log.warning("listing managed quotas failed (%s); retrying", exc)
+                    await asyncio.sleep(delay)
+            self.operator.managed_quotas_exist = bool(found)
         self.operator.on_namespace(None, kube_system)
-        log.info("kill switch is %s", "ENGAGED" if self.operator.kill_switch else "released")
+        state = {True: "ENGAGED", False: "released", None: "UNKNOWN (nothing is written)"}
+        log.info("kill switch is %s", state[self.operator.kill_switch])
         backoff.reset()
         while True:
             try:

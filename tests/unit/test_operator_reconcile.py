@@ -563,3 +563,51 @@ async def test_global_dry_run_kill_switch_deletes_nothing() -> None:
     world.op.kill_switch = True
     assert await world.op.engage_kill_switch() == 0
     assert world.quotas.writes == []
+
+
+def _world_with_invalid_switch(managed_quotas_exist: bool) -> World:
+    world = World()
+    op = Operator(
+        world.settings,
+        quotas=world.quotas,
+        events=world.events,
+        policy_status=world.status,
+        gate=world.leader,
+        clock=world.clock,
+    )
+    op.usage = world.usage
+    op.managed_quotas_exist = managed_quotas_exist
+    op.on_namespace(None, namespace("kube-system", annotations={"dynquota.io/kill-switch": "yes"}))
+    world.op = op
+    return world
+
+
+async def test_invalid_kill_switch_at_start_with_managed_quotas_acts_as_released() -> None:
+    world = _world_with_invalid_switch(managed_quotas_exist=True)
+    assert world.op.kill_switch is False
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a")]
+    await async_wait_until(
+        lambda: "KillSwitchInvalid" in world.events.reasons("kube-system"), "warning"
+    )
+    sample = world.op.metrics.registry.get_sample_value
+    assert sample("dynquota_kill_switch_state", {"state": "released"}) == 1
+    await world.op.stop_background()
+
+
+async def test_invalid_kill_switch_at_start_without_quotas_is_unknown_and_writes_nothing() -> None:
+    world = _world_with_invalid_switch(managed_quotas_exist=False)
+    assert world.op.kill_switch is None
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    assert world.quotas.writes == []
+    sample = world.op.metrics.registry.get_sample_value
+    assert sample("dynquota_kill_switch_state", {"state": "unknown"}) == 1
+    assert sample("dynquota_kill_switch_state", {"state": "engaged"}) == 0
+    # a valid value settles it
+    world.op.on_namespace("MODIFIED", namespace("kube-system", rv=9))
+    assert world.op.kill_switch is False
+    await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a")]
+    await world.op.stop_background()
