@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 
 from dynquota.policy.durations import format_duration
 from dynquota.policy.models import TRACKED_RESOURCES, ResourceProfile
-from dynquota.policy.selection import Governance
+from dynquota.policy.selection import MANAGED_LABEL, Governance
 from dynquota.policy.state import (
     ANNOTATION_PREFIX,
     OVERRIDE,
@@ -39,6 +39,7 @@ from dynquota.quantity import Quantity
 
 __all__ = [
     "DEFAULT_OVERRIDE_TTL",
+    "RECURRING_REASONS",
     "Action",
     "Change",
     "ChangeKind",
@@ -73,6 +74,12 @@ OVERRIDE_EXPIRED: Final = "OverrideExpired"
 OVERRIDE_REJECTED: Final = "OverrideRejected"
 USAGE_ABOVE_MAXIMUM: Final = "UsageAboveMaximum"
 STATE_REPAIRED: Final = "StateRepaired"
+MANUAL_EDIT_REVERTED: Final = "ManualEditReverted"
+QUOTA_RECREATED: Final = "QuotaRecreated"
+
+RECURRING_REASONS: Final = frozenset({OVERRIDE_REJECTED, USAGE_ABOVE_MAXIMUM})
+"""Reasons of Warnings that :func:`decide` repeats on every decision while their cause lasts
+(the caller posts them once per cause); every other Event reports one occurrence."""
 
 _STATE_PREFIXES: Final = tuple(
     f"{ANNOTATION_PREFIX}{name}." for name in ("last-upscale", "last-change", "hard", "profile")
@@ -143,8 +150,9 @@ class Change:
 @dataclass(frozen=True)
 class Event:
     """A Kubernetes Event to post on the managed quota: ``type`` Normal/Warning, ``reason``
-    (``Resized``, ``OverrideGranted``, ``OverrideExpired``, ``OverrideRejected``,
-    ``UsageAboveMaximum``, ``StateRepaired``) and ``message``."""
+    (Normal: ``Resized``, ``OverrideGranted``, ``OverrideExpired``; Warning:
+    ``OverrideRejected``, ``UsageAboveMaximum``, ``StateRepaired``, ``ManualEditReverted``,
+    ``QuotaRecreated``) and ``message``."""
 
     type: EventType
     reason: str
@@ -381,6 +389,10 @@ def _ended(override: _Override, now: int, detailed: bool) -> str:
     return f"override cancelled ({OVERRIDE} removed)" if detailed else "override cancelled"
 
 
+def _edited(resource: str, spec: Quantity | int | None) -> str:
+    return f"{resource} removed" if spec is None else f"{resource} edited to {_text(spec)}"
+
+
 def _frozen_events(governance: Governance, quota: QuotaState | None) -> list[Event]:
     if quota is None or OVERRIDE_GRANTED_AT in quota.annotations:
         return []
@@ -422,6 +434,7 @@ def decide(
     started_at: float,
     dry_run: bool = False,
     override_ttl: int = DEFAULT_OVERRIDE_TTL,
+    previously_managed: bool = False,
 ) -> Decision:
     """Decide the managed quota of one namespace. Pure.
 
@@ -438,6 +451,10 @@ def decide(
             ``started_at + downscaleCooldown``, since peak history before it is lost.
         dry_run: the global dry-run flag (a policy's ``dryRun`` is in ``governance``).
         override_ttl: tenant override lifetime, seconds.
+        previously_managed: with ``quota=None``, the namespace had a managed quota that
+            someone else deleted (not dynquota: the kill switch and opting out are not
+            re-creations): the create is reported as a ``QuotaRecreated`` Warning instead of a
+            ``Resized`` Event. Ignored when ``quota`` is given.
 
     Returns:
         A :class:`Decision`; ``dry_run`` set when it must not be written.
@@ -461,9 +478,9 @@ def decide(
         return Decision("delete", notes=(f"not managed: {governance.reason}",), dry_run=dry_run)
     if governance.kind == "frozen":
         return _nothing(f"frozen: {governance.reason}", dry_run, _frozen_events(governance, quota))
-    return _Sizer(governance, usage, peak, quota, t, started_at, override_ttl).run(
-        dry_run or governance.dry_run
-    )
+    sizer = _Sizer(governance, usage, peak, quota, t, started_at, override_ttl)
+    sizer.recreated = quota is None and previously_managed
+    return sizer.run(dry_run or governance.dry_run)
 
 
 class _Sizer:
@@ -495,6 +512,8 @@ class _Sizer:
         self.notes: list[str] = []
         self.events: list[Event] = []
         self.pending: list[int] = []
+        self.edits: list[str] = []
+        self.recreated = False
 
     # -- annotation helpers -------------------------------------------------------------------
 
@@ -556,11 +575,13 @@ class _Sizer:
             k for k in (self.quota.hard if self.quota else {}) if k not in self.hard
         )
         for key in sorted(null_hard):
+            foreign = _text(self.quota.hard[key]) if self.quota else None
+            self.edits.append(f"{key} set to {foreign}, removed (not tracked by dynquota)")
             self.changes.append(
                 Change(
                     key,
                     "revert",
-                    _text(self.quota.hard[key]) if self.quota else None,
+                    foreign,
                     None,
                     f"revert {key}: not tracked by dynquota, removed from spec.hard",
                 )
@@ -711,8 +732,10 @@ class _Sizer:
             reason = f"{kind} {label}: {why}"
             if edited:
                 reason += f" (spec.hard was {_text(spec) or 'absent'}, edited directly)"
+                self.edits.append(f"{_edited(resource, spec)}, set to {desired} ({kind})")
             self.changes.append(Change(resource, kind, _text(spec), str(desired), reason))
         elif edited:
+            self.edits.append(f"{_edited(resource, spec)}, restored to {desired}")
             self.changes.append(
                 Change(
                     resource,
@@ -761,6 +784,7 @@ class _Sizer:
             by_kind.setdefault(change.kind, []).append(change)
         granted = by_kind.pop("override-granted", [])
         expired = by_kind.pop("override-expired", [])
+        by_kind.pop("revert", None)  # reported as ManualEditReverted
         resized = [c for kind, changes in by_kind.items() for c in changes]
         resized.sort(key=lambda c: self.changes.index(c))
         if override.mode == "grant":
@@ -773,5 +797,24 @@ class _Sizer:
             ended = _ended(override, self.now, detailed=False)
             sizes = "; ".join(c.reason for c in expired) or "no change"
             self.events.append(Event("Normal", OVERRIDE_EXPIRED, f"{ended}: {sizes}"))
-        if resized:
+        if resized and self.recreated:
+            self.events.append(
+                Event(
+                    "Warning",
+                    QUOTA_RECREATED,
+                    "the managed quota was deleted and is re-created (its state is lost, "
+                    "cooldowns restart; to stop dynquota managing this namespace, label it "
+                    f"{MANAGED_LABEL}=false): " + "; ".join(c.reason for c in resized),
+                )
+            )
+        elif resized:
             self.events.append(Event("Normal", RESIZED, "; ".join(c.reason for c in resized)))
+        if self.edits:
+            self.events.append(
+                Event(
+                    "Warning",
+                    MANUAL_EDIT_REVERTED,
+                    f"spec.hard was edited directly: {'; '.join(self.edits)}. dynquota sizes "
+                    f"this quota: change its DynamicQuotaPolicy, or request {OVERRIDE}=max",
+                )
+            )

@@ -31,6 +31,9 @@ from dynquota.policy import (
 )
 from dynquota.quantity import parse_quantity
 
+HINT = (
+    "dynquota sizes this quota: change its DynamicQuotaPolicy, or request dynquota.io/override=max"
+)
 T0 = 1795996800  # 2026-11-30T00:00:00Z
 STARTED = T0 - 86400  # the operator has been up for a day unless a test says otherwise
 WEEK = 7 * 86400
@@ -55,6 +58,7 @@ def run(
     started_at: float = STARTED,
     dry_run: bool = False,
     override_ttl: int = DEFAULT_OVERRIDE_TTL,
+    previously_managed: bool = False,
 ) -> Decision:
     return decide(
         governance=governance,
@@ -66,6 +70,7 @@ def run(
         started_at=started_at,
         dry_run=dry_run,
         override_ttl=override_ttl,
+        previously_managed=previously_managed,
     )
 
 
@@ -184,6 +189,37 @@ def test_create_at_once_with_stamps() -> None:
     quota = apply_decision(None, d)
     assert quota == QuotaState(d.hard, d.set_annotations)
     assert_fixed_point(quota, T0 + 1, pods=10, configmaps=3)
+
+
+def test_recreated_quota_is_a_warning() -> None:
+    d = run(None, T0, pods=10, previously_managed=True)
+    assert d.action == "create"
+    assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+    assert d.reasons == (
+        "create pods 14: usage 10, buffer 40%",
+        "create configmaps 50: usage 0, buffer 40%, at minimum 50",
+    )
+    assert d.events == (
+        Event(
+            "Warning",
+            "QuotaRecreated",
+            "the managed quota was deleted and is re-created (its state is lost, cooldowns "
+            "restart; to stop dynquota managing this namespace, label it "
+            "dynquota.io/managed=false): create pods 14: usage 10, buffer 40%; create "
+            "configmaps 50: usage 0, buffer 40%, at minimum 50",
+        ),
+    )
+    # The write itself is the same as a first creation.
+    first = run(None, T0, pods=10)
+    assert (first.hard, first.set_annotations) == (d.hard, d.set_annotations)
+    assert [e.reason for e in first.events] == ["Resized"]
+    # previously_managed is about a missing quota only; nothing is re-created by it otherwise.
+    assert run(settled(14), T0 + 10, pods=10, previously_managed=True).events == ()
+    assert run(None, T0, pods=10, previously_managed=True, kill_switch=True).action == "nothing"
+    # dry run flags it like any Event
+    d = run(None, T0, pods=10, previously_managed=True, dry_run=True)
+    assert d.events[0].reason == "QuotaRecreated"
+    assert d.events[0].message.startswith("(dry run) the managed quota was deleted")
 
 
 def test_create_ignores_cooldowns_and_start() -> None:
@@ -369,7 +405,11 @@ def test_direct_edit_is_reverted_without_stamps() -> None:
     assert d.hard == {PODS: 14, CONFIGMAPS: 50}
     assert d.set_annotations == {}
     assert d.events == (
-        Event("Normal", "Resized", "revert pods 50->14: spec.hard was edited directly"),
+        Event(
+            "Warning",
+            "ManualEditReverted",
+            f"spec.hard was edited directly: pods edited to 50, restored to 14. {HINT}",
+        ),
     )
     assert_fixed_point(apply_decision(quota, d), T0 + 10, pods=10)
 
@@ -378,6 +418,13 @@ def test_removed_key_is_restored() -> None:
     quota = settled(14, hard={CONFIGMAPS: 50})
     d = run(quota, T0 + 10, pods=10)
     assert d.reasons == ("revert pods absent->14: spec.hard was edited directly",)
+    assert d.events == (
+        Event(
+            "Warning",
+            "ManualEditReverted",
+            f"spec.hard was edited directly: pods removed, restored to 14. {HINT}",
+        ),
+    )
 
 
 def test_edit_plus_due_change_reports_both() -> None:
@@ -385,6 +432,42 @@ def test_edit_plus_due_change_reports_both() -> None:
     d = run(quota, T0 + 300, pods=14)
     assert d.reasons == (
         "upscale pods 14->20: usage 14, buffer 40% (spec.hard was 5, edited directly)",
+    )
+    assert d.events == (
+        Event("Normal", "Resized", d.reasons[0]),
+        Event(
+            "Warning",
+            "ManualEditReverted",
+            f"spec.hard was edited directly: pods edited to 5, set to 20 (upscale). {HINT}",
+        ),
+    )
+
+
+def test_several_edits_are_one_warning_with_every_value() -> None:
+    quota = settled(
+        14,
+        hard={PODS: parse_quantity("1k"), CONFIGMAPS: 7, "secrets": parse_quantity("10")},
+    )
+    d = run(quota, T0 + 10, pods=10)
+    assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+    assert d.events == (
+        Event(
+            "Warning",
+            "ManualEditReverted",
+            "spec.hard was edited directly: pods edited to 1k, restored to 14; configmaps edited "
+            "to 7, restored to 50; secrets set to 10, removed (not tracked by dynquota). "
+            f"{HINT}",
+        ),
+    )
+    # During an override the maximum is what is restored.
+    quota = settled(1000, 2000, extra=_granted(0), hard={PODS: 3, CONFIGMAPS: 2000})
+    d = run(quota, T0 + 10, pods=10)
+    assert d.events == (
+        Event(
+            "Warning",
+            "ManualEditReverted",
+            f"spec.hard was edited directly: pods edited to 3, restored to 1000. {HINT}",
+        ),
     )
 
 
@@ -403,6 +486,14 @@ def test_foreign_keys_are_nulled() -> None:
     assert d.action == "patch"
     assert d.null_hard == frozenset({"secrets"})
     assert d.reasons == ("revert secrets: not tracked by dynquota, removed from spec.hard",)
+    assert d.events == (
+        Event(
+            "Warning",
+            "ManualEditReverted",
+            "spec.hard was edited directly: secrets set to 10, removed (not tracked by "
+            f"dynquota). {HINT}",
+        ),
+    )
     assert d.merge_patch() == {"spec": {"hard": {PODS: "14", CONFIGMAPS: "50", "secrets": None}}}
     after = apply_decision(quota, d)
     assert after is not None
