@@ -12,6 +12,7 @@ The rules as implemented, and how DESIGN §2's open points were settled: ``docs/
 
 from dynquota.policy.decide import (
     DEFAULT_OVERRIDE_TTL,
+    RECURRING_REASONS,
     Action,
     Change,
     ChangeKind,
@@ -53,6 +54,7 @@ from dynquota.policy.selection import (
     GovernanceKind,
     NamespaceInfo,
     govern,
+    managed_label_warning,
     namespace_exclusion,
     policy_rank,
 )
@@ -90,6 +92,7 @@ __all__ = [
     "OVERRIDE_GRANTED_AT",
     "PODS",
     "POLICY",
+    "RECURRING_REASONS",
     "SYSTEM_NAMESPACES",
     "TRACKED_RESOURCES",
     "Action",
@@ -119,6 +122,7 @@ __all__ = [
     "hard_key",
     "last_change_key",
     "last_upscale_key",
+    "managed_label_warning",
     "namespace_exclusion",
     "parse_duration",
     "parse_kill_switch",

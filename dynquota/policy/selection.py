@@ -9,7 +9,8 @@ Order of checks for a namespace (first that applies wins):
 4. excluded by the operator's settings (``excludeNamespaces`` / ``includeNamespaces``):
    *unmanaged*, a managed quota there is removed;
 5. label ``dynquota.io/managed=false`` (value compared case-insensitively): *unmanaged*, a
-   managed quota there is removed;
+   managed quota there is removed. Any other value but ``true`` (``no``, ``0``, empty) has no
+   effect, and is reported: :func:`managed_label_warning`, ``Governance.warning``;
 6. policy selection among the policies whose ``namespaceSelector`` matches:
 
    - rank: highest ``priority`` first; equal priorities: the lexicographically smallest
@@ -26,7 +27,7 @@ Order of checks for a namespace (first that applies wins):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from dynquota.policy.models import PolicyInfo, ResourceProfile
@@ -40,6 +41,7 @@ __all__ = [
     "GovernanceKind",
     "NamespaceInfo",
     "govern",
+    "managed_label_warning",
     "namespace_exclusion",
     "policy_rank",
 ]
@@ -90,6 +92,24 @@ def namespace_exclusion(
     return None
 
 
+def managed_label_warning(namespace: NamespaceInfo) -> str | None:
+    """The warning for a ``dynquota.io/managed`` label that has no effect, or ``None``.
+
+    Only ``false`` (any case) opts a namespace out; ``true`` (any case) and no label say it
+    may be managed. Any other value (``no``, ``0``, ``off``, empty) is most likely a failed
+    opt-out: ``label dynquota.io/managed="no" is not "false": the namespace stays managed
+    (only "false", in any case, opts a namespace out)``. Pure; checks the label only (see
+    :func:`govern` for when it matters).
+    """
+    value = namespace.labels.get(MANAGED_LABEL)
+    if value is None or value.lower() in ("false", "true"):
+        return None
+    return (
+        f'label {MANAGED_LABEL}="{value}" is not "false": the namespace stays managed '
+        '(only "false", in any case, opts a namespace out)'
+    )
+
+
 def policy_rank(name: str, priority: int) -> tuple[int, str]:
     """Sort key: smaller ranks first (higher priority, then smaller name)."""
     return (-priority, name)
@@ -102,7 +122,9 @@ class Governance:
     ``kind``: ``managed`` (``policy`` governs with ``profiles`` per tracked resource and
     ``dry_run`` from the policy), ``unmanaged`` (remove the managed quota), ``frozen`` (leave
     the managed quota exactly as it is; ``policy`` names the invalid policy) or ``excluded``
-    (never touched). ``reason``: human-readable why.
+    (never touched). ``reason``: human-readable why. ``warning``: a Warning for the caller to
+    post on the Namespace (a ``dynquota.io/managed`` label value that has no effect while the
+    namespace stays managed or frozen; see :func:`managed_label_warning`), else ``None``.
     """
 
     kind: GovernanceKind
@@ -110,6 +132,7 @@ class Governance:
     policy: str | None = None
     profiles: Mapping[str, ResourceProfile] = field(default_factory=dict)
     dry_run: bool = False
+    warning: str | None = None
 
     @classmethod
     def managed(
@@ -127,12 +150,21 @@ def govern(
 ) -> Governance:
     """Decide how ``namespace`` is governed, given every stored policy (valid or not).
 
-    Pure. See the module docstring for the order of checks and the ranking.
+    Pure. See the module docstring for the order of checks and the ranking. A
+    ``dynquota.io/managed`` value without effect sets ``warning`` when the namespace ends up
+    managed or frozen (excluded or unmatched, the label does not matter).
     """
     exclusion = namespace_exclusion(namespace, operator_namespace, excluded_by_settings)
     if exclusion is not None:
         kind: GovernanceKind = "unmanaged" if exclusion.remove_quota else "excluded"
         return Governance(kind, exclusion.reason)
+    governance = _select(namespace, policies)
+    if governance.kind in ("managed", "frozen"):
+        return replace(governance, warning=managed_label_warning(namespace))
+    return governance
+
+
+def _select(namespace: NamespaceInfo, policies: Iterable[PolicyInfo]) -> Governance:
     labels = namespace.labels
     best: PolicyInfo | None = None
     invalid: list[PolicyInfo] = []

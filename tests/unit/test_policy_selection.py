@@ -10,12 +10,14 @@ from dynquota.policy import (
     DEFAULT_PROFILES,
     PODS,
     Exclusion,
+    Governance,
     KillSwitchReading,
     KillSwitchState,
     NamespaceInfo,
     PolicyInfo,
     format_time,
     govern,
+    managed_label_warning,
     namespace_exclusion,
     parse_kill_switch,
     parse_time,
@@ -248,6 +250,48 @@ def test_format_time() -> None:
     assert format_time(1796009400) == "2026-11-30T03:30:00Z"
     assert format_time(1796009400.9) == "2026-11-30T03:30:00Z"
     assert format_time(0) == "1970-01-01T00:00:00Z"
+
+
+# -- dynquota.io/managed values without effect --------------------------------------------------
+
+
+def _label_warning(value: str) -> str:
+    return (
+        f'label dynquota.io/managed="{value}" is not "false": the namespace stays managed '
+        '(only "false", in any case, opts a namespace out)'
+    )
+
+
+@pytest.mark.parametrize("value", ["no", "", "0", "off", "False ", "disabled"])
+def test_managed_label_without_effect_is_reported(value: str) -> None:
+    namespace = _ns(**{"dynquota.io/managed": value})
+    assert managed_label_warning(namespace) == _label_warning(value)
+    assert namespace_exclusion(namespace) is None  # semantics unchanged: still managed
+    g = govern(namespace, [_policy("p", {})])
+    assert (g.kind, g.policy, g.warning) == ("managed", "p", _label_warning(value))
+    # frozen namespaces keep their quota: the label still has no effect, still reported
+    broken = validate_policy({"metadata": {"name": "broken"}, "spec": {"priority": "x"}})
+    g = govern(namespace, [broken])
+    assert (g.kind, g.warning) == ("frozen", _label_warning(value))
+
+
+@pytest.mark.parametrize("value", ["false", "FALSE", "False", "true", "TRUE", "True", None])
+def test_managed_label_with_a_meaning_is_not_reported(value: str | None) -> None:
+    labels = {} if value is None else {"dynquota.io/managed": value}
+    namespace = _ns(**labels)
+    assert managed_label_warning(namespace) is None
+    assert govern(namespace, [_policy("p", {})]).warning is None
+
+
+def test_managed_label_warning_only_where_the_label_matters() -> None:
+    everything = [_policy("p", {})]
+    label = {"dynquota.io/managed": "no"}
+    # excluded or not matched: the namespace is not managed anyway
+    assert govern(_ns("kube-system", **label), everything).warning is None
+    assert govern(_ns("team-a", terminating=True, **label), everything).warning is None
+    assert govern(_ns("ops", **label), everything, operator_namespace="ops").warning is None
+    assert govern(_ns(**label), everything, excluded_by_settings=True).warning is None
+    assert govern(_ns(**label), []) == Governance("unmanaged", "no policy matches this namespace")
 
 
 # -- kill switch ------------------------------------------------------------------------------
