@@ -68,7 +68,10 @@ class QuotaTimeoutError(AdmissionError):
 
     Upstream answers ``Internal error occurred: resource quota evaluation timed out`` after a
     fixed 10 s (``quotaEvaluator.Evaluate``); this message keeps that phrase and adds the
-    deadline and namespace.
+    deadline and namespace: ``Internal error occurred: resource quota evaluation timed out
+    after 10 s (namespace 'team-a'); the request is denied``. It is the only answer to a
+    request whose deadline passed, whatever it was waiting for (the queue, a read, the fold,
+    a write, a retry).
     """
 
     status = 500

@@ -11,12 +11,20 @@ A batch is checked in phases: (0) keep the quotas as read, (1) fold each request
 running copy, checking it against *all* matching quotas, (2) if nothing changed, write
 nothing, (3) write each changed quota document once; if some writes fail, re-evaluate only the
 failed documents, for the requests still undecided.
+
+Deadlines: every request has one (``deadline`` seconds after it arrived, on the event loop's
+clock, ``loop.time()``). A request whose deadline passes before its verdict is delivered is
+denied with :class:`QuotaTimeoutError` and one message, whichever phase it was in: waiting in
+the queue, reading, folding or writing. The caller's timer and the batch apply the same rule
+to the same instant, so the answer never depends on which of them notices first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -28,7 +36,6 @@ from .check import check_request
 from .errors import (
     AdmissionError,
     DefaultDenyError,
-    QuotaAccessError,
     QuotaConflictError,
     QuotaTimeoutError,
 )
@@ -48,17 +55,21 @@ class _UndecidedError(DefaultDenyError):
     """Marker of a waiter that has no verdict yet."""
 
 
+class _DeadlineExceededError(Exception):
+    """An accessor call of a batch outlived the latest deadline of the requests it serves."""
+
+
 @dataclass(eq=False)
 class _Waiter:
     """One request waiting for its verdict (upstream ``admissionWaiter``)."""
 
     attributes: AdmissionAttributes
-    deadline: float  # event-loop time
+    deadline: float  # event-loop time (loop.time())
     done: asyncio.Future[None]
     result: BaseException | None
     abandoned: bool = False  # the caller got its answer (deadline) or went away
     requeued: bool = False  # sent back to the namespace's queue after a conflict
-    charged: bool = False  # folded into a quota write still to be confirmed
+    charged: bool = False  # every quota document carrying its charge was written
 
     @property
     def pending(self) -> bool:
@@ -77,13 +88,16 @@ class EvaluatorStats:
         requests: requests that needed a quota check (waiters).
         batches: batches evaluated (one per namespace turn of a worker).
         max_batch: the largest batch.
-        rounds: fold-and-write rounds (a batch's first round plus its retries).
+        rounds: fold-and-write rounds (a batch's first round, its retries, and a fold
+            repeated because a deadline passed during it).
         conflict_rounds: rounds whose failed writes were all 409 Conflicts.
         error_rounds: rounds with another write error.
         live_rereads: live re-reads after a conflict round.
-        timeouts: requests denied at their deadline.
-        late_charges: requests charged by a write that finished after their deadline (the
-            quota controller's recount removes such over-charges for the resources it counts).
+        timeouts: requests denied with :class:`QuotaTimeoutError` (their deadline passed
+            before a verdict was delivered, in whatever phase).
+        late_charges: requests charged by writes that finished after their deadline (or after
+            the caller went away): denied, yet counted in ``status.used`` (the quota
+            controller's recount removes such over-charges for the resources it counts).
     """
 
     requests: int = 0
@@ -138,8 +152,10 @@ class Evaluator:
     Args:
         accessor: where quotas are read and written (:class:`QuotaAccessor`).
         workers: concurrent namespace workers (upstream default 5).
-        deadline: seconds a request may wait for its verdict; then it is denied with
-            :class:`QuotaTimeoutError` (upstream: fixed 10 s).
+        deadline: seconds a request may wait for its verdict, measured on the event loop's
+            clock (``loop.time()``); a request whose verdict is not delivered by then is
+            denied with :class:`QuotaTimeoutError`, whatever phase it was in (upstream: fixed
+            10 s).
         policy: batching and conflict rules (:data:`~dynquota.admission.policy.DYNQUOTA`).
         registry: usage evaluators (default: pods and object counts).
         ignored_resources: group/resources never metered.
@@ -212,10 +228,15 @@ class Evaluator:
         Raises:
             QuotaForbiddenError: the request does not fit a quota (403), e.g. ``exceeded quota:
                 NAME, requested: ..., used: ..., limited: ...``.
-            QuotaTimeoutError: no verdict within ``deadline`` seconds (500).
+            QuotaTimeoutError: no verdict delivered within ``deadline`` seconds (500), in
+                any phase (queued, reading, folding, writing, retrying); always the message
+                ``Internal error occurred: resource quota evaluation timed out after D s
+                (namespace 'NS'); the request is denied``. Takes precedence over every other
+                outcome once the deadline has passed.
             QuotaConflictError: the quota write kept conflicting and the policy gave up (409;
-                never with the default policy before the deadline).
-            QuotaAccessError: quotas could not be read or written.
+                never with the default policy).
+            QuotaAccessError: quotas could not be read or written, and this was known
+                before the deadline.
             InvalidObjectError: the object's resource amounts are malformed.
             DefaultDenyError: the evaluator was closed before deciding.
         """
@@ -247,21 +268,24 @@ class Evaluator:
         else:
             self._spawn(self._check_attributes(attributes.namespace, [waiter]))
         try:
-            await asyncio.wait_for(asyncio.shield(waiter.done), timeout=self.deadline)
+            # The same absolute deadline as the batch uses: time spent between creating the
+            # waiter and getting here (a busy machine) must not move it.
+            async with asyncio.timeout_at(waiter.deadline):
+                await asyncio.shield(waiter.done)
         except TimeoutError:
-            waiter.abandoned = True
-            self.stats.timeouts += 1
-            raise QuotaTimeoutError(
-                "Internal error occurred: resource quota evaluation timed out after "
-                f"{self.deadline:g} s (namespace {attributes.namespace!r}); the request is denied"
-            ) from None
+            pass
         finally:
             if not waiter.done.done():
                 waiter.abandoned = True
-        if isinstance(waiter.result, _UndecidedError):
+        # Delivered: the batch already applied the deadline rule (see _deliver). Not
+        # delivered by the deadline: denied, as the batch would have.
+        result = waiter.result if waiter.done.done() else self._timeout_error(attributes.namespace)
+        if isinstance(result, QuotaTimeoutError):
+            self.stats.timeouts += 1
+        if isinstance(result, _UndecidedError):
             raise DefaultDenyError()
-        if waiter.result is not None:
-            raise waiter.result
+        if result is not None:
+            raise result
 
     # --- workqueue (upstream addWork / getWork / completeWork / doWork) --------------------
 
@@ -322,32 +346,91 @@ class Evaluator:
             finally:
                 self._complete_work(ns)
 
-    # --- evaluation -------------------------------------------------------------------------
+    # --- deadlines ---------------------------------------------------------------------------
 
-    async def _bounded(self, call: Awaitable[T], waiters: list[_Waiter], what: str) -> T:
-        """Await an accessor call no longer than the latest deadline of the waiters."""
-        remaining = max(w.deadline for w in waiters) - asyncio.get_running_loop().time()
+    def _timeout_error(self, ns: str) -> QuotaTimeoutError:
+        """The one error of a request whose deadline passed (upstream wording kept)."""
+        return QuotaTimeoutError(
+            "Internal error occurred: resource quota evaluation timed out after "
+            f"{self.deadline:g} s (namespace {ns!r}); the request is denied"
+        )
+
+    def _expire(self, waiters: Iterable[_Waiter], now: float) -> list[_Waiter]:
+        """Deny every undecided waiter whose deadline is at or before ``now`` with the timeout
+        error; return the waiters still undecided. ``now=math.inf`` denies them all."""
+        pending = []
+        for w in waiters:
+            if not w.pending:
+                continue
+            if now >= w.deadline:
+                w.result = self._timeout_error(w.attributes.namespace)
+            else:
+                pending.append(w)
+        return pending
+
+    def _deliver(self, waiter: _Waiter, now: float) -> None:
+        """Hand the waiter its verdict; past its deadline the verdict is the timeout error.
+
+        This is the rule the caller's timer applies too, so a verdict reached in time but
+        delivered late (a slow write of the same batch, a starved event loop) is never
+        answered with anything but the timeout error.
+        """
+        if waiter.done.done():
+            return
+        if waiter.abandoned or now >= waiter.deadline:
+            if waiter.charged:
+                self.stats.late_charges += 1
+            if not isinstance(waiter.result, QuotaTimeoutError):
+                waiter.result = self._timeout_error(waiter.attributes.namespace)
+        waiter.finish()
+
+    async def _bounded(
+        self, call: Callable[[], Awaitable[T]], waiters: list[_Waiter], what: str
+    ) -> T:
+        """Await an accessor call no longer than the latest deadline of the waiters.
+
+        Raises:
+            _DeadlineExceededError: that deadline passed first (every waiter's has, then);
+                the call is cancelled (a write may still land).
+        """
+        deadline = max(w.deadline for w in waiters)
+        if asyncio.get_running_loop().time() >= deadline:
+            log.debug("deadline passed before %s", what)
+            raise _DeadlineExceededError(what)
+        timeout = asyncio.timeout_at(deadline)
         try:
-            return await asyncio.wait_for(call, timeout=max(remaining, 0.001))
+            async with timeout:
+                return await call()
         except TimeoutError:
-            raise QuotaAccessError(f"{what} did not finish before the request deadline") from None
+            if not timeout.expired():
+                raise  # the call's own TimeoutError, not our deadline
+            log.debug("deadline passed while %s", what)
+            raise _DeadlineExceededError(what) from None
+
+    # --- evaluation -------------------------------------------------------------------------
 
     async def _check_attributes(self, ns: str, waiters: list[_Waiter]) -> None:
         """Decide a batch and notify every waiter (upstream ``checkAttributes``)."""
         self.stats.batches += 1
         self.stats.max_batch = max(self.stats.max_batch, len(waiters))
+        loop = asyncio.get_running_loop()
         try:
-            live = [w for w in waiters if w.pending]
+            # Requests whose deadline passed while queued are denied without a read.
+            live = self._expire(waiters, loop.time())
             if not live:
                 return
+            read: Callable[[], Awaitable[list[ResourceQuota]]]
             try:
                 if self._should_read_live(ns) and isinstance(self.accessor, LiveQuotaAccessor):
                     self.stats.live_rereads += 1
-                    read = self.accessor.get_quotas_live(ns)
+                    read = functools.partial(self.accessor.get_quotas_live, ns)
                 else:
-                    read = self.accessor.get_quotas(ns)
+                    read = functools.partial(self.accessor.get_quotas, ns)
                 self._read_live_next.discard(ns)
                 quotas = await self._bounded(read, live, f"reading the quotas of {ns!r}")
+            except _DeadlineExceededError:
+                self._expire(live, math.inf)
+                return
             except AdmissionError as e:
                 for w in live:
                     w.result = e
@@ -363,21 +446,30 @@ class Evaluator:
                 w.requeued = False
         finally:
             requeued = [w for w in waiters if w.requeued]
+            now = loop.time()
             for w in waiters:
                 if not w.requeued:
-                    w.finish()
+                    self._deliver(w, now)
             if requeued:
                 self._requeue(ns, requeued)
 
     async def _check_quotas(
         self, ns: str, quotas: list[ResourceQuota], waiters: list[_Waiter]
     ) -> None:
-        """Fold, write, and retry the failed documents (upstream ``checkQuotas``)."""
+        """Fold, write, and retry the failed documents (upstream ``checkQuotas``).
+
+        A request whose deadline has passed is denied with the timeout error before each fold
+        and after each failed round; it is never folded into a write that starts after its
+        deadline.
+        """
         policy = self.policy
+        loop = asyncio.get_running_loop()
         budget = policy.retries
         now = self._clock()
         conflict_streak = 0
         while True:
+            if not self._expire(waiters, loop.time()):
+                return
             self.stats.rounds += 1
             # Phase 0/1: fold every undecided request into a running copy of the quotas.
             # Only undecided waiters take part: a retry never revisits a verdict
@@ -408,6 +500,12 @@ class Evaluator:
             if not charged:
                 return
 
+            # A deadline that passed during the fold (a large batch, a starved event loop):
+            # fold again without those requests rather than write charges already denied.
+            fold_end = loop.time()
+            if any(fold_end >= w.deadline for w in charged):
+                continue
+
             # Phase 3: one write per changed document.
             written = 0
             failed: list[str] = []
@@ -417,10 +515,16 @@ class Evaluator:
                     continue
                 try:
                     await self._bounded(
-                        self.accessor.update_quota_status(after),
+                        functools.partial(self.accessor.update_quota_status, after),
                         charged,
                         f"writing the status of quota {after.key}",
                     )
+                except _DeadlineExceededError:
+                    # Every charged request is past its deadline (the latest bounds the
+                    # write). The cancelled write may still land: an over-charge, never an
+                    # over-admission.
+                    self._expire(charged, math.inf)
+                    return
                 except AdmissionError as e:
                     failed.append(after.name)
                     errors.append(e)
@@ -428,10 +532,9 @@ class Evaluator:
                     written += 1
             if not failed:
                 for w in charged:
-                    if w.abandoned:
-                        self.stats.late_charges += 1
-                    elif isinstance(w.result, _UndecidedError):
-                        w.result = None
+                    w.charged = True
+                    if isinstance(w.result, _UndecidedError):
+                        w.result = None  # admitted, unless delivered after its deadline
                 return
 
             last = errors[-1]
@@ -439,15 +542,12 @@ class Evaluator:
             if conflicts_only:
                 self.stats.conflict_rounds += 1
                 if policy.live_read_window > 0:
-                    self._contended_until[ns] = (
-                        asyncio.get_running_loop().time() + policy.live_read_window
-                    )
+                    self._contended_until[ns] = loop.time() + policy.live_read_window
             else:
                 self.stats.error_rounds += 1
-            pending = [w for w in waiters if w.pending]
+            pending = self._expire(waiters, loop.time())
             if not pending:
                 return
-            loop_time = asyncio.get_running_loop().time()
             consumes = policy.conflicts_consume_retries or not conflicts_only
             if consumes:
                 if budget <= 0:
@@ -462,38 +562,34 @@ class Evaluator:
                 for w in pending:
                     w.requeued = True
                 return
-            elif loop_time >= max(w.deadline for w in pending):
-                self._fail(
-                    pending,
-                    QuotaTimeoutError(
-                        "Internal error occurred: resource quota evaluation timed out after "
-                        f"{self.deadline:g} s (namespace {ns!r}): the quota status write kept "
-                        f"conflicting; last error: {last}"
-                    ),
-                )
-                return
+            # Conflicts that do not consume the budget go on until each request's deadline
+            # (_expire above and at the top of the loop).
             # Let other tasks run (and their deadlines fire) between rounds; after repeated
-            # conflicts, step aside for a random moment so colliding writers spread out.
+            # conflicts, step aside for a random moment so colliding writers spread out, but
+            # never past the latest deadline.
             conflict_streak = conflict_streak + 1 if conflicts_only else 0
-            await asyncio.sleep(self._backoff(conflict_streak))
+            latest = max(w.deadline for w in pending)
+            await asyncio.sleep(max(0.0, min(self._backoff(conflict_streak), latest - loop.time())))
+            pending = self._expire(pending, loop.time())
+            if not pending:
+                return
 
             # Re-read only the failed documents; a deleted one is simply not checked again.
-            live_read = (
+            read: Callable[[], Awaitable[list[ResourceQuota]]]
+            if (
                 conflicts_only
                 and policy.reread_live_on_conflict
                 and isinstance(self.accessor, LiveQuotaAccessor)
-            )
+            ):
+                self.stats.live_rereads += 1
+                read = functools.partial(self.accessor.get_quotas_live, ns)
+            else:
+                read = functools.partial(self.accessor.get_quotas, ns)
             try:
-                if live_read:
-                    assert isinstance(self.accessor, LiveQuotaAccessor)
-                    self.stats.live_rereads += 1
-                    fresh = await self._bounded(
-                        self.accessor.get_quotas_live(ns), pending, f"re-reading quotas of {ns!r}"
-                    )
-                else:
-                    fresh = await self._bounded(
-                        self.accessor.get_quotas(ns), pending, f"re-reading quotas of {ns!r}"
-                    )
+                fresh = await self._bounded(read, pending, f"re-reading quotas of {ns!r}")
+            except _DeadlineExceededError:
+                self._expire(pending, math.inf)
+                return
             except AdmissionError:
                 self._fail(pending, last)
                 return

@@ -22,7 +22,6 @@ from dynquota.admission import (
     QuotaAccessError,
     QuotaConflictError,
     QuotaForbiddenError,
-    QuotaTimeoutError,
     ResourceQuota,
 )
 from dynquota.testing.wait import async_wait_until
@@ -247,18 +246,6 @@ async def test_other_errors_consume_the_budget_of_three(failures: int, admitted:
         assert result is error
 
 
-async def test_conflicts_are_retried_only_until_the_deadline() -> None:
-    server = InMemoryQuotaServer(write_latency=0.01)
-    server.create("ns", "q", {KEY: 5})
-    server.conflict_before_next_writes("ns", "q", times=10**6)
-    async with Evaluator(InMemoryQuotaAccessor(server), deadline=0.3) as ev:
-        result = await outcome(ev, widget())
-    assert isinstance(result, QuotaTimeoutError)
-    assert "resource quota evaluation timed out after 0.3 s (namespace 'ns')" in str(result)
-    assert server.stats.conflicts >= 5
-    assert used(server) == "0"
-
-
 async def test_a_deleted_quota_is_not_checked_on_retry() -> None:
     server = InMemoryQuotaServer()
     server.create("ns", "q", {KEY: 5})
@@ -272,29 +259,7 @@ async def test_a_deleted_quota_is_not_checked_on_retry() -> None:
     assert server.stats.status_writes == 0
 
 
-# --- deadlines and default deny ---------------------------------------------------------
-
-
-async def test_default_deny_at_the_deadline_and_never_charged_later() -> None:
-    server = InMemoryQuotaServer()
-    server.create("ns", "q", {KEY: 5})
-    accessor = InMemoryQuotaAccessor(server)
-    accessor.read_gate = asyncio.Event()
-    async with Evaluator(accessor, deadline=0.2) as ev:
-        result = await outcome(ev, widget())
-        assert isinstance(result, QuotaTimeoutError)
-        assert result.status == 500
-        assert str(result) == (
-            "Internal error occurred: resource quota evaluation timed out after 0.2 s "
-            "(namespace 'ns'); the request is denied"
-        )
-        accessor.read_gate.set()
-        await async_wait_until(lambda: ev.stats.batches == 1, "batch finished", timeout=5)
-        # the batch ends without writing for the abandoned request
-        assert await outcome(ev, widget()) is None
-    assert ev.stats.timeouts == 1
-    assert server.stats.status_writes == 1
-    assert used(server) == "1"
+# --- default deny (deadlines: test_admission_deadlines.py) ----------------------------
 
 
 class _BrokenAccessor(InMemoryQuotaAccessor):
@@ -348,13 +313,15 @@ async def test_cold_cache_one_live_list_for_fifty_concurrent_requests() -> None:
 
 
 async def test_cold_cache_naive_requests_share_one_list() -> None:
-    server = InMemoryQuotaServer(list_latency=0.02)
+    # the writes take a moment, so the 50 read-modify-writes overlap and 49 conflict
+    server = InMemoryQuotaServer(list_latency=0.02, write_latency=0.002)
     server.create("ns", "q", {KEY: 1000})
     accessor = InMemoryQuotaAccessor(server, synced=False)
     async with Evaluator(accessor, policy=NAIVE) as ev:
         await run_all(ev, [widget(i=i) for i in range(50)])
     # the singleflight: 50 concurrent reads, one list; conflict re-reads use the cached list
     assert server.stats.lists == 1
+    assert server.stats.conflicts >= 49
     assert accessor.stats.live_cache_hits >= 49
 
 
