@@ -34,6 +34,7 @@ from dynquota.operator.workqueue import Outcome, WorkQueue
 from dynquota.policy import (
     KILL_SWITCH,
     OVERRIDE,
+    RECURRING_REASONS,
     TRACKED_RESOURCES,
     Decision,
     Governance,
@@ -69,6 +70,7 @@ QUOTA_WRITE_FAILED = "QuotaWriteFailed"
 KILL_SWITCH_ENGAGED = "KillSwitchEngaged"
 KILL_SWITCH_RELEASED = "KillSwitchReleased"
 KILL_SWITCH_INVALID = "KillSwitchInvalid"
+MANAGED_LABEL_IGNORED = "ManagedLabelIgnored"
 _WARNING_TTL = 3600.0
 
 
@@ -226,6 +228,13 @@ class Operator:
         """Whether managed quotas existed at start-up (read only when the kill-switch
         annotation is invalid then); ``None``: not known."""
         self._kube_system_uid = ""
+        self._namespace_uid: dict[str, str] = {}
+        self._deleted_by_others: set[str] = set()
+        """Namespaces whose managed quota someone else deleted (re-created as
+        ``QuotaRecreated``)."""
+        self._own_deletes: TTLCache[str, bool] = TTLCache(maxsize=100_000, ttl=600)
+        """Namespaces whose managed quota dynquota itself is deleting (kill switch,
+        unmanaged), so their DELETED event is not taken for someone else's."""
         self._status_used: dict[str, dict[str, int]] = {}
         self.simulated: dict[str, QuotaState | None] = {}
         self.views: dict[str, NamespaceView] = {}
@@ -263,6 +272,7 @@ class Operator:
         if rv and rv < max(self._namespace_rv.get(name, 0), self._deleted.get(name, 0)):
             return  # older than what we hold (e.g. a start-up listing racing the watch)
         self._namespace_rv[name] = rv
+        self._namespace_uid[name] = str(meta.get("uid") or "")
         if name == KUBE_SYSTEM:
             self._kube_system_uid = str(meta.get("uid") or "")
             self.observe_kill_switch((meta.get("annotations") or {}).get(KILL_SWITCH))
@@ -281,6 +291,9 @@ class Operator:
         snapshot = QuotaSnapshot.from_object(obj)
         if snapshot.name != MANAGED_QUOTA_NAME or not snapshot.namespace:
             return
+        own = event_type == "DELETED" and self._own_deletes.pop(snapshot.namespace, False)
+        if event_type == "DELETED" and snapshot.managed and not own:
+            self._deleted_by_others.add(snapshot.namespace)
         if event_type == "DELETED" or not snapshot.managed:
             self._status_used.pop(snapshot.namespace, None)
         else:
@@ -341,6 +354,10 @@ class Operator:
     def _forget(self, namespace: str) -> None:
         self.queue.forget(namespace)
         self.peaks.forget(namespace)
+        self._deleted_by_others.discard(namespace)
+        self._own_deletes.pop(namespace, None)
+        if namespace != KUBE_SYSTEM:
+            self._namespace_uid.pop(namespace, None)
         self._status_used.pop(namespace, None)
         self.simulated.pop(namespace, None)
         self.views.pop(namespace, None)
@@ -372,6 +389,7 @@ class Operator:
                     KILL_SWITCH_INVALID,
                     reading.warning,
                     key=KUBE_SYSTEM,
+                    logged=True,
                 )
             )
         if reading.engaged is None or reading.engaged == self.kill_switch:
@@ -424,6 +442,7 @@ class Operator:
                 if not (self.kill_switch and self.gate.is_leader):
                     break
                 await self._delete_limiter.acquire()
+                self._own_deletes[quota.namespace] = True
                 try:
                     if await self.quotas.delete(quota.namespace, quota.uid):
                         deleted += 1
@@ -493,6 +512,13 @@ class Operator:
             return Outcome(), "ok"
         if governance.kind == "excluded":
             return Outcome(), "ok"
+        if governance.warning:
+            await self._warn_once(
+                ObjectRef.namespace_object(namespace, self._namespace_uid.get(namespace, "")),
+                MANAGED_LABEL_IGNORED,
+                governance.warning,
+                key=namespace,
+            )
         current = await self.quotas.get(namespace)
         if current is not None and not current.managed:
             await self._report_foreign(current)
@@ -525,6 +551,7 @@ class Operator:
             started_at=self.started_at,
             dry_run=self.settings.dry_run,
             override_ttl=self.settings.override_ttl,
+            previously_managed=namespace in self._deleted_by_others,
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)
         if decision.dry_run:
@@ -575,16 +602,19 @@ class Operator:
             return Outcome(requeue_at=self.clock())  # the switch moved: decide again
         try:
             if decision.action == "create":
-                return await self.quotas.create(
+                created = await self.quotas.create(
                     namespace,
                     {k: str(v) for k, v in decision.hard.items()},
                     dict(decision.set_annotations),
                 )
+                self._deleted_by_others.discard(namespace)
+                return created
             if decision.action == "patch":
                 return await self.quotas.patch(namespace, decision.merge_patch())
             if decision.action == "delete":
                 if self.kill_switch:
                     await self._delete_limiter.acquire()
+                self._own_deletes[namespace] = True
                 await self.quotas.delete(namespace, current.uid if current else None)
                 return None
         except ConflictError:
@@ -601,6 +631,7 @@ class Operator:
                 f"{decision.action} of the managed quota refused by the apiserver "
                 f"({exc.status} {exc.reason}): {exc.message}",
                 key=namespace,
+                logged=True,
             )
             return Outcome()
         raise AssertionError(f"unknown action {decision.action!r}")
@@ -707,10 +738,12 @@ class Operator:
         self.metrics.overrides_active.set(len(self._overrides))
         ref = ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, quota.uid if quota else "")
         for event in decision.events:
-            if event.type == "Warning":
+            if event.type != "Warning":
+                await self._emit(ref, event.type, event.reason, event.message)
+            elif event.reason in RECURRING_REASONS:
                 await self._warn_once(ref, event.reason, event.message, key=namespace)
             else:
-                await self._emit(ref, event.type, event.reason, event.message)
+                await self._warn(ref, event.reason, event.message)
         view = self._record_view(namespace, decision.action, decision.reasons or decision.notes)
         view.dry_run = decision.dry_run
         view.governance = f"{governance.kind}: {governance.reason}"
@@ -757,15 +790,30 @@ class Operator:
         if await self.events.emit(ref, type_, reason, message):
             self.metrics.events.labels(reason).inc()
 
-    async def _warn_once(self, ref: ObjectRef, reason: str, message: str, key: str) -> None:
-        """Post a Warning unless the same one was posted for ``key`` within the last hour."""
+    async def _warn(
+        self, ref: ObjectRef, reason: str, message: str, *, logged: bool = False
+    ) -> None:
+        """Log a Warning at WARNING (unless the caller ``logged`` it already) and post it as
+        an Event (leader only)."""
+        if not self.gate.is_leader:
+            return
+        if not logged:
+            where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+            log.warning("%s on %s %s: %s", reason, ref.kind, where, message)
+        await self._emit(ref, "Warning", reason, message)
+
+    async def _warn_once(
+        self, ref: ObjectRef, reason: str, message: str, key: str, *, logged: bool = False
+    ) -> None:
+        """:meth:`_warn`, unless the same Warning was posted for ``key`` within the last
+        hour (Warnings that recur while their cause lasts)."""
         if not self.gate.is_leader:
             return
         cache_key = (key, reason, message)
         if cache_key in self._warned:
             return
         self._warned[cache_key] = True
-        await self._emit(ref, "Warning", reason, message)
+        await self._warn(ref, reason, message, logged=logged)
 
     # -- policy status ---------------------------------------------------------------------------
 

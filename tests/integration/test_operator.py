@@ -259,6 +259,13 @@ def test_deleted_quota_is_recreated_and_direct_edits_are_reverted(
     op_cluster.core.delete_namespaced_resource_quota("dynquota", ns)
     second = op_cluster.wait_hard(ns, {"pods": "20", "configmaps": "20"})
     assert second.metadata.uid != first.metadata.uid
+    recreated = op_cluster.wait_event(ns, "QuotaRecreated")
+    assert recreated.type == "Warning"
+    assert recreated.message.startswith(
+        "the managed quota was deleted and is re-created (its state is lost, cooldowns restart; "
+        "to stop dynquota managing this namespace, label it dynquota.io/managed=false): "
+        "create pods 20: usage 14, buffer 40%"
+    )
     stamps = {k: v for k, v in second.metadata.annotations.items() if "last-" in k}
     op_cluster.core.patch_namespaced_resource_quota(
         "dynquota", ns, {"spec": {"hard": {"pods": "500", "secrets": "5"}}}
@@ -267,7 +274,13 @@ def test_deleted_quota_is_recreated_and_direct_edits_are_reverted(
     assert third.metadata.uid == second.metadata.uid
     # a revert stamps nothing
     assert {k: v for k, v in third.metadata.annotations.items() if "last-" in k} == stamps
-    op_cluster.wait_event(ns, "Resized", "revert pods 500->20: spec.hard was edited directly")
+    reverted = op_cluster.wait_event(ns, "ManualEditReverted")
+    assert reverted.type == "Warning"
+    assert reverted.message == (
+        "spec.hard was edited directly: pods edited to 500, restored to 20; secrets set to 5, "
+        "removed (not tracked by dynquota). dynquota sizes this quota: change its "
+        "DynamicQuotaPolicy, or request dynquota.io/override=max"
+    )
 
 
 def test_namespaces_labelled_managed_false_are_skipped(

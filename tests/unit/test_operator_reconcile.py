@@ -335,6 +335,80 @@ async def test_spec_hard_edit_is_reverted_and_foreign_keys_removed(world: World)
     await world.reconcile("team-a")
     assert world.quotas.hard("team-a") == {"pods": "20", "configmaps": "50"}
     assert world.quotas.annotations("team-a") == before  # a revert stamps nothing
+    edited = (
+        "team-a",
+        "Warning",
+        "ManualEditReverted",
+        "spec.hard was edited directly: pods edited to 500, restored to 20; secrets set to 3, "
+        "removed (not tracked by dynquota). dynquota sizes this quota: change its "
+        "DynamicQuotaPolicy, or request dynquota.io/override=max",
+    )
+    assert world.events.posted[1:] == [edited]
+    # one Event per occurrence, not once per hour: the same edit again is reported again
+    world.quotas.objects["team-a"]["spec"]["hard"]["pods"] = "500"
+    world.quotas.objects["team-a"]["spec"]["hard"]["secrets"] = "3"
+    await world.reconcile("team-a")
+    assert world.events.posted[1:] == [edited, edited]
+
+
+async def test_quota_deleted_by_someone_is_recreated_with_a_warning(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    gone = copy.deepcopy(world.quotas.objects.pop("team-a"))
+    world.op.on_quota("DELETED", gone)
+    with caplog.at_level("WARNING", logger="dynquota.operator"):
+        await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a"), ("create", "team-a")]
+    message = (
+        "the managed quota was deleted and is re-created (its state is lost, cooldowns "
+        "restart; to stop dynquota managing this namespace, label it dynquota.io/managed=false): "
+        "create pods 20: usage 14, buffer 40%; "
+        "create configmaps 50: usage 0, buffer 40%, at minimum 50"
+    )
+    assert world.events.posted[-1] == ("team-a", "Warning", "QuotaRecreated", message)
+    assert f"QuotaRecreated on ResourceQuota team-a/dynquota: {message}" in caplog.messages
+    # re-created: a later create (after dynquota's own delete) is a plain Resized
+    world.op.on_namespace("MODIFIED", namespace("team-a", {"dynquota.io/managed": "false"}, rv=2))
+    deleted = copy.deepcopy(world.quotas.objects["team-a"])
+    await world.reconcile("team-a")
+    assert "team-a" not in world.quotas.objects
+    world.op.on_quota("DELETED", deleted)  # dynquota's own delete
+    world.op.on_namespace("MODIFIED", namespace("team-a", rv=3))
+    await world.reconcile("team-a")
+    assert world.events.posted[-1][2] == "Resized"
+
+
+async def test_kill_switch_deletes_are_not_taken_for_someone_elses(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    deleted = copy.deepcopy(world.quotas.objects["team-a"])
+    world.op.kill_switch = True
+    assert await world.op.engage_kill_switch() == 1
+    world.op.on_quota("DELETED", deleted)
+    world.op.kill_switch = False
+    await world.reconcile("team-a")
+    assert world.quotas.writes[-1] == ("create", "team-a")
+    assert world.events.posted[-1][2] == "Resized"
+
+
+async def test_managed_label_without_effect_is_a_warning_on_the_namespace(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.op.on_policy(None, policy())
+    world.op.on_namespace(None, namespace("team-a", {"dynquota.io/managed": "no"}))
+    with caplog.at_level("WARNING", logger="dynquota.operator"):
+        await world.reconcile("team-a")
+        await world.reconcile("team-a")  # posted once
+    message = (
+        'label dynquota.io/managed="no" is not "false": the namespace stays managed '
+        '(only "false", in any case, opts a namespace out)'
+    )
+    warnings = [e for e in world.events.posted if e[1] == "Warning"]
+    assert warnings == [("team-a", "Warning", "ManagedLabelIgnored", message)]
+    assert caplog.messages == [f"ManagedLabelIgnored on Namespace team-a: {message}"]
+    assert world.quotas.writes == [("create", "team-a")]  # still managed
 
 
 async def test_foreign_same_named_quota_is_left_alone_and_reported_once(world: World) -> None:
