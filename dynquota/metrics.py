@@ -14,6 +14,7 @@ dynquota_drift                              gauge   namespace, resource (tally -
 dynquota_usage_above_maximum                gauge   namespace, resource (1 when U > maximum)
 dynquota_resizes_total                      counter direction (up/down), reason
 dynquota_quota_writes_total                 counter verb (create/patch/delete)
+dynquota_quota_deletions_total              counter cause (kill-switch/unmanaged)
 dynquota_overrides_active                   gauge   -
 dynquota_kill_switch_engaged                gauge   -
 dynquota_kill_switch_state                  gauge   state (engaged/released/unknown: 1 for
@@ -78,6 +79,12 @@ class Metrics:
         )
         self.quota_writes = Counter(
             "dynquota_quota_writes", "Writes of managed quotas", ("verb",), registry=r
+        )
+        self.quota_deletions = Counter(
+            "dynquota_quota_deletions",
+            "Managed quotas deleted by dynquota (kill switch, namespace no longer managed)",
+            ("cause",),
+            registry=r,
         )
         self.overrides_active = Gauge(
             "dynquota_overrides_active", "Managed quotas under a tenant override", registry=r

@@ -71,6 +71,7 @@ KILL_SWITCH_ENGAGED = "KillSwitchEngaged"
 KILL_SWITCH_RELEASED = "KillSwitchReleased"
 KILL_SWITCH_INVALID = "KillSwitchInvalid"
 MANAGED_LABEL_IGNORED = "ManagedLabelIgnored"
+QUOTA_REMOVED = "QuotaRemoved"
 _WARNING_TTL = 3600.0
 
 
@@ -246,6 +247,8 @@ class Operator:
         self._delete_limiter = _RateLimiter(settings.kill_switch_delete_qps)
         self._overrides: set[str] = set()
         self._kill_task: asyncio.Task[None] | None = None
+        self._sweeping = False
+        """Whether a kill-switch sweep is deleting (reconciles then leave deletes to it)."""
         self._status_dirty = asyncio.Event()
         self.queue = WorkQueue(
             self.reconcile, workers=settings.workers, coalesce=settings.coalesce_seconds
@@ -409,10 +412,14 @@ class Operator:
         self.queue.add_all(list(self.namespaces))
 
     async def engage_kill_switch(self, announce: bool = False) -> int:
-        """Delete every managed quota in the cluster (rate-limited); returns how many.
+        """Delete every managed quota in the cluster (rate-limited); returns how many this
+        sweep deleted (quotas already gone, 404, are not counted).
 
         Called when the switch engages, at start-up and when this replica becomes leader
-        while it is engaged. Stops early if the switch is released or leadership is lost.
+        while it is engaged. Lists the managed quotas and deletes them, then lists again until
+        a list comes back empty (so a quota created meanwhile is not missed); while it runs,
+        reconciles leave deletes to it. Each deletion is logged; the summary is one WARNING
+        line with exact counts. Stops early if the switch is released or leadership is lost.
         """
         if announce and self.gate.is_leader:
             await self._emit(
@@ -422,38 +429,95 @@ class Operator:
                 f"{KILL_SWITCH}=true: deleting every managed quota "
                 f"(at most {self.settings.kill_switch_delete_qps:g}/s); none is created",
             )
-        deleted = 0
         if self.settings.dry_run:
             try:
                 found = await self.quotas.list_managed()
             except KubeError as exc:
                 log.warning("(dry run) kill switch: listing managed quotas failed: %s", exc)
                 return 0
+            for quota in found:
+                log.warning(
+                    "(dry run) kill switch: would delete the managed quota of %s", quota.namespace
+                )
             log.warning("(dry run) kill switch: would delete %d managed quotas", len(found))
             return 0
-        while self.kill_switch and self.gate.is_leader:
-            try:
-                found = await self.quotas.list_managed()
-            except KubeError as exc:
-                log.warning("kill switch: listing managed quotas failed: %s; retrying", exc)
-                await asyncio.sleep(2)
-                continue
-            for quota in found:
-                if not (self.kill_switch and self.gate.is_leader):
-                    break
-                await self._delete_limiter.acquire()
-                self._own_deletes[quota.namespace] = True
+        deleted = gone = 0
+        complete = False
+        self._sweeping = True
+        try:
+            while self.kill_switch and self.gate.is_leader:
                 try:
-                    if await self.quotas.delete(quota.namespace, quota.uid):
-                        deleted += 1
-                        self._record_view(quota.namespace, "delete", ("kill switch engaged",))
-                        self.views[quota.namespace].hard = {}
+                    found = await self.quotas.list_managed()
                 except KubeError as exc:
-                    log.warning("kill switch: deleting %s failed: %s", quota.namespace, exc)
-            break
-        if deleted:
-            log.warning("kill switch: deleted %d managed quotas", deleted)
+                    log.warning("kill switch: listing managed quotas failed: %s; retrying", exc)
+                    await asyncio.sleep(2)
+                    continue
+                if not found:
+                    complete = True
+                    break
+                failed = 0
+                for quota in found:
+                    if not (self.kill_switch and self.gate.is_leader):
+                        break
+                    try:
+                        if await self._delete_managed(
+                            quota.namespace, quota.uid, "kill-switch", "kill switch engaged"
+                        ):
+                            deleted += 1
+                        else:
+                            gone += 1
+                    except KubeError as exc:
+                        failed += 1
+                        log.warning(
+                            "kill switch: deleting the managed quota of %s failed: %s",
+                            quota.namespace,
+                            exc,
+                        )
+                if failed:
+                    await asyncio.sleep(2)  # then list again and retry what is left
+        finally:
+            self._sweeping = False
+        if complete:
+            log.warning(
+                "kill switch: deleted %d managed quotas (%d already gone); none is left",
+                deleted,
+                gone,
+            )
+        else:
+            log.warning(
+                "kill switch: sweep stopped (%s) after deleting %d managed quotas "
+                "(%d already gone)",
+                "released" if not self.kill_switch else "not leading",
+                deleted,
+                gone,
+            )
         return deleted
+
+    async def _delete_managed(self, namespace: str, uid: str | None, cause: str, why: str) -> bool:
+        """Delete the managed quota of ``namespace`` (the object ``uid``) for ``cause``
+        (``kill-switch`` or ``unmanaged``): waits for the shared client-side rate limit
+        (``KILL_SWITCH_DELETE_QPS``), logs the deletion with ``why`` at WARNING, counts it in
+        ``dynquota_quota_deletions_total{cause}``. Returns ``False`` if the quota was already
+        gone or replaced. Raises :class:`~dynquota.kube.errors.KubeError`.
+        """
+        await self._delete_limiter.acquire()
+        self._own_deletes[namespace] = True
+        try:
+            deleted = await self.quotas.delete(namespace, uid)
+        except BaseException:
+            self._own_deletes.pop(namespace, False)
+            raise
+        if not deleted:
+            log.info("managed quota of %s already gone (%s)", namespace, why)
+            return False
+        log.warning("deleted the managed quota of %s: %s", namespace, why)
+        self.metrics.quota_deletions.labels(cause).inc()
+        view = self._record_view(namespace, "delete", (why,))
+        view.hard = {}
+        for resource in TRACKED_RESOURCES:
+            with contextlib.suppress(KeyError):
+                self.metrics.hard.remove(namespace, resource)
+        return True
 
     async def _release_kill_switch(self) -> None:
         if self.gate.is_leader:
@@ -559,7 +623,9 @@ class Operator:
             written = current
             result = "dry-run"
         else:
-            applied = await self._apply(namespace, decision, current)
+            if decision.action == "delete" and self.kill_switch and self._sweeping:
+                return Outcome(), "ok"  # the kill-switch sweep deletes it (and logs it)
+            applied = await self._apply(namespace, governance, decision, current)
             if isinstance(applied, Outcome):
                 if applied.retry or applied.requeue_at is not None:
                     return applied, "retry"
@@ -591,7 +657,11 @@ class Operator:
         return QuotaState(simulated.hard, annotations)
 
     async def _apply(
-        self, namespace: str, decision: Decision, current: QuotaSnapshot | None
+        self,
+        namespace: str,
+        governance: Governance,
+        decision: Decision,
+        current: QuotaSnapshot | None,
     ) -> QuotaSnapshot | Outcome | None:
         """Write ``decision``; returns the quota after the write, or an Outcome on failure."""
         if decision.action == "nothing":
@@ -612,10 +682,21 @@ class Operator:
             if decision.action == "patch":
                 return await self.quotas.patch(namespace, decision.merge_patch())
             if decision.action == "delete":
+                uid = current.uid if current else None
                 if self.kill_switch:
-                    await self._delete_limiter.acquire()
-                self._own_deletes[namespace] = True
-                await self.quotas.delete(namespace, current.uid if current else None)
+                    why = "kill switch engaged"
+                    if not await self._delete_managed(namespace, uid, "kill-switch", why):
+                        return Outcome(requeue_at=self.clock())  # gone meanwhile
+                    return None
+                why = governance.reason
+                if not await self._delete_managed(namespace, uid, "unmanaged", why):
+                    return Outcome(requeue_at=self.clock())  # gone meanwhile: decide again
+                await self._warn(
+                    ObjectRef.namespace_object(namespace, self._namespace_uid.get(namespace, "")),
+                    QUOTA_REMOVED,
+                    f"the managed ResourceQuota {MANAGED_QUOTA_NAME} was deleted: {why}",
+                    logged=True,
+                )
                 return None
         except ConflictError:
             return Outcome(retry=True)  # created or changed meanwhile: read it again
@@ -697,7 +778,9 @@ class Operator:
         quota: QuotaSnapshot | None,
         dry_run: bool,
     ) -> None:
-        if decision.action != "nothing" or decision.changes:
+        if decision.action == "delete" and not decision.dry_run:
+            pass  # logged by _delete_managed
+        elif decision.action != "nothing" or decision.changes:
             prefix = "(dry run) " if decision.dry_run else ""
             lines = decision.reasons or decision.notes
             log.info("%s%s %s: %s", prefix, decision.action, namespace, "; ".join(lines) or "state")

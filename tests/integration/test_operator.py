@@ -297,6 +297,23 @@ def test_namespaces_labelled_managed_false_are_skipped(
         managed, {"metadata": {"labels": {"dynquota.io/managed": "False"}}}
     )
     wait_until(lambda: op_cluster.quota(managed) is None, "managed quota removed")
+    # reported on the Namespace object (stored in `default`, like client-go's recorder)
+    removed = wait_until(
+        lambda: next(
+            (
+                e
+                for e in op_cluster.events("default", "QuotaRemoved")
+                if e.involved_object.kind == "Namespace" and e.involved_object.name == managed
+            ),
+            None,
+        ),
+        "QuotaRemoved on the Namespace",
+    )
+    assert removed.type == "Warning"
+    assert removed.message == (
+        "the managed ResourceQuota dynquota was deleted: "
+        "namespace labelled dynquota.io/managed=false"
+    )
 
 
 def test_kill_switch_removes_managed_quotas_only_and_release_recreates_them(

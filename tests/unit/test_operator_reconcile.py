@@ -430,6 +430,48 @@ async def test_opted_out_namespace_loses_its_managed_quota(world: World) -> None
     await world.reconcile("team-a")
     assert world.quotas.writes[-1] == ("delete", "team-a")
     assert "team-a" not in world.quotas.objects
+    assert world.events.posted[-1] == (
+        "team-a",
+        "Warning",
+        "QuotaRemoved",
+        "the managed ResourceQuota dynquota was deleted: "
+        "namespace labelled dynquota.io/managed=false",
+    )
+    assert world.op.metrics.quota_deletions.labels("unmanaged")._value.get() == 1
+
+
+async def test_policy_deletion_removes_quotas_rate_limited_logged_and_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World(kill_switch_delete_qps=20)
+    world.op.on_policy(None, policy())
+    names = [f"ns-{i}" for i in range(6)]
+    for name in names:
+        world.op.on_namespace(None, namespace(name))
+        await world.reconcile(name)
+    assert sorted(world.quotas.objects) == names
+    world.op.on_policy("DELETED", policy())  # `kubectl delete dqp p`
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dynquota.operator"):
+        await asyncio.gather(*(world.reconcile(name) for name in names))
+    assert loop.time() - start >= 5 / 20  # 6 deletes, 50 ms apart, not all at once
+    assert world.quotas.objects == {}
+    removed = [e for e in world.events.posted if e[2] == "QuotaRemoved"]
+    assert sorted(removed) == [
+        (
+            name,
+            "Warning",
+            "QuotaRemoved",
+            "the managed ResourceQuota dynquota was deleted: no policy matches this namespace",
+        )
+        for name in names
+    ]
+    assert sorted(caplog.messages) == [
+        f"deleted the managed quota of {name}: no policy matches this namespace" for name in names
+    ]
+    assert world.op.metrics.quota_deletions.labels("unmanaged")._value.get() == 6
 
 
 async def test_invalid_policy_freezes_the_namespace(world: World) -> None:
@@ -593,6 +635,60 @@ async def test_kill_switch_deletes_are_rate_limited() -> None:
     start = loop.time()
     assert await world.op.engage_kill_switch() == 6
     assert loop.time() - start >= 5 / 20  # 6 deletes, 50 ms apart
+
+
+class StaleListQuotas(FakeQuotas):
+    """After the first list, someone deletes two quotas and a create lands in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lists = 0
+
+    async def list_managed(self) -> list[QuotaSnapshot]:
+        found = await super().list_managed()
+        self.lists += 1
+        if self.lists == 1:
+            del self.objects["ns-0"], self.objects["ns-1"]  # deleted by someone else
+            self.put("late", {"pods": "10"})  # created after the list
+        return found
+
+
+async def test_kill_switch_sweep_counts_exactly_what_it_deleted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World(kill_switch_delete_qps=1000)
+    world.quotas = StaleListQuotas()
+    world.op = world.new_operator()
+    world.op.on_policy(None, policy())
+    names = [f"ns-{i}" for i in range(8)]
+    for name in names:
+        world.quotas.put(name, {"pods": "10"})
+        world.op.on_namespace(None, namespace(name))
+    world.op.kill_switch = True
+    with caplog.at_level("WARNING", logger="dynquota.operator"):
+        deleted = await world.op.engage_kill_switch()
+    assert deleted == 7  # ns-2..ns-7 and the late one; ns-0 and ns-1 were already gone
+    assert world.quotas.objects == {}
+    assert world.quotas.lists == 3  # the stale list, the late quota, then empty
+    assert caplog.messages == [
+        *(f"deleted the managed quota of ns-{i}: kill switch engaged" for i in range(2, 8)),
+        "deleted the managed quota of late: kill switch engaged",
+        "kill switch: deleted 7 managed quotas (2 already gone); none is left",
+    ]
+    assert world.op.metrics.quota_deletions.labels("kill-switch")._value.get() == 7
+
+
+async def test_reconciles_leave_deletes_to_a_running_kill_switch_sweep(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    world.op.kill_switch = True
+    world.op._sweeping = True
+    assert await world.reconcile("team-a") == Outcome()
+    assert "team-a" in world.quotas.objects
+    world.op._sweeping = False  # sweep over: a straggler is deleted by its decision
+    await world.reconcile("team-a")
+    assert "team-a" not in world.quotas.objects
+    assert world.op.metrics.quota_deletions.labels("kill-switch")._value.get() == 1
 
 
 async def test_a_burst_of_usage_changes_is_one_decision(world: World) -> None:
