@@ -338,7 +338,19 @@ def _owned_by(pod: Any, deployment: str) -> bool:
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
     """Delete every managed quota (the chart's uninstall hook); optionally stop the operator
-    first. Without --yes only lists what it would delete."""
+    first. Without --yes only lists what it would delete.
+
+    ``--scale-down`` patches the Deployment to ``replicas: 0`` *and* a RollingUpdate strategy
+    (maxSurge 0, maxUnavailable 100%): a Recreate Deployment caught with two active ReplicaSets
+    (an unfinished rollout that was reverted) ignores ``replicas`` — upstream
+    ``pkg/controller/deployment/sync.go`` ``scale()`` scales several active ReplicaSets
+    proportionally only for RollingUpdate — so a plain scale to 0 would never remove its pods.
+    It then waits at most ``--timeout`` seconds for the pods of the Deployment's ReplicaSets;
+    every API call has a 30 s request timeout, so the command never hangs.
+
+    Raises:
+        UserError: RBAC refusal (403), unreachable API, or pods left at the deadline (exit 2).
+    """
     import time
 
     import kubernetes
@@ -346,6 +358,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR
 
     settings = Settings()
+    timeout = 30.0  # seconds, per API request
     api = _guard("connecting", lambda: _sync_client(args.kubeconfig))
     with api:
         core: Any = kubernetes.client.CoreV1Api(api)
@@ -357,12 +370,21 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
             if args.yes:
                 deployment = _guard(
                     f"reading deployment {namespace}/{args.scale_down}",
-                    lambda: apps.read_namespaced_deployment(args.scale_down, namespace),
+                    lambda: apps.read_namespaced_deployment(
+                        args.scale_down, namespace, _request_timeout=timeout
+                    ),
                 )
+                stop = {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"},
+                }
                 _guard(
                     f"scaling deployment {namespace}/{args.scale_down}",
-                    lambda: apps.patch_namespaced_deployment_scale(
-                        args.scale_down, namespace, {"spec": {"replicas": 0}}
+                    lambda: apps.patch_namespaced_deployment(
+                        args.scale_down,
+                        namespace,
+                        {"spec": {"replicas": 0, "strategy": stop}},
+                        _request_timeout=timeout,
                     ),
                 )
                 selector = _selector_string(deployment.spec.selector)
@@ -371,7 +393,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
                 while True:
                     listed = _guard(
                         f"listing pods in {namespace}",
-                        lambda: core.list_namespaced_pod(namespace, label_selector=selector),
+                        lambda: core.list_namespaced_pod(
+                            namespace, label_selector=selector, _request_timeout=timeout
+                        ),
                     ).items
                     # other pods of the release carry the same labels (this hook's own pod,
                     # a `helm test` pod): only pods of the Deployment's ReplicaSets count
@@ -379,8 +403,11 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
                     if not pods:
                         break
                     if time.monotonic() > deadline:
+                        names = ", ".join(sorted(p.metadata.name for p in pods))
                         raise UserError(
-                            f"{len(pods)} operator pods still running after {args.timeout:.0f} s"
+                            f"{len(pods)} pods of deployment {namespace}/{args.scale_down} "
+                            f"still present after {args.timeout:.0f} s ({names}); is "
+                            "kube-controller-manager running?"
                         )
                     time.sleep(1)
                 print(f"operator pods gone ({selector})")
@@ -391,6 +418,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
             lambda: core.list_resource_quota_for_all_namespaces(
                 label_selector=MANAGED_SELECTOR,
                 field_selector=f"metadata.name={MANAGED_QUOTA_NAME}",
+                _request_timeout=timeout,
             ),
         ).items
         interval = 1.0 / settings.kill_switch_delete_qps
@@ -401,7 +429,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
                 print(f"would delete resourcequota {ns}/{MANAGED_QUOTA_NAME}")
                 continue
             try:
-                core.delete_namespaced_resource_quota(MANAGED_QUOTA_NAME, ns)
+                core.delete_namespaced_resource_quota(
+                    MANAGED_QUOTA_NAME, ns, _request_timeout=timeout
+                )
                 deleted += 1
                 print(f"deleted resourcequota {ns}/{MANAGED_QUOTA_NAME}")
             except kubernetes.client.exceptions.ApiException as exc:
