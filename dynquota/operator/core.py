@@ -72,6 +72,9 @@ KILL_SWITCH_RELEASED = "KillSwitchReleased"
 KILL_SWITCH_INVALID = "KillSwitchInvalid"
 MANAGED_LABEL_IGNORED = "ManagedLabelIgnored"
 QUOTA_REMOVED = "QuotaRemoved"
+POLICY_INVALID = "PolicyInvalid"
+POLICY_API_VERSION = "dynquota.io/v1alpha1"
+POLICY_KIND = "DynamicQuotaPolicy"
 _WARNING_TTL = 3600.0
 
 
@@ -121,6 +124,23 @@ class _PolicyRecord:
     info: PolicyInfo
     generation: int
     status: Mapping[str, Any]
+    uid: str = ""
+
+
+@dataclass
+class PolicyTally:
+    """What one policy does to the known namespaces (counts of namespaces).
+
+    ``governed``: it manages them. ``frozen``: it is invalid and freezes them. ``matched``:
+    its selector matches them and they are managed (by it or another policy). ``shadowed``:
+    matched but governed by another policy; ``winners`` counts those per winning policy.
+    """
+
+    governed: int = 0
+    frozen: int = 0
+    matched: int = 0
+    shadowed: int = 0
+    winners: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -244,6 +264,8 @@ class Operator:
         self._warned: TTLCache[tuple[str, str, str], bool] = TTLCache(
             maxsize=20000, ttl=_WARNING_TTL
         )
+        self._invalid_reported: dict[str, int] = {}
+        """Policy name -> the generation whose ``PolicyInvalid`` Event was posted."""
         self._delete_limiter = _RateLimiter(settings.kill_switch_delete_qps)
         self._overrides: set[str] = set()
         self._kill_task: asyncio.Task[None] | None = None
@@ -317,7 +339,9 @@ class Operator:
         info = validate_policy(obj)
         generation = int(meta.get("generation") or 0)
         old = self._policies.get(name)
-        self._policies[name] = _PolicyRecord(info, generation, dict(obj.get("status") or {}))
+        self._policies[name] = _PolicyRecord(
+            info, generation, dict(obj.get("status") or {}), str(meta.get("uid") or "")
+        )
         if old is None or old.info != info:
             if not info.valid:
                 log.warning("policy %s is invalid: %s", name, info.reason)
@@ -918,74 +942,168 @@ class Operator:
                 await asyncio.sleep(2)
                 self._status_dirty.set()
 
-    def governed_counts(self) -> tuple[dict[str, int], int, int]:
-        """``({policy: namespaces governed}, managed, frozen)`` over the known namespaces."""
-        counts = {name: 0 for name in self._policies}
+    def policy_tallies(self) -> tuple[dict[str, PolicyTally], int, int]:
+        """``({policy: PolicyTally}, managed, frozen)`` over the known namespaces (counts)."""
+        tallies = {name: PolicyTally() for name in self._policies}
         managed = frozen = 0
         for name in self.namespaces:
             governance = self.governance(name)
             if governance is None or governance.policy is None:
                 continue
-            if governance.kind == "managed":
-                managed += 1
-                counts[governance.policy] = counts.get(governance.policy, 0) + 1
-            elif governance.kind == "frozen":
+            if governance.kind == "frozen":
                 frozen += 1
-        return counts, managed, frozen
+                tallies.setdefault(governance.policy, PolicyTally()).frozen += 1
+                continue
+            if governance.kind != "managed":
+                continue
+            managed += 1
+            tallies.setdefault(governance.policy, PolicyTally()).governed += 1
+            labels = self.namespaces[name].labels
+            for policy_name, record in self._policies.items():
+                spec = record.info.spec
+                if spec is None or not spec.namespace_selector.matches(labels):
+                    continue
+                tally = tallies[policy_name]
+                tally.matched += 1
+                if policy_name != governance.policy:
+                    tally.shadowed += 1
+                    tally.winners[governance.policy] = tally.winners.get(governance.policy, 0) + 1
+        return tallies, managed, frozen
+
+    def _shadowed_condition(self, name: str, tally: PolicyTally) -> tuple[str, str, str]:
+        """``(status, reason, message)`` of the ``Shadowed`` condition of valid ``name``."""
+        if not tally.shadowed:
+            return (
+                "False",
+                "NotShadowed",
+                (f"governs every managed namespace it matches ({tally.governed})"),
+            )
+        own = self._policies[name].info.priority or 0
+        ranked = sorted(tally.winners.items(), key=lambda item: (-item[1], item[0]))
+        parts = []
+        for winner, count in ranked[:3]:
+            theirs = self._policies[winner].info.priority if winner in self._policies else None
+            why = (
+                f"equal priority {own}, name {winner} sorts first"
+                if theirs == own
+                else f"priority {theirs} > {own}"
+            )
+            parts.append(f"{winner} in {count} ({why})")
+        if len(ranked) > 3:
+            parts.append(f"{len(ranked) - 3} more policies")
+        top = ranked[0][0]
+        top_priority = self._policies[top].info.priority if top in self._policies else None
+        reason = "NameTieBreak" if top_priority == own else "LowerPriority"
+        message = (
+            f"matches {tally.matched} managed namespaces but governs {tally.governed}: "
+            f"outranked by policy {'; '.join(parts)}"
+        )
+        return "True", reason, message
+
+    async def _report_invalid_policy(
+        self, name: str, record: _PolicyRecord, frozen: int, old_valid: Mapping[str, Any]
+    ) -> None:
+        """Post ``PolicyInvalid`` once per generation of an invalid policy (also not again
+        when its stored status already reports this generation invalid)."""
+        if self._invalid_reported.get(name) == record.generation:
+            return
+        already = (
+            old_valid.get("status") == "False"
+            and old_valid.get("observedGeneration") == record.generation
+        )
+        self._invalid_reported[name] = record.generation
+        if already:
+            return
+        await self._warn(
+            ObjectRef(POLICY_API_VERSION, POLICY_KIND, name, "", record.uid),
+            POLICY_INVALID,
+            f"{record.info.reason}; it freezes {frozen} namespaces (their managed quota is "
+            "left as it is) until it is fixed",
+        )
 
     async def write_policy_status(self) -> int:
-        """Patch the status of every policy whose status differs; returns how many."""
-        counts, managed, frozen = self.governed_counts()
+        """Patch the status of every policy whose status differs; returns how many.
+
+        Status: ``observedGeneration``, ``namespaces`` (governed), ``frozenNamespaces``
+        (frozen by this policy being invalid), conditions ``Valid`` and, for a valid policy,
+        ``Shadowed`` (it matches managed namespaces another policy governs). An invalid
+        policy also gets a ``PolicyInvalid`` Warning Event, once per generation.
+        """
+        tallies, managed, frozen = self.policy_tallies()
         self.metrics.managed.set(managed)
         self.metrics.frozen.set(frozen)
         if not self.gate.is_leader:
             return 0
+        for name in list(self._invalid_reported):
+            if name not in self._policies or self._policies[name].info.valid:
+                del self._invalid_reported[name]
         written = 0
         for name, record in list(self._policies.items()):
             info = record.info
-            valid = "True" if info.valid else "False"
-            reason = "Valid" if info.valid else "InvalidSpec"
-            message = (
-                "the policy passed validation"
-                if info.valid
-                else f"{info.reason}; the namespaces it may govern are frozen"
-            )
+            tally = tallies.get(name, PolicyTally())
             old = record.status
             old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
-            old_valid = old_conditions.get("Valid") or {}
-            same_condition = (
-                old_valid.get("status") == valid
-                and old_valid.get("reason") == reason
-                and old_valid.get("message") == message
-                and old_valid.get("observedGeneration") == record.generation
-            )
+            if not info.valid:
+                await self._report_invalid_policy(
+                    name, record, tally.frozen, old_conditions.get("Valid") or {}
+                )
+            wanted: list[tuple[str, str, str, str]] = [
+                (
+                    "Valid",
+                    *(
+                        ("True", "Valid", "the policy passed validation")
+                        if info.valid
+                        else (
+                            "False",
+                            "InvalidSpec",
+                            f"{info.reason}; the namespaces it may govern are frozen",
+                        )
+                    ),
+                )
+            ]
+            if info.valid:
+                wanted.append(("Shadowed", *self._shadowed_condition(name, tally)))
+            conditions = []
+            same = True
+            for type_, status_, reason, message in wanted:
+                previous = old_conditions.get(type_) or {}
+                same = same and (
+                    previous.get("status") == status_
+                    and previous.get("reason") == reason
+                    and previous.get("message") == message[:32000]
+                    and previous.get("observedGeneration") == record.generation
+                )
+                transition = (
+                    previous.get("lastTransitionTime")
+                    if previous.get("status") == status_ and previous.get("lastTransitionTime")
+                    else _now_rfc3339()
+                )
+                conditions.append(
+                    {
+                        "type": type_,
+                        "status": status_,
+                        "reason": reason,
+                        "message": message[:32000],
+                        "observedGeneration": record.generation,
+                        "lastTransitionTime": transition,
+                    }
+                )
+            known = {c["type"] for c in conditions} | {"Shadowed"}
+            kept = [c for t, c in old_conditions.items() if t not in known]
+            status: dict[str, Any] = {
+                "observedGeneration": record.generation,
+                "namespaces": tally.governed,
+                "frozenNamespaces": tally.frozen,
+                "conditions": kept + conditions,
+            }
             if (
-                same_condition
-                and old.get("namespaces") == counts.get(name, 0)
+                same
+                and len(old.get("conditions") or []) == len(kept) + len(conditions)
+                and old.get("namespaces") == tally.governed
+                and old.get("frozenNamespaces") == tally.frozen
                 and old.get("observedGeneration") == record.generation
             ):
                 continue
-            transition = (
-                old_valid.get("lastTransitionTime")
-                if old_valid.get("status") == valid and old_valid.get("lastTransitionTime")
-                else _now_rfc3339()
-            )
-            conditions = [c for t, c in old_conditions.items() if t != "Valid"]
-            conditions.append(
-                {
-                    "type": "Valid",
-                    "status": valid,
-                    "reason": reason,
-                    "message": message[:32000],
-                    "observedGeneration": record.generation,
-                    "lastTransitionTime": transition,
-                }
-            )
-            status = {
-                "observedGeneration": record.generation,
-                "namespaces": counts.get(name, 0),
-                "conditions": conditions,
-            }
             await self.policy_status.patch_policy_status(name, status)
             record.status = status
             written += 1

@@ -473,6 +473,28 @@ def test_invalid_policy_is_refused_by_the_apiserver_and_frozen_by_the_operator(
     assert condition["reason"] == "InvalidSpec"
     assert "spec.resources: unknown resource key 'count/nodes'" in condition["message"]
     wait_until(lambda: op.sample("dynquota_frozen_namespaces") == 1, "one frozen namespace")
+    wait_until(
+        lambda: (op_cluster.get_policy("p-typo").get("status") or {}).get("frozenNamespaces") == 1,
+        "status.frozenNamespaces 1 on p-typo",
+    )
+    # a Warning on the policy (cluster-scoped: stored in `default`)
+    event = wait_until(
+        lambda: next(
+            (
+                e
+                for e in op_cluster.events("default", "PolicyInvalid")
+                if e.involved_object.kind == "DynamicQuotaPolicy"
+                and e.involved_object.name == "p-typo"
+            ),
+            None,
+        ),
+        "PolicyInvalid on p-typo",
+    )
+    assert event.type == "Warning"
+    assert "spec.resources: unknown resource key 'count/nodes'" in event.message
+    assert event.message.endswith(
+        "; it freezes 1 namespaces (their managed quota is left as it is) until it is fixed"
+    )
     # frozen: neither the invalid policy's maximum 2 nor pressure moves the quota
     assert op_cluster.fill_pods(ns) == 6
     deadline = time.time() + 5  # 2.5 upscale cooldowns

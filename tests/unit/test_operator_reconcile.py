@@ -491,8 +491,74 @@ async def test_invalid_policy_freezes_the_namespace(world: World) -> None:
     assert status["a-typo"]["conditions"][0]["status"] == "False"
     assert status["a-typo"]["conditions"][0]["reason"] == "InvalidSpec"
     assert "count/nodes" in status["a-typo"]["conditions"][0]["message"]
+    assert status["a-typo"]["frozenNamespaces"] == 1
+    assert [c["type"] for c in status["a-typo"]["conditions"]] == ["Valid"]
     assert status["p"]["namespaces"] == 0
+    assert status["p"]["frozenNamespaces"] == 0
     assert await world.op.write_policy_status() == 0  # unchanged: no second write
+    invalid = [e for e in world.events.posted if e[2] == "PolicyInvalid"]
+    assert len(invalid) == 1
+    target_, type_, _, message = invalid[0]
+    assert (target_, type_) == ("a-typo", "Warning")
+    assert message.startswith(status["a-typo"]["conditions"][0]["message"].split(";")[0])
+    assert message.endswith(
+        "; it freezes 1 namespaces (their managed quota is left as it is) until it is fixed"
+    )
+    # once per generation: a new (still invalid) generation is reported again
+    world.op.on_namespace(None, namespace("team-b"))
+    await world.op.write_policy_status()
+    assert len([e for e in world.events.posted if e[2] == "PolicyInvalid"]) == 1
+    bad["metadata"]["generation"] = 2
+    bad["spec"]["resources"]["count/pods"] = {"maximum": 3}
+    world.op.on_policy("MODIFIED", bad)
+    await world.op.write_policy_status()
+    invalid = [e for e in world.events.posted if e[2] == "PolicyInvalid"]
+    assert len(invalid) == 2
+    assert invalid[1][3].endswith(
+        "; it freezes 2 namespaces (their managed quota is left as it is) until it is fixed"
+    )
+    assert dict(world.status.patches)["a-typo"]["frozenNamespaces"] == 2
+
+
+async def test_an_invalid_policy_already_reported_in_its_status_is_not_reported_again(
+    world: World,
+) -> None:
+    bad = policy(name="a-typo")
+    bad["spec"]["resources"]["count/nodes"] = {"maximum": 3}
+    bad["status"] = {"conditions": [{"type": "Valid", "status": "False", "observedGeneration": 1}]}
+    world.op.on_policy(None, bad)
+    await world.op.write_policy_status()  # e.g. after a restart or a new leader
+    assert [e for e in world.events.posted if e[2] == "PolicyInvalid"] == []
+
+
+async def test_a_policy_outranked_everywhere_is_shadowed(world: World) -> None:
+    world.op.on_policy(None, policy("b-team", priority=0))
+    world.op.on_policy(None, policy("a-team", priority=0))  # same priority, sorts first
+    world.op.on_policy(None, policy("platform", priority=5, selector={"matchLabels": {"t": "p"}}))
+    world.op.on_namespace(None, namespace("ns-1"))
+    world.op.on_namespace(None, namespace("ns-2"))
+    world.op.on_namespace(None, namespace("ns-3", {"t": "p"}))
+    await world.op.write_policy_status()
+    status = dict(world.status.patches)
+    shadowed = {
+        name: next(c for c in s["conditions"] if c["type"] == "Shadowed")
+        for name, s in status.items()
+    }
+    assert (shadowed["b-team"]["status"], shadowed["b-team"]["reason"]) == ("True", "NameTieBreak")
+    assert shadowed["b-team"]["message"] == (
+        "matches 3 managed namespaces but governs 0: outranked by policy "
+        "a-team in 2 (equal priority 0, name a-team sorts first); "
+        "platform in 1 (priority 5 > 0)"
+    )
+    assert (shadowed["a-team"]["status"], shadowed["a-team"]["reason"]) == ("True", "LowerPriority")
+    assert shadowed["a-team"]["message"] == (
+        "matches 3 managed namespaces but governs 2: outranked by policy "
+        "platform in 1 (priority 5 > 0)"
+    )
+    assert shadowed["platform"]["status"] == "False"
+    assert shadowed["platform"]["reason"] == "NotShadowed"
+    assert [status[n]["namespaces"] for n in ("a-team", "b-team", "platform")] == [2, 0, 1]
+    assert await world.op.write_policy_status() == 0
 
 
 async def test_policy_status_counts_governed_namespaces(world: World) -> None:
