@@ -30,7 +30,14 @@ from pydantic import ValidationError
 
 from dynquota.settings import Settings
 
-__all__ = ["UserError", "build_parser", "explain", "main", "settings_from_args"]
+__all__ = [
+    "UserError",
+    "build_parser",
+    "check_kubeconfig",
+    "explain",
+    "main",
+    "settings_from_args",
+]
 
 CRD_HINT = (
     "the DynamicQuotaPolicy CRD (dynamicquotapolicies.dynquota.io) is not installed: "
@@ -52,10 +59,20 @@ def explain(exc: BaseException, what: str = "") -> UserError | None:
     import kubernetes
     import kubernetes_asyncio
     import urllib3
+    import yaml
 
     from dynquota.kube.errors import ApiError, ForbiddenError, NotFoundError, TransportError
 
     prefix = f"{what}: " if what else ""
+    if isinstance(exc, yaml.YAMLError):
+        mark = getattr(exc, "problem_mark", None)
+        where = (
+            f"{mark.name} (line {mark.line + 1}, column {mark.column + 1})"
+            if mark is not None
+            else "file"
+        )
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return UserError(f"{prefix}kubeconfig {where} is not valid YAML: {problem}")
     if isinstance(
         exc, kubernetes.config.ConfigException | kubernetes_asyncio.config.ConfigException
     ):
@@ -101,9 +118,29 @@ def _status_message(body: object) -> str:
 # -- sync client helpers (plan, override, kill-switch) -----------------------------------------
 
 
+def check_kubeconfig(kubeconfig: str | None) -> None:
+    """Fail early, naming the path, when the kubeconfig to be used does not exist.
+
+    ``kubeconfig`` is the ``--kubeconfig`` path; without it (and outside a pod), the files
+    listed in ``$KUBECONFIG`` (``:``-separated) are checked: at least one must exist.
+
+    Raises :class:`UserError` (``kubeconfig not found: PATH``).
+    """
+    if kubeconfig:
+        if not os.path.isfile(kubeconfig):
+            raise UserError(f"kubeconfig not found: {kubeconfig}")
+        return
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed and not any(os.path.isfile(p) for p in listed):
+        raise UserError(f"kubeconfig not found: {os.pathsep.join(listed)} (from $KUBECONFIG)")
+
+
 def _sync_client(kubeconfig: str | None) -> Any:
     import kubernetes
 
+    check_kubeconfig(kubeconfig)
     configuration = kubernetes.client.Configuration()
     if not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
         kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -144,10 +181,33 @@ def _setup_logging(settings: Settings) -> None:
     )
 
 
-async def _preflight(settings: Settings) -> None:
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the apiserver is not reachable (yet): no answer, 429 or 5xx."""
+    import aiohttp
+
+    from dynquota.kube.errors import ApiError, TransportError
+
+    if isinstance(exc, ApiError):
+        return exc.status in (0, 429) or exc.status >= 500
+    return isinstance(exc, TransportError | aiohttp.ClientError | ConnectionError | TimeoutError)
+
+
+async def _preflight(settings: Settings, attempts: int | None = None, delay: float = 1.0) -> None:
+    """Check what ``run`` needs before starting kopf: the kubeconfig, then reading
+    ``kube-system`` and listing policies.
+
+    A missing or malformed kubeconfig, a 401/403 or a missing CRD raise :class:`UserError`
+    at once. An unreachable apiserver (no answer, 429, 5xx: a control-plane blip) is retried
+    with exponential backoff (``delay`` seconds doubling, capped at 30 s), each attempt
+    logged at WARNING, until it answers — or, with ``attempts`` (tests), that many attempts
+    failed (then :class:`UserError`).
+    """
+    from dynquota.kube.backoff import Backoff
     from dynquota.kube.client import new_api_client
     from dynquota.kube.cluster import ClusterClient
 
+    log = logging.getLogger("dynquota.cli")
+    check_kubeconfig(settings.kubeconfig or None)
     try:
         api_client = await new_api_client(settings.kubeconfig or None)
     except Exception as exc:
@@ -155,19 +215,33 @@ async def _preflight(settings: Settings) -> None:
         if error is not None:
             raise error from exc
         raise
+    backoff = Backoff(initial=delay, maximum=30.0)
     async with api_client:
         cluster = ClusterClient(api_client)
         for what, call in (
             ("reading namespace kube-system", lambda: cluster.read_namespace("kube-system")),
             ("listing dynamicquotapolicies", cluster.list_policies),
         ):
-            try:
-                await call()
-            except Exception as exc:
-                error = explain(exc, what)
-                if error is not None:
-                    raise error from exc
-                raise
+            while True:
+                try:
+                    await call()
+                    break
+                except Exception as exc:
+                    error = explain(exc, what)
+                    if not _unreachable(exc) or (
+                        attempts is not None and backoff.failures + 1 >= attempts
+                    ):
+                        if error is not None:
+                            raise error from exc
+                        raise
+                    wait = backoff.next_delay()
+                    log.warning(
+                        "%s (attempt %d); retrying in %.1f s",
+                        error or f"{what}: {exc}",
+                        backoff.failures,
+                        wait,
+                    )
+                    await asyncio.sleep(wait)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -457,9 +531,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dynquota``."""
+    from dynquota import __version__
+
     parser = argparse.ArgumentParser(
         prog="dynquota", description="Size one ResourceQuota per namespace from observed usage."
     )
+    parser.add_argument("--version", action="version", version=f"dynquota {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the operator")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from pathlib import Path
 
 import aiohttp
@@ -9,9 +11,21 @@ import kubernetes
 import pytest
 import urllib3
 import yaml
+from aiohttp import web
 
-from dynquota.cli import CRD_HINT, build_parser, explain, main, settings_from_args
+import dynquota
+from dynquota.cli import (
+    CRD_HINT,
+    UserError,
+    _preflight,
+    build_parser,
+    explain,
+    main,
+    settings_from_args,
+)
 from dynquota.kube.errors import ForbiddenError, NotFoundError, TransportError
+from dynquota.settings import Settings
+from dynquota.testing.wait import async_wait_until
 
 
 def test_run_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,3 +104,111 @@ def test_explain_rbac_crd_and_transport_errors() -> None:
     assert "cannot reach" in str(explain(urllib3.exceptions.MaxRetryError(None, "/", None)))
     assert "cannot reach" in str(explain(aiohttp.ClientConnectionError("refused")))
     assert explain(ValueError("bug")) is None
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"dynquota {dynquota.__version__}\n"
+
+
+@pytest.mark.parametrize("command", [["run"], ["plan"], ["kill-switch", "status"]])
+def test_kubeconfig_path_is_named_and_malformed_yaml_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    missing = tmp_path / "nonexistent"
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--kubeconfig", str(missing)])
+    assert done.value.code == 2
+    assert capsys.readouterr().err == f"dynquota: error: kubeconfig not found: {missing}\n"
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nclusters: [\n  - {name: x\n")
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--kubeconfig", str(bad)])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line, no traceback
+    assert err.endswith(
+        f"kubeconfig {bad} (line 3, column 3) is not valid YAML: "
+        "expected the node content, but found '-'\n"
+    )
+
+
+def test_missing_kubeconfig_env_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "a"))
+    with pytest.raises(SystemExit) as done:
+        main(["plan"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err == (
+        f"dynquota: error: kubeconfig not found: {tmp_path / 'a'} (from $KUBECONFIG)\n"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _kubeconfig(tmp_path: Path, server: str) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def test_run_waits_for_an_unreachable_apiserver_with_backoff(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = _free_port()
+    settings = Settings(kubeconfig=str(_kubeconfig(tmp_path, f"http://127.0.0.1:{port}")))
+
+    async def namespace(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}
+        )
+
+    async def policies(request: web.Request) -> web.Response:
+        return web.json_response({"apiVersion": "dynquota.io/v1alpha1", "items": []})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/kube-system", namespace)
+    app.router.add_get("/apis/dynquota.io/v1alpha1/dynamicquotapolicies", policies)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    with caplog.at_level("WARNING", logger="dynquota.cli"):
+        task = asyncio.ensure_future(_preflight(settings, delay=0.05))
+        await async_wait_until(lambda: len(caplog.records) >= 3, "three failed attempts")
+        assert not task.done()  # still waiting, not exited
+        site = web.TCPSite(runner, "127.0.0.1", port)
+        await site.start()
+        try:
+            await asyncio.wait_for(task, timeout=10)
+        finally:
+            await runner.cleanup()
+    attempts = [r.getMessage() for r in caplog.records]
+    assert attempts[0].startswith(
+        "reading namespace kube-system: cannot reach the Kubernetes API: "
+    )
+    assert [m.split("(attempt ")[1].split(")")[0] for m in attempts[:3]] == ["1", "2", "3"]
+    assert all(r.levelname == "WARNING" for r in caplog.records)
+
+
+async def test_preflight_still_fails_at_once_on_a_missing_kubeconfig(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"^kubeconfig not found: "):
+        await _preflight(Settings(kubeconfig=str(tmp_path / "nope")))
+    port = _free_port()
+    settings = Settings(kubeconfig=str(_kubeconfig(tmp_path, f"http://127.0.0.1:{port}")))
+    with pytest.raises(UserError, match="cannot reach the Kubernetes API"):
+        await _preflight(settings, attempts=2, delay=0.01)
