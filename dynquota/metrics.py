@@ -31,7 +31,10 @@ dynquota_watch_cycles_total                 counter resource
 dynquota_informer_synced                    gauge   resource
 dynquota_informer_objects                   gauge   resource
 dynquota_api_requests_total                 counter verb, resource, code
-dynquota_api_errors_total                   counter verb, resource, code (code 0: no answer)
+dynquota_api_errors_total                   counter verb, resource, code (code 0: no answer;
+                                                    404 not counted: see below)
+dynquota_api_not_found_total                counter verb, resource (404: expected, e.g. a
+                                                    namespace without its quota yet)
 dynquota_api_conflicts_total                counter verb, resource
 dynquota_events_total                       counter reason
 ========================================== ======= =====================================
@@ -130,16 +133,28 @@ class Metrics:
             ("verb", "resource", "code"),
             registry=r,
         )
+        self.api_not_found = Counter(
+            "dynquota_api_not_found",
+            "404 answers (expected: reads of a quota not created yet, deletes of one gone)",
+            ("verb", "resource"),
+            registry=r,
+        )
         self.api_conflicts = Counter(
             "dynquota_api_conflicts", "409 Conflict answers", ("verb", "resource"), registry=r
         )
         self.events = Counter("dynquota_events", "Events posted", ("reason",), registry=r)
 
     def observe_api(self, verb: str, resource: str, status: int) -> None:
-        """Count one API call (an :data:`~dynquota.kube.quotas.ApiCallObserver`)."""
+        """Count one API call (an :data:`~dynquota.kube.quotas.ApiCallObserver`).
+
+        ``status``: the HTTP code, 200 on success, 0 without an answer. A 404 (an expected
+        not-found read or delete) counts in ``dynquota_api_not_found_total``, not as an error.
+        """
         code = str(status)
         self.api_requests.labels(verb, resource, code).inc()
-        if status != 200:
+        if status == 404:
+            self.api_not_found.labels(verb, resource).inc()
+        elif status != 200:
             self.api_errors.labels(verb, resource, code).inc()
         if status == 409:
             self.api_conflicts.labels(verb, resource).inc()

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -300,6 +301,12 @@ def build_registry(runtime_of: Callable[[Any], Runtime]) -> kopf.OperatorRegistr
     return registry
 
 
+def _drop_thread_signal_warning(record: logging.LogRecord) -> bool:
+    """Logging filter: drop kopf's expected "OS signals are ignored: running not in the
+    main thread" warning (an operator run in a thread is stopped by its ``stop_flag``)."""
+    return not record.getMessage().startswith("OS signals are ignored: running not in the main")
+
+
 async def run(
     settings: Settings,
     *,
@@ -315,6 +322,9 @@ async def run(
 
     Raises ``kubernetes_asyncio.config.ConfigException`` without a usable configuration.
     """
+    if threading.current_thread() is not threading.main_thread():
+        # embedded (tests, the demo): stopping is stop_flag's job, not OS signals'
+        logging.getLogger("kopf._core.reactor.running").addFilter(_drop_thread_signal_warning)
     own_client = api_client is None
     if api_client is None:
         api_client = await new_api_client(settings.kubeconfig or None)
