@@ -282,27 +282,50 @@ def test_leases_only_with_two_replicas_and_only_in_own_namespace(release: Releas
             "upgrade", release.name, chart, "-n", ns, "--reuse-values", "--set", "replicaCount=1"
         )
     assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is False
+    # The Deployment is now left with both ReplicaSets active (3 pods for replicas=1): without a
+    # kubelet the rolling update never finishes, and a Recreate Deployment with two active
+    # ReplicaSets ignores `replicas` upstream. The uninstall test stages that state itself.
 
 
-CLEANUP_ALLOWED = [
-    ("list", "resourcequotas", "-A"),
-    ("delete", "resourcequotas/dynquota", "-n", "any-ns"),
-]
-CLEANUP_DENIED = [
-    ("delete", "resourcequotas/team-quota", "-n", "any-ns"),
-    ("patch", "resourcequotas/dynquota", "-n", "any-ns"),
-    ("create", "resourcequotas", "-n", "any-ns"),
-    ("delete", "pods", "-n", "any-ns"),
-    ("list", "secrets", "-A"),
-]
+def cleanup_allowed(release: Release) -> list[tuple[str, ...]]:
+    """What `dynquota cleanup --yes --scale-down <fullname>` needs, and the hook's RBAC grants."""
+    ns, deployment = release.namespace, f"deployments.apps/{release.fullname}"
+    return [
+        ("list", "resourcequotas", "-A"),
+        ("delete", "resourcequotas/dynquota", "-n", "any-ns"),
+        ("get", deployment, "-n", ns),
+        ("patch", deployment, "-n", ns),
+        ("list", "pods", "-n", ns),
+    ]
+
+
+def cleanup_denied(release: Release) -> list[tuple[str, ...]]:
+    """Everything else near it stays refused to the hook."""
+    ns, deployment = release.namespace, f"deployments.apps/{release.fullname}"
+    return [
+        ("delete", "resourcequotas/team-quota", "-n", "any-ns"),
+        ("patch", "resourcequotas/dynquota", "-n", "any-ns"),
+        ("create", "resourcequotas", "-n", "any-ns"),
+        ("list", "pods", "-A"),
+        ("list", "pods", "-n", "any-ns"),
+        ("get", "pods", "-n", ns),
+        ("delete", "pods", "-n", ns),
+        ("patch", deployment, "-n", "any-ns"),
+        ("patch", deployment, "--subresource=scale", "-n", ns),
+        ("delete", deployment, "-n", ns),
+        ("patch", "deployments.apps/other", "-n", ns),
+        ("patch", "replicasets.apps", "-n", ns),
+        ("list", "secrets", "-A"),
+        ("get", "secrets", "-n", ns),
+    ]
 
 
 def test_cleanup_hook_account_exists_only_during_uninstall(release: Release) -> None:
     """The hook's ServiceAccount and RBAC are pre-delete hooks: absent while installed."""
     out = release.cp.kubectl("get", "serviceaccounts", "-n", release.namespace, "-o", "name")
     assert f"serviceaccount/{release.fullname}-cleanup" not in out.split()
-    for check in CLEANUP_ALLOWED:
-        assert can_i(release.cp, release.cleanup, *check) is False
+    for check in cleanup_allowed(release):
+        assert can_i(release.cp, release.cleanup, *check) is False, check
 
 
 # -- the tenant override -------------------------------------------------------------------
@@ -571,6 +594,30 @@ def report_job_complete(cp: LocalControlPlane, namespace: str, name: str) -> Non
                "-p", json.dumps({"status": status}))  # fmt: skip
 
 
+def operator_replica_sets(cp: LocalControlPlane, release: Release) -> dict[str, int]:
+    """spec.replicas of each ReplicaSet controlled by the operator Deployment, by name."""
+    out = json.loads(cp.kubectl("get", "replicasets", "-n", release.namespace, "-o", "json"))
+    return {
+        rs["metadata"]["name"]: rs["spec"]["replicas"]
+        for rs in out["items"]
+        if any(
+            ref["kind"] == "Deployment" and ref["name"] == release.fullname
+            for ref in rs["metadata"].get("ownerReferences", [])
+        )
+    }
+
+
+def operator_pods(core: kubernetes.client.CoreV1Api, release: Release) -> list[str]:
+    """Names of the pods controlled by the operator Deployment's ReplicaSets."""
+    names = operator_replica_sets(release.cp, release)
+    pods: list[Any] = core.list_namespaced_pod(release.namespace).items
+    return sorted(
+        str(p.metadata.name)
+        for p in pods
+        if any(r.controller and r.name in names for r in p.metadata.owner_references or [])
+    )
+
+
 def test_uninstall_runs_the_cleanup_hook(
     release: Release, core: kubernetes.client.CoreV1Api, tmp_path: Path
 ) -> None:
@@ -581,6 +628,24 @@ def test_uninstall_runs_the_cleanup_hook(
     )
     if probe.returncode != 0:
         pytest.skip(f"`dynquota cleanup` is not implemented yet: {probe.stderr.strip()[-200:]}")
+    # The hardest state to stop the operator from: an unfinished rolling update to 2 replicas,
+    # reverted to 1 (Recreate). Without a kubelet the rollout never finishes, so both
+    # ReplicaSets stay active, and upstream's Deployment controller then ignores `replicas`
+    # (sync.go scale(): several active ReplicaSets are scaled only for RollingUpdate). A plain
+    # scale to 0 leaves every pod in place; the hook must still stop them all.
+    chart = str(CHART)
+    for replicas in ("2", "1"):
+        release.helm("upgrade", release.name, chart, "-n", ns, "--reuse-values",
+                     "--set", f"replicaCount={replicas}")  # fmt: skip
+
+    def staged() -> dict[str, int] | None:
+        sets = operator_replica_sets(cp, release)
+        active = {name: n for name, n in sets.items() if n > 0}
+        pods = operator_pods(core, release)
+        return active if len(active) == 2 and len(pods) == sum(active.values()) else None
+
+    wait_until(staged, "two active ReplicaSets of the operator, with all their pods")
+    replica_sets = operator_replica_sets(cp, release)
     # Two managed quotas; beside them an unmanaged quota named dynquota (no label) and a
     # labelled quota with another name: the hook deletes only the managed ones.
     namespaces = [f"dq-un-{uuid.uuid4().hex[:6]}" for _ in range(2)]
@@ -602,37 +667,53 @@ def test_uninstall_runs_the_cleanup_hook(
             },
         )
         helm_bin = str(Path(cp.bin_dir or "") / "helm")
-        uninstall = subprocess.Popen(
+        # A context manager: its pipes are closed whatever happens (no ResourceWarning later).
+        with subprocess.Popen(
             [helm_bin, "--kubeconfig", cp.kubeconfig, "uninstall", release.name, "-n", ns,
-             "--timeout", "120s"],
+             "--timeout", "240s"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=release.env,
-        )  # fmt: skip
-        try:
-            job = wait_until(
-                lambda: job_or_none(cp, ns, f"{full}-cleanup"), "the hook Job", timeout=60
-            )
-            # The hook's RBAC exists now, before anything of the release is deleted.
-            for check in CLEANUP_ALLOWED:
-                assert can_i(cp, release.cleanup, *check) is True, check
-            for check in CLEANUP_DENIED:
-                assert can_i(cp, release.cleanup, *check) is False, check
-            (container,) = job["spec"]["template"]["spec"]["containers"]
-            kubeconfig = token_kubeconfig(cp, ns, f"{full}-cleanup", tmp_path / "kubeconfig")
-            env = {**os.environ, **job_env(job, ns), "KUBECONFIG": str(kubeconfig)}
-            command = [str(dynquota), *container["command"][1:]]
-            ran = subprocess.run(
-                command, capture_output=True, text=True, env=env, timeout=120, check=False
-            )
-            assert ran.returncode == 0, ran.stdout + ran.stderr
-            # It stopped the operator before deleting anything.
-            deployment = json.loads(cp.kubectl("get", "deployment", full, "-n", ns, "-o", "json"))
-            assert deployment["spec"]["replicas"] == 0
-            report_job_complete(cp, ns, f"{full}-cleanup")
-            out, err = uninstall.communicate(timeout=120)
-        finally:
-            if uninstall.poll() is None:
-                uninstall.kill()
-                uninstall.communicate()
+        ) as uninstall:  # fmt: skip
+            try:
+                job = wait_until(
+                    lambda: job_or_none(cp, ns, f"{full}-cleanup"), "the hook Job", timeout=60
+                )
+                # The hook's RBAC exists now, before anything of the release is deleted. The
+                # apiserver authorizes from informer caches: wait until every rule the command
+                # needs is in effect (a pod of the Job would start later still).
+                allowed = cleanup_allowed(release)
+                wait_until(
+                    lambda: all(can_i(cp, release.cleanup, *check) for check in allowed),
+                    f"the hook's RBAC in effect: {allowed}",
+                    timeout=30,
+                )
+                for check in cleanup_denied(release):
+                    assert can_i(cp, release.cleanup, *check) is False, check
+                (container,) = job["spec"]["template"]["spec"]["containers"]
+                kubeconfig = token_kubeconfig(cp, ns, f"{full}-cleanup", tmp_path / "kubeconfig")
+                env = {**os.environ, **job_env(job, ns), "KUBECONFIG": str(kubeconfig)}
+                command = [str(dynquota), *container["command"][1:]]
+                # Longer than the command's own deadline (--timeout, 120 s by default), so a
+                # failure shows the command's error, not a kill.
+                ran = subprocess.run(
+                    command, capture_output=True, text=True, env=env, timeout=200, check=False
+                )
+                assert ran.returncode == 0, ran.stdout + ran.stderr
+                # It stopped every operator pod, of both ReplicaSets, before deleting anything.
+                deployment = json.loads(
+                    cp.kubectl("get", "deployment", full, "-n", ns, "-o", "json")
+                )
+                assert deployment["spec"]["replicas"] == 0
+                assert deployment["spec"]["strategy"] == {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"},
+                }
+                assert operator_pods(core, release) == []
+                assert operator_replica_sets(cp, release) == dict.fromkeys(replica_sets, 0)
+                report_job_complete(cp, ns, f"{full}-cleanup")
+                out, err = uninstall.communicate(timeout=240)
+            finally:
+                if uninstall.poll() is None:
+                    uninstall.kill()
         assert uninstall.returncode == 0, out + err
         assert out.strip() == f'release "{release.name}" uninstalled'
         for n in namespaces[:2]:

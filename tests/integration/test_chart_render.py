@@ -357,7 +357,7 @@ def test_cleanup_hook(helm: Path) -> None:
     assert one(objs, "Role", "dq-dynquota-cleanup")["rules"] == [
         {
             "apiGroups": ["apps"],
-            "resources": ["deployments", "deployments/scale"],
+            "resources": ["deployments"],
             "resourceNames": ["dq-dynquota"],
             "verbs": ["get", "patch"],
         },
