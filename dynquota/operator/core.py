@@ -427,13 +427,19 @@ class Operator:
         if self._kill_task is not None:
             self._kill_task.cancel()
             self._kill_task = None
+            self._sweeping = False
         if reading.engaged:
             log.warning("kill switch engaged: deleting every managed quota, creating none")
-            self._kill_task = self._spawn(self.engage_kill_switch(announce=not first))
+            self._start_sweep(announce=not first)
         elif not first:
             log.warning("kill switch released: re-creating quotas for every managed namespace")
             self._spawn(self._release_kill_switch())
         self.queue.add_all(list(self.namespaces))
+
+    def _start_sweep(self, announce: bool = False) -> None:
+        # marked before any reconcile queued with it can run, so they leave deletes to it
+        self._sweeping = not self.settings.dry_run
+        self._kill_task = self._spawn(self.engage_kill_switch(announce=announce))
 
     async def engage_kill_switch(self, announce: bool = False) -> int:
         """Delete every managed quota in the cluster (rate-limited); returns how many this
@@ -445,6 +451,14 @@ class Operator:
         reconciles leave deletes to it. Each deletion is logged; the summary is one WARNING
         line with exact counts. Stops early if the switch is released or leadership is lost.
         """
+        self._sweeping = not self.settings.dry_run
+        try:
+            return await self._sweep(announce)
+        finally:
+            self._sweeping = False
+
+    async def _sweep(self, announce: bool) -> int:
+        """The body of :meth:`engage_kill_switch`."""
         if announce and self.gate.is_leader:
             await self._emit(
                 ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
@@ -467,7 +481,6 @@ class Operator:
             return 0
         deleted = gone = 0
         complete = False
-        self._sweeping = True
         try:
             while self.kill_switch and self.gate.is_leader:
                 try:
@@ -557,7 +570,7 @@ class Operator:
         self.metrics.leader.set(1 if leading else 0)
         if leading:
             if self.kill_switch:
-                self._kill_task = self._spawn(self.engage_kill_switch())
+                self._start_sweep()
             self.queue.add_all(list(self.namespaces))
             self.mark_policy_status_dirty()
 

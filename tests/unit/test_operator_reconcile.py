@@ -126,6 +126,7 @@ class FakeEvents:
 
     async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> bool:
         self.posted.append((ref.namespace or ref.name, type_, reason, message))
+        await asyncio.sleep(0)  # a real post is I/O: other tasks run meanwhile
         return True
 
     def reasons(self, target: str) -> list[str]:
@@ -742,6 +743,43 @@ async def test_kill_switch_sweep_counts_exactly_what_it_deleted(
         "kill switch: deleted 7 managed quotas (2 already gone); none is left",
     ]
     assert world.op.metrics.quota_deletions.labels("kill-switch")._value.get() == 7
+
+
+async def test_kill_switch_record_is_exact_while_the_queue_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World(kill_switch_delete_qps=1000)
+    world.op.on_policy(None, policy())
+    names = [f"ns-{i}" for i in range(5)]
+    for name in names:
+        world.op.on_namespace(None, namespace(name))
+    world.op.queue.start()
+    await world.op.queue.wait_idle(timeout=5)
+    assert sorted(world.quotas.objects) == names
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dynquota.operator"):
+        # every namespace is queued with the switch: their decisions must not race the sweep
+        world.op.on_namespace(
+            "MODIFIED",
+            namespace("kube-system", rv=5, annotations={"dynquota.io/kill-switch": "true"}),
+        )
+        await async_wait_until(
+            lambda: any(m.startswith("kill switch: deleted") for m in caplog.messages),
+            "sweep summary",
+            timeout=5,
+        )
+        await world.op.queue.wait_idle(timeout=5)
+    assert world.quotas.objects == {}
+    deletions = [m for m in caplog.messages if m.startswith("deleted the managed quota of")]
+    assert sorted(deletions) == [
+        f"deleted the managed quota of {name}: kill switch engaged" for name in names
+    ]
+    assert "kill switch: deleted 5 managed quotas (0 already gone); none is left" in (
+        caplog.messages
+    )
+    assert world.op.metrics.quota_deletions.labels("kill-switch")._value.get() == 5
+    await world.op.queue.stop()
+    await world.op.stop_background()
 
 
 async def test_reconciles_leave_deletes_to_a_running_kill_switch_sweep(world: World) -> None:
