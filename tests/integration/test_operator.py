@@ -110,7 +110,7 @@ def test_upscale_only_after_cooldown_and_runaway_exact_sequence(
     every step. H grows by the buffer once per cooldown, up to the maximum."""
     ns = op_cluster.new_namespace(scope)
     op_cluster.policy("p-runaway", scope, pods=profile(maximum=60, up="4s"), configmaps=CONFIGMAPS)
-    start_operator()
+    op = start_operator()
     expected = ["10", "14", "20", "28", "40", "56", "60"]
     seen: list[str] = []
     stamps: list[int] = []
@@ -129,8 +129,16 @@ def test_upscale_only_after_cooldown_and_runaway_exact_sequence(
     assert seen == expected
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert all(gap >= 4 for gap in gaps), gaps
-    # at the maximum: pressure stays, H does not move
-    time.sleep(5)  # the cooldown passes: a decision runs and must not change anything
+    # at the maximum: pressure stays, H does not move. Wait for a decision taken after the
+    # last cooldown ended (the resync, every 10 s, guarantees one) and check it changed nothing.
+    cooldown_end = stamps[-1] + 4
+    wait_until(lambda: time.time() >= cooldown_end, "the last cooldown ends", timeout=10)
+    decided = op.sample("dynquota_reconciles_total", {"result": "ok"})
+    wait_until(
+        lambda: op.sample("dynquota_reconciles_total", {"result": "ok"}) > decided,
+        "a decision after the cooldown",
+        timeout=30,
+    )
     assert op_cluster.hard(ns) == {"pods": "60", "configmaps": "20"}
     with pytest.raises(ApiException) as refused:
         op_cluster.create_pod(ns)
@@ -341,10 +349,18 @@ def test_kill_switch_removes_managed_quotas_only_and_release_recreates_them(
     assert engaged.involved_object.kind == "Namespace"
     assert engaged.involved_object.name == "kube-system"
     assert op.sample("dynquota_kill_switch_engaged") == 1
+
     # nothing is created while engaged, even for a new namespace and after a resync
+    def decisions() -> float:
+        return sum(
+            op.sample("dynquota_reconciles_total", {"result": r})
+            for r in ("ok", "dry-run", "retry", "invalid", "standby")
+        )
+
+    decided = decisions()
     c = op_cluster.new_namespace(scope)
-    op.call(lambda: op.runtime.operator.queue.wait_idle(10))  # type: ignore[union-attr]
-    time.sleep(1)
+    # the new namespace and then a resync (every 10 s) are decided: at least 2 more decisions
+    wait_until(lambda: decisions() >= decided + 2, "decisions while engaged", timeout=30)
     op.idle()
     assert [op_cluster.quota(n) for n in (a, b, c)] == [None, None, None]
     op_cluster.kill_switch(None)
