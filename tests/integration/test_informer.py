@@ -169,17 +169,6 @@ async def converge(
         await asyncio.sleep(0.25)
 
 
-def restart_apiserver_keeping_it(controlplane: LocalControlPlane) -> None:
-    """Start kube-apiserver from the main thread.
-
-    The launcher ties each component's life to the *thread* that spawned it (Linux
-    PR_SET_PDEATHSIG is per thread), so a start from a worker thread (``asyncio.to_thread``)
-    dies with that thread. Stopping from a thread is fine; starting must happen here.
-    """
-    assert threading.current_thread() is threading.main_thread()
-    controlplane.start_apiserver()
-
-
 # -- fixtures ----------------------------------------------------------------------------
 
 
@@ -360,7 +349,8 @@ async def test_counts_converge_across_apiserver_restart_mid_burst(
             "informers see the apiserver gone",
             30,
         )
-        restart_apiserver_keeping_it(controlplane)  # blocks the loop until /readyz
+        # blocks the event loop until /readyz: the informers resume only afterwards
+        controlplane.start_apiserver()
         at_restart = len(created)
         await asyncio.to_thread(
             wait_until,
@@ -415,7 +405,8 @@ async def test_410_gone_relists_and_forgets_objects_deleted_during_the_gap(
     revision = await asyncio.to_thread(controlplane.compact_etcd)
     assert revision > int(rv_before)
     await asyncio.to_thread(controlplane.stop_apiserver)  # the watch cache forgets history
-    restart_apiserver_keeping_it(controlplane)
+    # blocks the event loop until /readyz, so the tally below is still the stale one
+    controlplane.start_apiserver()
     changes.calls.clear()
     assert watcher.usages(ns) == {"pods": 4, "configmaps": 11}  # stale until resumed
 
