@@ -74,6 +74,9 @@ OVERRIDE_EXPIRED: Final = "OverrideExpired"
 OVERRIDE_REJECTED: Final = "OverrideRejected"
 USAGE_ABOVE_MAXIMUM: Final = "UsageAboveMaximum"
 STATE_REPAIRED: Final = "StateRepaired"
+#: seconds a cooldown stamp may lie in the future (clock skew between replicas) before it is
+#: treated as malformed and restarted at ``now``
+FUTURE_STAMP_ALLOWANCE: Final = 300
 MANUAL_EDIT_REVERTED: Final = "ManualEditReverted"
 QUOTA_RECREATED: Final = "QuotaRecreated"
 
@@ -538,10 +541,16 @@ class _Sizer:
                 repairs.append(f"{key} missing")
             return self.now
         try:
-            return parse_time(raw)
+            stamp = parse_time(raw)
         except ValueError:
             repairs.append(f"{key} malformed ({raw!r})")
             return self.now
+        if stamp > self.now + FUTURE_STAMP_ALLOWANCE:
+            # A typo (2062 for 2026) or a skewed clock would otherwise block the cooldown for
+            # as long as the skew: restart it now instead (never earlier than honest history).
+            repairs.append(f"{key} malformed: in the future ({raw!r})")
+            return self.now
+        return stamp
 
     # -- the decision -------------------------------------------------------------------------
 

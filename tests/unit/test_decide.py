@@ -29,6 +29,7 @@ from dynquota.policy import (
     reject_unmanaged_override,
     target,
 )
+from dynquota.policy.decide import FUTURE_STAMP_ALLOWANCE
 from dynquota.quantity import parse_quantity
 
 HINT = (
@@ -1317,3 +1318,26 @@ def test_dry_run_decisions_are_always_flagged(pods: int, configmaps: int, offset
         d = run(quota, T0 + offset, pods=pods, configmaps=configmaps, dry_run=True)
         assert d.dry_run
         assert all(e.message.startswith("(dry run) ") for e in d.events)
+
+
+def test_cooldown_stamp_far_in_the_future_is_repaired_not_honoured() -> None:
+    """A stamp past the clock-skew allowance would pin H until then: it restarts now."""
+    quota = settled(10, extra={"dynquota.io/last-upscale.pods": "2099-01-01T00:00:00Z"})
+    d = run(quota, T0 + 1000, pods=10)
+    assert d.action == "patch"
+    assert d.changes == ()  # T(10) = 14 > 10, but the cooldown restarts now
+    assert d.set_annotations == {"dynquota.io/last-upscale.pods": ts(1000)}
+    message = (
+        "state of pods repaired: dynquota.io/last-upscale.pods malformed: in the future "
+        "('2099-01-01T00:00:00Z'); cooldowns restart now"
+    )
+    assert d.events == (Event("Warning", "StateRepaired", message),)
+    assert d.requeue_at == T0 + 1300  # upscale once the 5 min cooldown has passed
+
+
+def test_cooldown_stamp_within_the_skew_allowance_is_honoured() -> None:
+    quota = settled(10, at=1000 + FUTURE_STAMP_ALLOWANCE)  # a replica's clock 5 min ahead
+    d = run(quota, T0 + 1000, pods=10)
+    assert d.action == "nothing"
+    assert d.events == ()
+    assert d.requeue_at == T0 + 1000 + FUTURE_STAMP_ALLOWANCE + 300
