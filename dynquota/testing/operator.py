@@ -19,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import subprocess
 import threading
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -353,6 +355,12 @@ class OperatorThread:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(timeout)
         assert not self._thread.is_alive(), "operator did not stop"
+        # Sockets the stopped loop left open (kopf's and the clients' keep-alive connections)
+        # are reclaimed here, not at a random later garbage collection inside another test,
+        # where pytest would report them as that test's unraisable ResourceWarnings.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
         if self._error is not None:
             raise self._error
 
