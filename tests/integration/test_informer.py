@@ -27,7 +27,7 @@ from dynquota.kube.backoff import Backoff
 from dynquota.kube.informer import UsageWatcher
 from dynquota.quantity import parse_quantity
 from dynquota.testing.controlplane import LocalControlPlane
-from dynquota.testing.wait import WaitTimeoutError, wait_until
+from dynquota.testing.wait import WaitTimeoutError, async_wait_until, wait_until
 
 PAUSE = "registry.k8s.io/pause:3.10"
 WATCH_TIMEOUT = 10  # seconds: short, so watch cycles happen during the tests
@@ -45,19 +45,22 @@ def retrying(
     """Run ``call`` until it succeeds; transport errors and 5xx/429 are retried (the
     apiserver may be restarting). An ApiException whose status is in ``ok_statuses`` counts
     as done (e.g. 409 on a create that went through before the connection dropped)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    result: list[T | None] = []
+
+    def attempt() -> bool:
         try:
-            return call()
+            result.append(call())
         except ApiException as exc:
             if exc.status in ok_statuses:
-                return None
-            if exc.status not in (0, 429, 500, 502, 503, 504) or time.monotonic() > deadline:
+                result.append(None)
+            elif exc.status not in (0, 429, 500, 502, 503, 504):
                 raise
         except Exception:  # urllib3 connection errors while the apiserver restarts
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.2)
+            return False
+        return bool(result)
+
+    wait_until(attempt, "a call while the apiserver may be restarting", timeout, interval=0.2)
+    return result[0]
 
 
 def parallel(fn: Callable[[T], object], items: Iterable[T], workers: int = WORKERS) -> None:
@@ -155,18 +158,20 @@ async def converge(
     timeout: float = 60,
 ) -> None:
     """Wait until the tally and the quota's status.used both equal ``expected``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        used = await asyncio.to_thread(quota_used, core, ns)
-        tally = watcher.usages(ns)
-        if tally == expected and used == expected:
-            return
-        if time.monotonic() > deadline:
-            raise WaitTimeoutError(
-                f"{ns}: expected {expected}, tally {tally}, status.used {used} "
-                f"after {timeout:.0f} s; informers: {watcher.stats()}"
-            )
-        await asyncio.sleep(0.25)
+    seen: dict[str, Any] = {}
+
+    async def equal() -> bool:
+        seen["used"] = await asyncio.to_thread(quota_used, core, ns)
+        seen["tally"] = watcher.usages(ns)
+        return seen["tally"] == expected and seen["used"] == expected
+
+    try:
+        await async_wait_until(equal, f"{ns} to count {expected}", timeout, interval=0.25)
+    except WaitTimeoutError as exc:
+        raise WaitTimeoutError(
+            f"{exc}; tally {seen.get('tally')}, status.used {seen.get('used')}; "
+            f"informers: {watcher.stats()}"
+        ) from None
 
 
 # -- fixtures ----------------------------------------------------------------------------
@@ -431,14 +436,17 @@ async def test_watch_cycles_complete_on_a_quiet_cluster(
     async with watcher:
         await watcher.wait_synced(timeout=60)
         seen: dict[str, list[float]] = {resource: [] for resource in watcher.informers}
-        started = time.monotonic()
-        while time.monotonic() - started < 4 * (timeout + 1):
+
+        def sample() -> bool:
+            """Record each new completed cycle; healthy at every sample; 3 cycles each."""
             for resource, informer in watcher.informers.items():
                 cycle = informer.last_watch_cycle
                 if cycle is not None and (not seen[resource] or seen[resource][-1] != cycle):
                     seen[resource].append(cycle)
             assert watcher.healthy(margin=2.0), watcher.stats()
-            await asyncio.sleep(0.1)
+            return all(len(cycles) >= 3 for cycles in seen.values())
+
+        await async_wait_until(sample, "3 watch cycles per informer", 4 * (timeout + 1))
         for resource, cycles in seen.items():
             assert len(cycles) >= 3, (resource, cycles)
             gaps = [b - a for a, b in itertools.pairwise(cycles)]
@@ -460,18 +468,19 @@ async def test_many_namespaces_sync(
         retrying(lambda: core.create_namespace({"metadata": {"name": ns, "labels": label}}))
         for i in range(2):
             create_configmap(core, ns, f"c{i}")
+
         # The ServiceAccount admission plugin refuses pods until `default` exists.
-        deadline = time.monotonic() + 120
-        while True:
+        def created() -> bool:
             try:
                 core.create_namespaced_pod(ns, pod("p0"))
-                return
             except ApiException as exc:
-                if exc.status == 409:
-                    return
-                if exc.status != 403 or time.monotonic() > deadline:
+                if exc.status == 403:
+                    return False
+                if exc.status != 409:
                     raise
-            time.sleep(0.5)
+            return True
+
+        wait_until(created, f"pod p0 admitted in {ns}", timeout=120, interval=0.5)
 
     try:
         await asyncio.to_thread(parallel, populate, names)
