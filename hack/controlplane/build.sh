@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kubectl and helm at the versions in
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and helm at the versions in
 # versions.env, in one `go build` so they share the compile cache, into a cache directory
 # outside the repository keyed by those versions. Prints that directory on stdout.
 # A build happens only when a binary is missing.
@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
 key="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}"
 dest=${DYNQUOTA_CONTROLPLANE_ASSETS:-${XDG_CACHE_HOME:-$HOME/.cache}/dynquota/controlplane/$key}
-bins=(etcd kube-apiserver kube-controller-manager kubectl helm)
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm)
 
 complete() {
   local b
@@ -40,6 +40,7 @@ start=$(date +%s)
     ./etcd \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kubectl \
     helm.sh/helm/v3/cmd/helm
 )
