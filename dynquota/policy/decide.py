@@ -34,8 +34,9 @@ from dynquota.policy.state import (
     last_upscale_key,
     parse_time,
     profile_key,
+    quoted,
 )
-from dynquota.quantity import Quantity
+from dynquota.quantity import Quantity, QuantityError, parse_quantity
 
 __all__ = [
     "DEFAULT_OVERRIDE_TTL",
@@ -155,11 +156,15 @@ class Event:
     """A Kubernetes Event to post on the managed quota: ``type`` Normal/Warning, ``reason``
     (Normal: ``Resized``, ``OverrideGranted``, ``OverrideExpired``; Warning:
     ``OverrideRejected``, ``UsageAboveMaximum``, ``StateRepaired``, ``ManualEditReverted``,
-    ``QuotaRecreated``) and ``message``."""
+    ``QuotaRecreated``) and ``message``. ``cause``: what a recurring Warning is about (a
+    resource name, or ``""`` for the whole quota); a caller posting Warnings of
+    :data:`RECURRING_REASONS` once per hour keys them on ``(namespace, reason, cause)``, never
+    on the message (which changes with usage and with what a tenant writes)."""
 
     type: EventType
     reason: str
     message: str
+    cause: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,32 @@ class Decision:
     events: tuple[Event, ...] = ()
     requeue_at: float | None = None
     dry_run: bool = False
+
+    @property
+    def shrinks(self) -> bool:
+        """Whether writing this can lower what the namespace may use: a delete, a lower or
+        newly added ``spec.hard`` entry, or an override ended, repaired or clamped (its
+        expiry annotation moved or removed without a new grant). Such writes need positive,
+        fresh knowledge of the cluster (``docs/operator.md``, fault safety)."""
+        if self.action == "delete":
+            return True
+        if self.action != "patch":
+            return False
+        for change in self.changes:
+            if change.new is None:
+                continue  # a key removed from spec.hard limits nothing any more
+            if change.old is None:
+                return True
+            try:
+                if parse_quantity(change.new) < parse_quantity(change.old):
+                    return True
+            except QuantityError:
+                return True
+        granting = OVERRIDE_GRANTED_AT in self.set_annotations
+        expiry_moved = OVERRIDE_EXPIRES_AT in self.set_annotations or bool(
+            {OVERRIDE_EXPIRES_AT, OVERRIDE_GRANTED_AT} & self.remove_annotations
+        )
+        return expiry_moved and not granting
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -299,7 +330,7 @@ def _read_override(
             Event(
                 "Warning",
                 OVERRIDE_REJECTED,
-                f"{OVERRIDE}={raw!r} is not a valid request (the only value is max); ignored",
+                f"{OVERRIDE}={quoted(raw)} is not a valid request (the only value is max); ignored",
             )
         )
     granted_raw = annotations.get(OVERRIDE_GRANTED_AT)
@@ -319,10 +350,16 @@ def _read_override(
         if text is None:
             problems.append(f"{key} missing")
         elif value is None:
-            problems.append(f"{key} malformed ({text!r})")
+            problems.append(f"{key} malformed ({quoted(text)})")
+    if granted is not None and granted > now + FUTURE_STAMP_ALLOWANCE:
+        # Where the admission policy is not installed a tenant can write this stamp: a
+        # future grant would never end (an expiry is clamped to granted-at + TTL only).
+        problems.append(f"{OVERRIDE_GRANTED_AT} in the future ({quoted(granted_raw or '')})")
+        granted = None
     if granted is not None and expires is not None and expires < granted:
         problems.append(
-            f"{OVERRIDE_EXPIRES_AT} {expires_raw} is before {OVERRIDE_GRANTED_AT} {granted_raw}"
+            f"{OVERRIDE_EXPIRES_AT} {quoted(expires_raw or '')} is before {OVERRIDE_GRANTED_AT} "
+            f"{quoted(granted_raw or '')}"
         )
         granted = None  # a grant after its own expiry proves nothing
     malformed = "override state malformed: " + ", ".join(problems) if problems else ""
@@ -369,8 +406,8 @@ def _read_override(
             state.expires_at = end = now + ttl
             state.write_expires = True
             repairs.append(
-                f"{OVERRIDE_EXPIRES_AT} set to {format_time(end)} (was {expires_raw}, later "
-                "than a grant made now would end)"
+                f"{OVERRIDE_EXPIRES_AT} set to {format_time(end)} "
+                f"(was {quoted(expires_raw or '')}, later than a grant made now would end)"
             )
     else:
         state.write_expires = True
@@ -406,7 +443,7 @@ def _frozen_events(governance: Governance, quota: QuotaState | None) -> list[Eve
         Event(
             "Warning",
             OVERRIDE_REJECTED,
-            f"{OVERRIDE}={raw!r} not granted: the namespace is frozen ({governance.reason})",
+            f"{OVERRIDE}={quoted(raw)} not granted: the namespace is frozen ({governance.reason})",
         )
     ]
 
@@ -417,8 +454,8 @@ def reject_unmanaged_override(quota_name: str, value: str) -> Event:
     return Event(
         "Warning",
         OVERRIDE_REJECTED,
-        f"{OVERRIDE}={value!r} on ResourceQuota {quota_name} ignored: dynquota manages only the "
-        "ResourceQuota named dynquota labelled app.kubernetes.io/managed-by=dynquota",
+        f"{OVERRIDE}={quoted(value)} on ResourceQuota {quota_name} ignored: dynquota manages "
+        "only the ResourceQuota named dynquota labelled app.kubernetes.io/managed-by=dynquota",
     )
 
 
@@ -543,12 +580,12 @@ class _Sizer:
         try:
             stamp = parse_time(raw)
         except ValueError:
-            repairs.append(f"{key} malformed ({raw!r})")
+            repairs.append(f"{key} malformed ({quoted(raw)})")
             return self.now
         if stamp > self.now + FUTURE_STAMP_ALLOWANCE:
             # A typo (2062 for 2026) or a skewed clock would otherwise block the cooldown for
             # as long as the skew: restart it now instead (never earlier than honest history).
-            repairs.append(f"{key} malformed: in the future ({raw!r})")
+            repairs.append(f"{key} malformed: in the future ({quoted(raw)})")
             return self.now
         return stamp
 
@@ -620,7 +657,7 @@ class _Sizer:
     def _dry(events: list[Event], dry_run: bool) -> tuple[Event, ...]:
         if not dry_run:
             return tuple(events)
-        return tuple(Event(e.type, e.reason, f"(dry run) {e.message}") for e in events)
+        return tuple(Event(e.type, e.reason, f"(dry run) {e.message}", e.cause) for e in events)
 
     def _resource(
         self, resource: str, profile: ResourceProfile, override: _Override, policy_renamed: bool
@@ -633,7 +670,7 @@ class _Sizer:
         record_raw = self.annotations.get(hard_key(resource))
         record = _parse_record(record_raw)
         if record_raw is not None and record is None:
-            repairs.append(f"{hard_key(resource)} malformed ({record_raw!r})")
+            repairs.append(f"{hard_key(resource)} malformed ({quoted(record_raw)})")
         base: int | None
         if record is not None:
             base = record
@@ -673,6 +710,7 @@ class _Sizer:
                     USAGE_ABOVE_MAXIMUM,
                     f"usage of {resource} {used} is above the maximum {profile.maximum} "
                     f"of policy {self.policy}",
+                    cause=resource,
                 )
             )
 

@@ -27,6 +27,7 @@ Kill switch: annotation ``dynquota.io/kill-switch`` on the ``kube-system`` Names
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ __all__ = [
     "POLICY",
     "KillSwitchReading",
     "KillSwitchState",
+    "bounded",
     "format_time",
     "hard_key",
     "last_change_key",
@@ -49,6 +51,7 @@ __all__ = [
     "parse_kill_switch",
     "parse_time",
     "profile_key",
+    "quoted",
     "resolve_kill_switch",
     "resource_keys",
 ]
@@ -91,6 +94,30 @@ def resource_keys(resource: str) -> tuple[str, str, str, str]:
     )
 
 
+TENANT_TEXT_LIMIT: Final = 256
+"""Characters of tenant-written text (annotation values) kept in memory or in a message."""
+
+
+def bounded(text: str, limit: int = TENANT_TEXT_LIMIT) -> str:
+    """``text`` cut to at most ``limit`` characters (plus a short tag). Pure.
+
+    Annotation values are written by tenants and may total 256 KiB: anything the operator
+    keeps (de-duplication keys) or logs or posts (Event messages) is bounded first. A cut
+    text is tagged with its length and a SHA-256 prefix, so two long values that differ only
+    past the cut still read differently: ``'xxxx…' (+199744 chars, sha256 1f2e3d4c5b6a)``.
+    """
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{text[:limit]}…(+{len(text) - limit} chars, sha256 {digest})"
+
+
+def quoted(text: str, limit: int = TENANT_TEXT_LIMIT) -> str:
+    """``repr`` of :func:`bounded` text: quoted, control characters escaped, so a tenant's
+    value cannot forge a log line. Pure."""
+    return repr(bounded(text, limit))
+
+
 _RFC3339: Final = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
 )
@@ -115,7 +142,9 @@ def parse_time(text: str) -> int:
             for any other text (date only, no offset, out-of-range fields).
     """
     match = _RFC3339.fullmatch(text) if isinstance(text, str) else None
-    error = ValueError(f"invalid timestamp {text!r}: expected RFC 3339 like 2026-11-30T03:30:00Z")
+    error = ValueError(
+        f"invalid timestamp {quoted(str(text))}: expected RFC 3339 like 2026-11-30T03:30:00Z"
+    )
     if match is None:
         raise error
     year, month, day, hour, minute, second = (int(match[i]) for i in range(1, 7))
@@ -158,7 +187,7 @@ class KillSwitchReading:
 
 
 def _invalid(value: str) -> str:
-    return f"invalid {KILL_SWITCH} value {value!r}: expected true or false (case-insensitive)"
+    return f"invalid {KILL_SWITCH} value {quoted(value)}: expected true or false (case-insensitive)"
 
 
 def parse_kill_switch(value: str | None) -> KillSwitchReading:

@@ -146,21 +146,29 @@ class PeakWindow:
 class PeakWindows:
     """A :class:`PeakWindow` per ``(namespace, resource)``, created on first observation.
 
-    ``horizon`` (seconds) applies to windows created afterwards; :meth:`set_horizon` changes
-    it for all (a longer horizon cannot bring back forgotten samples).
+    ``horizon`` (seconds) is the longest window the policies ask for. It is never shortened
+    early: a longer horizon applies at once, a shorter one only once the longer one has held
+    for its own length since it was last wanted (:meth:`set_horizon`), so an invalid, deleted
+    or briefly edited policy cannot drop peak samples that a later, longer window still needs
+    (a typo must never speed a downscale up).
     """
 
-    __slots__ = ("_windows", "horizon", "max_samples")
+    __slots__ = ("_held", "_wanted", "_windows", "horizon", "max_samples")
 
     def __init__(self, horizon: float, max_samples: int = DEFAULT_MAX_SAMPLES) -> None:
         if not horizon > 0:
             raise ValueError(f"horizon must be > 0 seconds, got {horizon!r}")
         self.horizon = float(horizon)
+        """The horizon in force now (seconds): the wanted one or a longer one still held."""
+        self._wanted = self.horizon
+        self._held: dict[float, float] = {}
+        """Longer horizons still held: horizon (seconds) -> held until (epoch seconds)."""
         self.max_samples = max_samples
         self._windows: dict[tuple[str, str], PeakWindow] = {}
 
     def observe(self, namespace: str, resource: str, value: int, now: float) -> None:
         """Record usage ``value`` of ``resource`` in ``namespace`` from ``now`` on."""
+        self._settle(now)
         key = (namespace, resource)
         window = self._windows.get(key)
         if window is None:
@@ -171,6 +179,7 @@ class PeakWindows:
         self, namespace: str, resource: str, now: float, window: float | None = None
     ) -> int | None:
         """Peak of ``resource`` in ``namespace`` over ``[now - window, now]``, or ``None``."""
+        self._settle(now)
         found = self._windows.get((namespace, resource))
         return found.peak(now, window) if found is not None else None
 
@@ -178,6 +187,7 @@ class PeakWindows:
         self, namespace: str, resource: str, now: float, window: float | None = None
     ) -> float | None:
         """:meth:`PeakWindow.peak_expiry` of this pair, or ``None``."""
+        self._settle(now)
         found = self._windows.get((namespace, resource))
         return found.peak_expiry(now, window) if found is not None else None
 
@@ -186,13 +196,37 @@ class PeakWindows:
         found = self._windows.get((namespace, resource))
         return found.first_observed if found is not None else None
 
-    def set_horizon(self, horizon: float) -> None:
-        """Change the horizon of every window (seconds, > 0)."""
+    def set_horizon(self, horizon: float, now: float) -> None:
+        """The policies now want ``horizon`` seconds (> 0) at ``now`` (epoch seconds).
+
+        A longer horizon than the one in force applies at once. A shorter one keeps the one
+        in force until ``now`` + that horizon: its samples may still be needed by a window
+        of that length if the longer one comes back within it. Pure.
+        """
         if not horizon > 0:
             raise ValueError(f"horizon must be > 0 seconds, got {horizon!r}")
-        self.horizon = float(horizon)
-        for window in self._windows.values():
-            window.horizon = self.horizon
+        wanted = float(horizon)
+        if wanted < self._wanted:
+            previous = self._wanted
+            self._held[previous] = max(self._held.get(previous, 0.0), now + previous)
+        self._wanted = wanted
+        self._settle(now)
+
+    def held_until(self, now: float) -> float | None:
+        """When the horizon in force may next shrink (epoch seconds), or ``None`` when it is
+        the wanted one."""
+        self._settle(now)
+        return min(self._held.values()) if self._held else None
+
+    def _settle(self, now: float) -> None:
+        for horizon, until in list(self._held.items()):
+            if until <= now or horizon <= self._wanted:
+                del self._held[horizon]
+        effective = max([self._wanted, *self._held])
+        if effective != self.horizon:
+            self.horizon = effective
+            for window in self._windows.values():
+                window.horizon = effective
 
     def forget(self, namespace: str) -> None:
         """Drop every window of ``namespace`` (e.g. when it is deleted)."""

@@ -832,9 +832,13 @@ def test_tester_repro_malformed_granted_at_neither_pins_nor_blocks() -> None:
             "dynquota.io/override-expires-at missing",
         ),
         (
-            {G_KEY: ts(7200), E_KEY: ts(5000)},
-            f"dynquota.io/override-expires-at {ts(5000)} is before dynquota.io/override-granted-at "
-            f"{ts(7200)}",
+            {G_KEY: ts(3800), E_KEY: ts(3700)},
+            f"dynquota.io/override-expires-at '{ts(3700)}' is before "
+            f"dynquota.io/override-granted-at '{ts(3800)}'",
+        ),
+        (
+            {G_KEY: ts(7200), E_KEY: ts(WEEK)},
+            f"dynquota.io/override-granted-at in the future ('{ts(7200)}')",
         ),
     ],
 )
@@ -916,27 +920,27 @@ def test_unprovable_grant_never_extends_beyond_a_grant_made_now() -> None:
             "StateRepaired",
             "override state malformed: dynquota.io/override-granted-at malformed ('nope'); "
             f"repaired: dynquota.io/override-granted-at re-stamped {ts(3600)}, "
-            f"dynquota.io/override-expires-at set to {ts(3600 + WEEK)} (was {ts(30 * 86400)}, "
+            f"dynquota.io/override-expires-at set to {ts(3600 + WEEK)} (was '{ts(30 * 86400)}', "
             f"later than a grant made now would end); the override ends at {ts(3600 + WEEK)}",
         ),
     )
     assert d.requeue_at == T0 + 3600 + WEEK
     assert_fixed_point(apply_decision(quota, d), T0 + 3600, pods=10, configmaps=10)
     # Expiry before grant: the grant proves nothing, the earlier expiry stands.
-    quota = _at_max({R_KEY: "max", G_KEY: ts(7200), E_KEY: ts(5000)})
+    quota = _at_max({R_KEY: "max", G_KEY: ts(3800), E_KEY: ts(3700)})
     d = run(quota, T0 + 3600, pods=10, configmaps=10)
     assert d.set_annotations == {G_KEY: ts(3600)}
     assert d.events == (
         Event(
             "Warning",
             "StateRepaired",
-            f"override state malformed: dynquota.io/override-expires-at {ts(5000)} is before "
-            f"dynquota.io/override-granted-at {ts(7200)}; repaired: "
+            f"override state malformed: dynquota.io/override-expires-at '{ts(3700)}' is before "
+            f"dynquota.io/override-granted-at '{ts(3800)}'; repaired: "
             f"dynquota.io/override-granted-at re-stamped {ts(3600)}; the override ends at "
-            f"{ts(5000)}",
+            f"{ts(3700)}",
         ),
     )
-    assert d.requeue_at == T0 + 5000
+    assert d.requeue_at == T0 + 3700
 
 
 def test_unprovable_override_state_with_a_request_is_granted_again() -> None:
@@ -1341,3 +1345,50 @@ def test_cooldown_stamp_within_the_skew_allowance_is_honoured() -> None:
     assert d.action == "nothing"
     assert d.events == ()
     assert d.requeue_at == T0 + 1000 + FUTURE_STAMP_ALLOWANCE + 300
+
+
+def test_forged_future_grant_ends_within_one_ttl() -> None:
+    """Issue 10 case 6: granted-at and expires-at forged to 2099 (no admission policy) are
+    repaired: the override ends one TTL after the repair, never in 2099."""
+    forged = "2099-01-01T00:00:00Z"
+    quota = _at_max({R_KEY: "max", G_KEY: forged, E_KEY: forged})
+    d = run(quota, T0 + 3600, pods=10, configmaps=10)
+    assert d.set_annotations == {G_KEY: ts(3600), E_KEY: ts(3600 + WEEK)}
+    assert [e.reason for e in d.events] == ["StateRepaired"]
+    assert d.events[0].message.startswith(
+        f"override state malformed: dynquota.io/override-granted-at in the future ('{forged}')"
+    )
+    assert d.requeue_at == T0 + 3600 + WEEK
+    repaired = apply_decision(quota, d)
+    assert_fixed_point(repaired, T0 + 7200, pods=10, configmaps=10)
+    d = run(repaired, T0 + 3600 + WEEK, pods=10, configmaps=10)
+    assert d.remove_annotations == frozenset({R_KEY, G_KEY, E_KEY})
+    assert d.hard == {PODS: 14, CONFIGMAPS: 50}
+
+
+def test_a_grant_within_the_clock_skew_allowance_is_trusted() -> None:
+    quota = _at_max({R_KEY: "max", G_KEY: ts(3700), E_KEY: ts(3700 + WEEK)})
+    d = run(quota, T0 + 3600, pods=10, configmaps=10)
+    assert d.action == "nothing"
+    assert d.requeue_at == T0 + 3700 + WEEK
+
+
+def test_tenant_text_in_messages_is_bounded() -> None:
+    """Issue 10 case 5: a 200 KB override value yields a message of bounded length that still
+    tells distinct values apart."""
+    messages = []
+    for tail in ("a", "b"):
+        value = "x" * 200_000 + tail
+        d = run(_at_max({R_KEY: value}), T0 + 3600, pods=10, configmaps=10)
+        (event,) = [e for e in d.events if e.reason == "OverrideRejected"]
+        assert len(event.message) < 400
+        assert "(+199745 chars, sha256 " in event.message
+        messages.append(event.message)
+    assert messages[0] != messages[1]
+
+
+def test_usage_above_maximum_names_its_cause() -> None:
+    quota = _at_max({})
+    d = run(quota, T0 + 3600, pods=1200, configmaps=10)
+    (event,) = [e for e in d.events if e.reason == "UsageAboveMaximum"]
+    assert event.cause == PODS

@@ -105,11 +105,41 @@ def test_peak_windows_per_namespace_and_resource() -> None:
     assert windows.peak("b", "pods", T0 + 2) == 1
     assert windows.peak("c", "pods", T0 + 2) is None
     assert windows.first_observed("a", "pods") == T0
-    windows.set_horizon(0.5)
-    assert windows.peak("a", "pods", T0 + 2) == 2
+    windows.set_horizon(0.5, T0 + 2)
+    assert windows.peak("a", "pods", T0 + 2) == 7  # the 60 s horizon is held for 60 s
+    assert windows.peak("a", "pods", T0 + 63) == 2
     windows.forget("a")
     assert windows.peak("a", "pods", T0 + 2) is None
     assert windows.peak("b", "pods", T0 + 2) == 1
+
+
+def test_shorter_horizon_is_held_for_the_longer_one() -> None:
+    """A policy typo (24 h window -> none for 5 minutes -> 24 h again) keeps every sample."""
+    day = 86400.0
+    windows = PeakWindows(horizon=day)
+    windows.observe("team", "pods", 100, T0)
+    windows.observe("team", "pods", 10, T0 + 30 * 3600)
+    windows.set_horizon(6 * 3600, T0 + 40 * 3600)  # the policy became invalid
+    assert windows.horizon == day
+    assert windows.held_until(T0 + 40 * 3600) == T0 + 40 * 3600 + day
+    windows.observe("team", "pods", 11, T0 + 40 * 3600 + 60)
+    windows.set_horizon(day, T0 + 40 * 3600 + 300)  # fixed 5 minutes later
+    # the 100 stopped being in force at T0+30h: within 24 h of T0+40h5m, so it still counts
+    assert windows.peak("team", "pods", T0 + 40 * 3600 + 300, day) == 100
+    assert windows.held_until(T0 + 40 * 3600 + 300) is None
+
+
+def test_held_horizon_lapses_after_its_length() -> None:
+    windows = PeakWindows(horizon=100)
+    windows.observe("a", "pods", 9, T0)
+    windows.observe("a", "pods", 1, T0 + 10)
+    windows.set_horizon(20, T0 + 10)
+    assert windows.horizon == 100
+    assert windows.peak("a", "pods", T0 + 109) == 9
+    assert windows.peak("a", "pods", T0 + 110, 20) == 1
+    assert windows.horizon == 20
+    windows.set_horizon(50, T0 + 111)  # longer again: at once
+    assert windows.horizon == 50
 
 
 samples = st.lists(
