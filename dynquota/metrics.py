@@ -23,7 +23,8 @@ dynquota_leader                             gauge   - (1 when this replica may w
 dynquota_frozen_namespaces                  gauge   - (matched by an invalid policy)
 dynquota_managed_namespaces                 gauge   -
 dynquota_reconcile_duration_seconds         histo   -
-dynquota_reconciles_total                   counter result (ok/dry-run/retry/invalid/standby)
+dynquota_reconciles_total                   counter result (ok/dry-run/retry/invalid/standby/
+                                                    held)
 dynquota_workqueue_depth                    gauge   -
 dynquota_watch_restarts_total               counter resource (informer retries after errors)
 dynquota_relists_total                      counter resource (full relists after 410 Gone)
@@ -37,6 +38,12 @@ dynquota_api_not_found_total                counter verb, resource (404: expecte
                                                     namespace without its quota yet)
 dynquota_api_conflicts_total                counter verb, resource
 dynquota_events_total                       counter reason
+dynquota_writes_held_total                  counter reason (policies-unknown,
+                                                    informers-not-synced, informers-stale,
+                                                    kill-switch-unknown,
+                                                    kill-switch-release-unconfirmed,
+                                                    lease-not-held)
+dynquota_quota_write_conflicts_total        counter outcome (retried/gave-up)
 ========================================== ======= =====================================
 """
 
@@ -143,6 +150,20 @@ class Metrics:
             "dynquota_api_conflicts", "409 Conflict answers", ("verb", "resource"), registry=r
         )
         self.events = Counter("dynquota_events", "Events posted", ("reason",), registry=r)
+        self.writes_held = Counter(
+            "dynquota_writes_held",
+            "Managed-quota writes held for want of positive knowledge (policies listed, "
+            "informers synced and healthy, kill switch read, Lease valid)",
+            ("reason",),
+            registry=r,
+        )
+        self.write_conflicts = Counter(
+            "dynquota_quota_write_conflicts",
+            "409 Conflicts on conditional managed-quota writes (retried: read and decided "
+            "again; gave-up: backed off after the last retry)",
+            ("outcome",),
+            registry=r,
+        )
 
     def observe_api(self, verb: str, resource: str, status: int) -> None:
         """Count one API call (an :data:`~dynquota.kube.quotas.ApiCallObserver`).

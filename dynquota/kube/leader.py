@@ -41,6 +41,10 @@ class AlwaysLeader:
     is_leader = True
     identity = ""
 
+    def can_write(self, seconds: float) -> bool:
+        """Always: a single replica needs no fencing."""
+        return True
+
     async def run(self) -> None:
         """Nothing to do: return at once."""
 
@@ -94,6 +98,10 @@ class LeaderGate:
             self._lead,
             self._stopped,
         )
+
+    def can_write(self, seconds: float) -> bool:
+        """Whether a write of up to ``seconds`` may start (leading now)."""
+        return self.is_leader
 
     async def run(self) -> None:
         """Campaign, lead, and campaign again after losing the lease; runs until cancelled."""

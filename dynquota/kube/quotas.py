@@ -282,17 +282,27 @@ class QuotaClient:
         )
         return self._snapshot(model)
 
-    async def patch(self, namespace: str, body: Mapping[str, Any]) -> QuotaSnapshot:
-        """Apply the JSON merge-patch ``body`` (see :func:`merge_patch`) to the managed quota.
+    async def patch(
+        self, namespace: str, body: Mapping[str, Any], resource_version: str | None = None
+    ) -> QuotaSnapshot:
+        """Apply the JSON merge-patch ``body`` (see :func:`merge_patch`) to the managed quota;
+        with ``resource_version``, only if the quota is still at it (a precondition the
+        apiserver checks).
 
-        Raises: ``NotFoundError`` if it is gone; other ``ApiError``, ``TransportError``.
+        Raises: ``ConflictError`` if it changed since ``resource_version``; ``NotFoundError``
+        if it is gone; other ``ApiError``, ``TransportError``.
         """
+        payload = dict(body)
+        if resource_version:
+            metadata = dict(payload.get("metadata") or {})
+            metadata["resourceVersion"] = resource_version
+            payload["metadata"] = metadata
         model = await self._call(
             "patch",
             lambda: self._api.patch_namespaced_resource_quota(
                 MANAGED_QUOTA_NAME,
                 namespace,
-                dict(body),
+                payload,
                 field_manager=FIELD_MANAGER,
                 _content_type=_MERGE_PATCH,
             ),

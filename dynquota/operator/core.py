@@ -10,6 +10,15 @@ below (:class:`QuotaStore`, :class:`EventSink`, :class:`UsageView`, :class:`Poli
 so unit tests fake them at that boundary.
 
 Writes (quotas, Events, policy status) happen only while ``gate.is_leader``.
+
+Fault safety (``docs/operator.md``): a managed-quota write needs positive knowledge — the
+policies listed once since start (:meth:`Operator.on_policy_list`), the informers synced, the
+kill switch read, and the Lease valid for the whole write (``gate.can_write``); a write that
+shrinks (:attr:`~dynquota.policy.Decision.shrinks`) also needs the informers healthy now.
+Otherwise the decision is *held*: nothing is written, the reason is logged and counted in
+``dynquota_writes_held_total{reason}``, and the namespace is retried with backoff. The kill
+switch is the exception on purpose: its sweep needs only a consistent read of ``kube-system``
+showing it engaged, and the Lease.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from typing import Any, Protocol
 
 from cachetools import TTLCache
 
+from dynquota.kube.backoff import Backoff
 from dynquota.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
@@ -76,6 +86,29 @@ POLICY_INVALID = "PolicyInvalid"
 POLICY_API_VERSION = "dynquota.io/v1alpha1"
 POLICY_KIND = "DynamicQuotaPolicy"
 _WARNING_TTL = 3600.0
+WRITE_TIMEOUT = 10.0
+"""Seconds one managed-quota write may take (the kube/ request timeout): a write starts
+only when the Lease stays valid that long."""
+RECONCILE_TIMEOUT = 60.0
+"""Seconds after which a reconcile is abandoned and retried with backoff (a safety net
+under the per-request timeouts: a hung reconcile never stalls a worker for good)."""
+CONFLICT_RETRIES = 3
+"""Re-reads after a 409 Conflict on a managed-quota write, before backing off."""
+HELD_POLICIES = "policies-unknown"
+HELD_INFORMERS = "informers-not-synced"
+HELD_STALE = "informers-stale"
+HELD_KILL_SWITCH = "kill-switch-unknown"
+HELD_RELEASE = "kill-switch-release-unconfirmed"
+HELD_LEASE = "lease-not-held"
+HOLD_REASONS = (
+    HELD_POLICIES,
+    HELD_INFORMERS,
+    HELD_STALE,
+    HELD_KILL_SWITCH,
+    HELD_RELEASE,
+    HELD_LEASE,
+)
+"""Why a managed-quota write is held (label of ``dynquota_writes_held_total``)."""
 
 
 class QuotaStore(Protocol):
@@ -86,7 +119,9 @@ class QuotaStore(Protocol):
     async def create(
         self, namespace: str, hard: Mapping[str, str], annotations: Mapping[str, str]
     ) -> QuotaSnapshot: ...
-    async def patch(self, namespace: str, body: Mapping[str, Any]) -> QuotaSnapshot: ...
+    async def patch(
+        self, namespace: str, body: Mapping[str, Any], resource_version: str | None = None
+    ) -> QuotaSnapshot: ...
     async def delete(self, namespace: str, uid: str | None = None) -> bool: ...
 
 
@@ -97,8 +132,16 @@ class EventSink(Protocol):
 
 
 class UsageView(Protocol):
-    """Usage tallies (:class:`dynquota.kube.informer.UsageWatcher`)."""
+    """Usage tallies (:class:`dynquota.kube.informer.UsageWatcher`).
 
+    ``synced``: every informer applied its first full list. ``healthy(now, margin)``: every
+    informer completed a watch cycle or list within its watch timeout plus ``margin``
+    seconds (its tallies are fresh enough to shrink on).
+    """
+
+    @property
+    def synced(self) -> bool: ...
+    def healthy(self, now: float | None = None, margin: float = 60.0) -> bool: ...
     def usage(self, namespace: str, resource: str, now: float | None = None) -> int: ...
     def next_expiry(self, namespace: str, now: float | None = None) -> float | None: ...
 
@@ -109,14 +152,45 @@ class PolicyStatusSink(Protocol):
     async def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None: ...
 
 
-class LeaderView(Protocol):
-    """Whether this replica may write (:class:`dynquota.kube.leader.LeaderGate`)."""
+class NamespaceReader(Protocol):
+    """Consistent reads of a Namespace (:class:`dynquota.kube.cluster.ClusterClient`)."""
 
-    is_leader: bool
+    async def read_namespace(self, name: str) -> dict[str, Any]: ...
+
+
+class LeaderView(Protocol):
+    """Whether this replica may write (:class:`dynquota.kube.leader.LeaderGate`).
+
+    ``is_leader``: it holds the Lease now. ``can_write(seconds)``: a write that takes up to
+    ``seconds`` would finish before leadership could lapse (time fencing).
+    """
+
+    @property
+    def is_leader(self) -> bool: ...
+    def can_write(self, seconds: float) -> bool: ...
 
 
 class _Leading:
     is_leader = True
+
+    def can_write(self, seconds: float) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What writing one decision came to.
+
+    ``outcome`` ``None``: the decision was written (or there was nothing to write) and
+    ``quota`` is the managed quota afterwards (``None`` after a delete). Otherwise ``outcome``
+    is for the workqueue and ``result`` labels ``dynquota_reconciles_total``. ``conflict``:
+    409 Conflict — read the quota again and decide again.
+    """
+
+    quota: QuotaSnapshot | None = None
+    outcome: Outcome | None = None
+    result: str = "ok"
+    conflict: bool = False
 
 
 @dataclass
@@ -202,6 +276,11 @@ def _rv(obj: Mapping[str, Any]) -> int:
     return int(raw) if raw.isdigit() else 0
 
 
+def _namespace_terminating(exc: ApiError) -> bool:
+    """A 403 for creating in a namespace that is being deleted (``NamespaceTerminating``)."""
+    return exc.status == 403 and "being terminated" in exc.message
+
+
 def _now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -230,11 +309,16 @@ class Operator:
         metrics: Metrics | None = None,
         gate: LeaderView | None = None,
         clock: Callable[[], float] = time.time,
+        namespace_reader: NamespaceReader | None = None,
     ) -> None:
         self.settings = settings
         self.quotas = quotas
         self.events = events
         self.policy_status = policy_status
+        self.namespace_reader = namespace_reader
+        """Consistent reads of ``kube-system`` confirming a kill-switch change seen in a
+        watch event before it deletes or re-creates quotas (``None``: the event is trusted;
+        unit tests only)."""
         self.metrics = metrics if metrics is not None else Metrics()
         self.gate: LeaderView = gate if gate is not None else _Leading()
         self.clock = clock
@@ -244,6 +328,13 @@ class Operator:
         self._namespace_rv: dict[str, int] = {}
         self._deleted: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=3600)
         self._policies: dict[str, _PolicyRecord] = {}
+        self.policies_listed = False
+        """Whether a consistent LIST of the policies succeeded since start
+        (:meth:`on_policy_list`); until then every managed-quota write is held."""
+        self._release_confirmed = True
+        """``False`` from a watch event releasing the kill switch until a consistent read of
+        ``kube-system`` confirms it: creates are held meanwhile."""
+        self._held_logged: dict[str, float] = {}
         self.kill_switch: bool | None = None
         self.managed_quotas_exist: bool | None = None
         """Whether managed quotas existed at start-up (read only when the kill-switch
@@ -261,6 +352,8 @@ class Operator:
         self.views: dict[str, NamespaceView] = {}
         self._background_tasks: set[asyncio.Task[Any]] = set()
         self.peaks = PeakWindows(self._peak_horizon())
+        # keyed by (namespace or object, reason, cause): never by message, which carries usage
+        # and tenant text
         self._warned: TTLCache[tuple[str, str, str], bool] = TTLCache(
             maxsize=20000, ttl=_WARNING_TTL
         )
@@ -300,7 +393,9 @@ class Operator:
         self._namespace_uid[name] = str(meta.get("uid") or "")
         if name == KUBE_SYSTEM:
             self._kube_system_uid = str(meta.get("uid") or "")
-            self.observe_kill_switch((meta.get("annotations") or {}).get(KILL_SWITCH))
+            self.observe_kill_switch(
+                (meta.get("annotations") or {}).get(KILL_SWITCH), consistent=event_type is None
+            )
         info = NamespaceInfo(
             name,
             dict(meta.get("labels") or {}),
@@ -349,6 +444,18 @@ class Operator:
         elif old.status != self._policies[name].status or old.generation != generation:
             self.mark_policy_status_dirty()
 
+    def on_policy_list(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """The policies as returned by a consistent LIST: each is applied as
+        :meth:`on_policy` does, and the policies count as known from now on, so writes held
+        on them proceed (every namespace is queued again)."""
+        for obj in items:
+            self.on_policy(None, obj)
+        if not self.policies_listed:
+            self.policies_listed = True
+            log.debug("policies listed: %d; writes may proceed", len(self._policies))
+            self.queue.add_all(list(self.namespaces))
+            self.mark_policy_status_dirty()
+
     def on_usage_change(self, namespace: str, resource: str) -> None:
         """The informers' callback: sample the peak and queue the namespace."""
         if self.usage is not None:
@@ -364,7 +471,8 @@ class Operator:
         return [record.info for record in self._policies.values()]
 
     def _policies_changed(self) -> None:
-        self.peaks.set_horizon(self._peak_horizon())
+        # a shorter horizon is held for the longer one's length (never shortened early)
+        self.peaks.set_horizon(self._peak_horizon(), self.clock())
         self.queue.add_all(list(self.namespaces))
         self.mark_policy_status_dirty()
 
@@ -394,12 +502,17 @@ class Operator:
 
     # -- kill switch ---------------------------------------------------------------------------
 
-    def observe_kill_switch(self, value: str | None) -> None:
+    def observe_kill_switch(self, value: str | None, *, consistent: bool = True) -> None:
         """The ``dynquota.io/kill-switch`` annotation of ``kube-system`` as read now.
 
         An invalid value keeps the last valid state; with none yet (start-up), the state is
         released if :attr:`managed_quotas_exist` (set at start-up), else unknown (nothing is
         written) — see :func:`dynquota.policy.resolve_kill_switch`.
+
+        ``consistent``: the value comes from a consistent read (a GET or LIST), not from a
+        watch event. A release seen in a watch event re-creates nothing until a consistent
+        read of ``kube-system`` confirms it; an engage seen in one is confirmed the same way
+        by the sweep before it deletes.
         """
         reading = resolve_kill_switch(
             value,
@@ -419,6 +532,8 @@ class Operator:
                     logged=True,
                 )
             )
+        if consistent and reading.engaged is False:
+            self._release_confirmed = True
         if reading.engaged is None or reading.engaged == self.kill_switch:
             return
         first = self.kill_switch is None
@@ -433,8 +548,48 @@ class Operator:
             self._start_sweep(announce=not first)
         elif not first:
             log.warning("kill switch released: re-creating quotas for every managed namespace")
+            if not consistent and self.namespace_reader is not None:
+                self._release_confirmed = False
             self._spawn(self._release_kill_switch())
         self.queue.add_all(list(self.namespaces))
+
+    async def confirm_kill_switch(self, engaged: bool) -> bool:
+        """Whether a consistent read of ``kube-system`` shows the kill switch ``engaged``
+        (``True``) or released (``False``), as the in-memory state says.
+
+        Retries the read with backoff (each request has its own timeout) while the in-memory
+        state still says ``engaged``; returns ``False`` once it says otherwise. A read that
+        disagrees is applied (:meth:`on_namespace`) and ``False`` is returned. Without a
+        :attr:`namespace_reader` the watch event is trusted: ``True``.
+        """
+        if self.namespace_reader is None:
+            return True
+        backoff = Backoff(initial=1.0, maximum=30.0)
+        while self.kill_switch is engaged:
+            try:
+                obj = await self.namespace_reader.read_namespace(KUBE_SYSTEM)
+            except KubeError as exc:
+                delay = backoff.next_delay()
+                log.warning(
+                    "kill switch: reading %s to confirm it failed (%s); retrying in %.1f s",
+                    KUBE_SYSTEM,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            value = ((obj.get("metadata") or {}).get("annotations") or {}).get(KILL_SWITCH)
+            if resolve_kill_switch(value, engaged).engaged is engaged:
+                return True
+            log.warning(
+                "kill switch: a watch event said %s but a consistent read of %s does not; "
+                "acting on the read",
+                "engaged" if engaged else "released",
+                KUBE_SYSTEM,
+            )
+            self.on_namespace(None, obj)
+            return False
+        return False
 
     def _start_sweep(self, announce: bool = False) -> None:
         # marked before any reconcile queued with it can run, so they leave deletes to it
@@ -459,6 +614,8 @@ class Operator:
 
     async def _sweep(self, announce: bool) -> int:
         """The body of :meth:`engage_kill_switch`."""
+        if not await self.confirm_kill_switch(True):
+            return 0
         if announce and self.gate.is_leader:
             await self._emit(
                 ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
@@ -494,7 +651,7 @@ class Operator:
                     break
                 failed = 0
                 for quota in found:
-                    if not (self.kill_switch and self.gate.is_leader):
+                    if not (self.kill_switch and self.gate.can_write(WRITE_TIMEOUT)):
                         break
                     try:
                         if await self._delete_managed(
@@ -557,6 +714,11 @@ class Operator:
         return True
 
     async def _release_kill_switch(self) -> None:
+        if not self._release_confirmed:
+            if not await self.confirm_kill_switch(False):
+                return
+            self._release_confirmed = True
+            self.queue.add_all(list(self.namespaces))
         if self.gate.is_leader:
             await self._emit(
                 ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
@@ -589,15 +751,22 @@ class Operator:
         )
 
     async def reconcile(self, namespace: str) -> Outcome:
-        """Decide and apply the managed quota of ``namespace`` (the workqueue's handler)."""
+        """Decide and apply the managed quota of ``namespace`` (the workqueue's handler).
+
+        Abandoned after :data:`RECONCILE_TIMEOUT` seconds (then retried with backoff)."""
         started = time.monotonic()
         result = "ok"
         try:
-            outcome, result = await self._reconcile(namespace)
+            async with asyncio.timeout(RECONCILE_TIMEOUT):
+                outcome, result = await self._reconcile(namespace)
             return outcome
         except KubeError as exc:
             result = "retry"
             log.warning("reconcile %s: %s; retrying", namespace, exc)
+            return Outcome(retry=True)
+        except TimeoutError:
+            result = "retry"
+            log.warning("reconcile %s took over %.0f s; retrying", namespace, RECONCILE_TIMEOUT)
             return Outcome(retry=True)
         finally:
             self.metrics.reconcile_seconds.observe(time.monotonic() - started)
@@ -620,12 +789,53 @@ class Operator:
                 governance.warning,
                 key=namespace,
             )
-        current = await self.quotas.get(namespace)
-        if current is not None and not current.managed:
-            await self._report_foreign(current)
-            return Outcome(), "ok"
-        now = self.clock()
         dry_run = self.settings.dry_run or governance.dry_run
+        for attempt in range(CONFLICT_RETRIES + 1):
+            # every attempt reads the quota afresh: the patch is conditional on its
+            # resourceVersion, so it never overwrites a change it has not seen
+            current = await self.quotas.get(namespace)
+            if current is not None and not current.managed:
+                await self._report_foreign(current)
+                return Outcome(), "ok"
+            now = self.clock()
+            decision = self._decide(namespace, governance, current, now, dry_run)
+            if decision.dry_run:
+                self.simulated[namespace] = apply_decision(
+                    self._quota_for_decision(namespace, current, dry_run), decision
+                )
+                written, result = current, "dry-run"
+                break
+            if decision.action == "delete" and self.kill_switch and self._sweeping:
+                return Outcome(), "ok"  # the kill-switch sweep deletes it (and logs it)
+            applied = await self._apply(namespace, governance, decision, current)
+            if applied.conflict:
+                gave_up = attempt == CONFLICT_RETRIES
+                self.metrics.write_conflicts.labels("gave-up" if gave_up else "retried").inc()
+                continue
+            if applied.outcome is not None:
+                return applied.outcome, applied.result
+            written, result = applied.quota, "ok"
+            break
+        else:
+            log.warning(
+                "reconcile %s: the managed quota changed under %d writes in a row (409 "
+                "Conflict); retrying with backoff",
+                namespace,
+                CONFLICT_RETRIES + 1,
+            )
+            return Outcome(retry=True), "retry"
+        await self._report_decision(namespace, governance, decision, written, dry_run)
+        return Outcome(requeue_at=self._next_look(namespace, governance, decision, now)), result
+
+    def _decide(
+        self,
+        namespace: str,
+        governance: Governance,
+        current: QuotaSnapshot | None,
+        now: float,
+        dry_run: bool,
+    ) -> Decision:
+        """Usage, peaks and :func:`~dynquota.policy.decide` for ``current`` (reports usage)."""
         status_used = _int_map(current.status_used) if current is not None else {}
         if current is not None:
             self._status_used[namespace] = status_used
@@ -641,12 +851,11 @@ class Operator:
             if profile is not None:
                 found = self.peaks.peak(namespace, resource, now, profile.downscale_cooldown)
                 peak[resource] = usage[resource] if found is None else found
-        quota = self._quota_for_decision(namespace, current, dry_run)
         decision = decide(
             governance=governance,
             usage=usage,
             peak=peak,
-            quota=quota,
+            quota=self._quota_for_decision(namespace, current, dry_run),
             kill_switch=self.kill_switch,
             now=now,
             started_at=self.started_at,
@@ -655,22 +864,7 @@ class Operator:
             previously_managed=namespace in self._deleted_by_others,
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)
-        if decision.dry_run:
-            self.simulated[namespace] = apply_decision(quota, decision)
-            written = current
-            result = "dry-run"
-        else:
-            if decision.action == "delete" and self.kill_switch and self._sweeping:
-                return Outcome(), "ok"  # the kill-switch sweep deletes it (and logs it)
-            applied = await self._apply(namespace, governance, decision, current)
-            if isinstance(applied, Outcome):
-                if applied.retry or applied.requeue_at is not None:
-                    return applied, "retry"
-                return applied, "invalid" if self.gate.is_leader else "standby"
-            written = applied
-            result = "ok"
-        await self._report_decision(namespace, governance, decision, written, dry_run)
-        return Outcome(requeue_at=self._next_look(namespace, governance, decision, now)), result
+        return decision
 
     def _quota_for_decision(
         self, namespace: str, current: QuotaSnapshot | None, dry_run: bool
@@ -693,20 +887,66 @@ class Operator:
             annotations[OVERRIDE] = request
         return QuotaState(simulated.hard, annotations)
 
+    def hold_reason(self, decision: Decision) -> str | None:
+        """Why writing ``decision`` must wait (one of :data:`HOLD_REASONS`), or ``None``.
+
+        Every write needs the policies listed, the kill switch read (a release seen in a
+        watch event confirmed by a consistent read before anything is created), the
+        informers synced and the Lease valid for :data:`WRITE_TIMEOUT` seconds; a write that
+        shrinks also needs the informers healthy now. A kill-switch delete needs only the
+        Lease (the switch itself was read: it must work in the incident it exists for).
+        """
+        if decision.action == "delete" and self.kill_switch:
+            return None if self.gate.can_write(WRITE_TIMEOUT) else HELD_LEASE
+        if not self.policies_listed:
+            return HELD_POLICIES
+        if self.kill_switch is None:
+            return HELD_KILL_SWITCH
+        if decision.action == "create" and not self._release_confirmed:
+            return HELD_RELEASE
+        if self.usage is None or not self.usage.synced:
+            return HELD_INFORMERS
+        margin = float(self.settings.liveness_margin_seconds)
+        if decision.shrinks and not self.usage.healthy(margin=margin):
+            return HELD_STALE
+        if not self.gate.can_write(WRITE_TIMEOUT):
+            return HELD_LEASE
+        return None
+
+    def _hold(self, namespace: str, decision: Decision, why: str) -> Applied:
+        """Count and log (at most once a minute per reason) a held write."""
+        self.metrics.writes_held.labels(why).inc()
+        now = time.monotonic()
+        if now - self._held_logged.get(why, -math.inf) >= 60.0:
+            self._held_logged[why] = now
+            log.warning(
+                "holding the %s of the managed quota of %s (and others for the same reason "
+                "within a minute): %s; retrying",
+                decision.action,
+                namespace,
+                why,
+            )
+        return Applied(outcome=Outcome(retry=True), result="held")
+
     async def _apply(
         self,
         namespace: str,
         governance: Governance,
         decision: Decision,
         current: QuotaSnapshot | None,
-    ) -> QuotaSnapshot | Outcome | None:
-        """Write ``decision``; returns the quota after the write, or an Outcome on failure."""
+    ) -> Applied:
+        """Write ``decision`` (conditionally on what was read: the patch carries
+        ``current``'s resourceVersion, a delete its uid), or hold it (:meth:`hold_reason`)."""
         if decision.action == "nothing":
-            return current
+            return Applied(current)
         if not self.gate.is_leader:
-            return Outcome()
+            return Applied(outcome=Outcome(), result="standby")
         if decision.action in ("create", "patch") and self.kill_switch is not False:
-            return Outcome(requeue_at=self.clock())  # the switch moved: decide again
+            # the switch moved since the decision: decide again
+            return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
+        why = self.hold_reason(decision)
+        if why is not None:
+            return self._hold(namespace, decision, why)
         try:
             if decision.action == "create":
                 created = await self.quotas.create(
@@ -715,33 +955,28 @@ class Operator:
                     dict(decision.set_annotations),
                 )
                 self._deleted_by_others.discard(namespace)
-                return created
+                if self.kill_switch is not False:
+                    # engaged while the create was in flight: a sweep that listed before it
+                    # landed missed it, so decide again (the decision is then a delete)
+                    self.queue.add_now(namespace)
+                return Applied(created)
             if decision.action == "patch":
-                return await self.quotas.patch(namespace, decision.merge_patch())
-            if decision.action == "delete":
-                uid = current.uid if current else None
-                if self.kill_switch:
-                    why = "kill switch engaged"
-                    if not await self._delete_managed(namespace, uid, "kill-switch", why):
-                        return Outcome(requeue_at=self.clock())  # gone meanwhile
-                    return None
-                why = governance.reason
-                if not await self._delete_managed(namespace, uid, "unmanaged", why):
-                    return Outcome(requeue_at=self.clock())  # gone meanwhile: decide again
-                await self._warn(
-                    ObjectRef.namespace_object(namespace, self._namespace_uid.get(namespace, "")),
-                    QUOTA_REMOVED,
-                    f"the managed ResourceQuota {MANAGED_QUOTA_NAME} was deleted: {why}",
-                    logged=True,
+                assert current is not None
+                patched = await self.quotas.patch(
+                    namespace, decision.merge_patch(), resource_version=current.resource_version
                 )
-                return None
+                return Applied(patched)
+            if decision.action == "delete":
+                return await self._apply_delete(namespace, governance, current)
         except ConflictError:
-            return Outcome(retry=True)  # created or changed meanwhile: read it again
+            return Applied(conflict=True)  # created or changed meanwhile: read it again
         except NotFoundError:
-            return Outcome(requeue_at=self.clock())  # deleted meanwhile: decide again
+            # the quota or the namespace is gone (a namespace deletion the watch missed):
+            # back off rather than spin; a DELETED event or the resync ends it
+            return Applied(outcome=Outcome(retry=True), result="retry")
         except ApiError as exc:
-            if exc.retryable:
-                return Outcome(retry=True)
+            if exc.retryable or _namespace_terminating(exc):
+                return Applied(outcome=Outcome(retry=True), result="retry")
             log.error("%s of quota in %s refused: %s", decision.action, namespace, exc)
             await self._warn_once(
                 ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid if current else ""),
@@ -751,8 +986,28 @@ class Operator:
                 key=namespace,
                 logged=True,
             )
-            return Outcome()
+            return Applied(outcome=Outcome(), result="invalid")
         raise AssertionError(f"unknown action {decision.action!r}")
+
+    async def _apply_delete(
+        self, namespace: str, governance: Governance, current: QuotaSnapshot | None
+    ) -> Applied:
+        uid = current.uid if current else None
+        if self.kill_switch:
+            if not await self._delete_managed(namespace, uid, "kill-switch", "kill switch engaged"):
+                return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
+            return Applied(None)
+        why = governance.reason
+        if not await self._delete_managed(namespace, uid, "unmanaged", why):
+            # gone or replaced meanwhile: decide again
+            return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
+        await self._warn(
+            ObjectRef.namespace_object(namespace, self._namespace_uid.get(namespace, "")),
+            QUOTA_REMOVED,
+            f"the managed ResourceQuota {MANAGED_QUOTA_NAME} was deleted: {why}",
+            logged=True,
+        )
+        return Applied(None)
 
     def _next_look(
         self, namespace: str, governance: Governance, decision: Decision, now: float
@@ -861,7 +1116,9 @@ class Operator:
             if event.type != "Warning":
                 await self._emit(ref, event.type, event.reason, event.message)
             elif event.reason in RECURRING_REASONS:
-                await self._warn_once(ref, event.reason, event.message, key=namespace)
+                await self._warn_once(
+                    ref, event.reason, event.message, key=namespace, cause=event.cause
+                )
             else:
                 await self._warn(ref, event.reason, event.message)
         view = self._record_view(namespace, decision.action, decision.reasons or decision.notes)
@@ -923,13 +1180,24 @@ class Operator:
         await self._emit(ref, "Warning", reason, message)
 
     async def _warn_once(
-        self, ref: ObjectRef, reason: str, message: str, key: str, *, logged: bool = False
+        self,
+        ref: ObjectRef,
+        reason: str,
+        message: str,
+        key: str,
+        *,
+        cause: str = "",
+        logged: bool = False,
     ) -> None:
-        """:meth:`_warn`, unless the same Warning was posted for ``key`` within the last
-        hour (Warnings that recur while their cause lasts)."""
+        """:meth:`_warn`, unless a Warning with this ``reason`` about this ``cause`` was
+        posted for ``key`` within the last hour (Warnings that recur while their cause lasts).
+
+        Keyed on ``(key, reason, cause)``, never on ``message``: a message changes with usage
+        and with what a tenant writes, and a tenant-chosen key would let the cache grow.
+        """
         if not self.gate.is_leader:
             return
-        cache_key = (key, reason, message)
+        cache_key = (key, reason, cause)
         if cache_key in self._warned:
             return
         self._warned[cache_key] = True

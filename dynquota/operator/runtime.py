@@ -12,10 +12,12 @@ kopf writes nothing on Namespaces, pods or ConfigMaps:
 - ``@kopf.on.startup``/``cleanup`` start and stop :class:`Runtime`; ``@kopf.on.probe`` is the
   liveness check; ``@kopf.on.login`` hands kopf the same credentials as our own client.
 
-Start-up order (:meth:`Runtime.start`): read ``kube-system`` (retrying until it succeeds,
-nothing is written before), list namespaces and policies, start the metadata informers; then
-in the background: wait for the informers' first list, start leader election (or lead at
-once), start the workqueue and queue every namespace.
+Start-up order (:meth:`Runtime.start`): read ``kube-system`` (a consistent GET, retried
+until it succeeds; nothing is written before), list namespaces, start the metadata informers
+and leader election (or lead at once: the kill switch needs only the read and the Lease);
+then in the background: list the policies (a consistent LIST, retried with backoff until it
+succeeds — until then every managed-quota write is held), wait for the informers' first list,
+start the workqueue and queue every namespace.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 import kopf
 from kubernetes_asyncio import client
 
+from dynquota import __version__
 from dynquota.kube.backoff import Backoff
 from dynquota.kube.client import new_api_client
 from dynquota.kube.cluster import POLICY_GROUP, POLICY_PLURAL, POLICY_VERSION, ClusterClient
@@ -90,6 +93,7 @@ class Runtime:
             policy_status=self.cluster,
             metrics=self.metrics,
             gate=self.gate,
+            namespace_reader=self.cluster,
         )
         if isinstance(self.gate, LeaderGate):
             self.gate.on_change = self.operator.on_leadership
@@ -106,6 +110,7 @@ class Runtime:
         self.ready = asyncio.Event()
         """Set once the workqueue runs (informers synced, leadership settled)."""
         self._tasks: list[asyncio.Task[Any]] = []
+        self._leader_task: asyncio.Task[Any] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -118,6 +123,12 @@ class Runtime:
             self.metrics_server = MetricsServer(self.metrics, port=self.settings.metrics_port)
             await self.metrics_server.start()
         self.watcher.start()
+        if isinstance(self.gate, LeaderGate):
+            self._leader_task = asyncio.create_task(self.gate.run(), name="dynquota-leader")
+            self._tasks.append(self._leader_task)
+        else:
+            await self.operator.on_leadership(True)
+        self._tasks.append(asyncio.create_task(self._list_policies(), name="dynquota-policies"))
         self._tasks.append(asyncio.create_task(self._finish_start(), name="dynquota-start"))
 
     async def _prime(self) -> None:
@@ -163,31 +174,42 @@ class Runtime:
                 await asyncio.sleep(delay)
         for namespace in namespaces:
             self.operator.on_namespace(None, namespace)
-        try:
-            policies = await self.cluster.list_policies()
-        except NotFoundError:
-            log.error(
-                "the DynamicQuotaPolicy CRD (%s.%s) is not installed: no namespace is managed "
-                "until it is and a policy matches",
-                POLICY_PLURAL,
-                POLICY_GROUP,
-            )
-            policies = []
-        except KubeError as exc:
-            log.warning("listing policies failed (%s); kopf's watch will deliver them", exc)
-            policies = []
-        for policy in policies:
-            self.operator.on_policy(None, policy)
-        log.info("primed: %d namespaces, %d policies", len(self.operator.namespaces), len(policies))
+        log.info("primed: %d namespaces", len(self.operator.namespaces))
+
+    async def _list_policies(self) -> None:
+        """List the policies (consistent LIST) until it succeeds, then hand them to the
+        operator (:meth:`Operator.on_policy_list`); until then writes are held."""
+        backoff = Backoff(initial=1.0, maximum=30.0)
+        while True:
+            try:
+                policies = await self.cluster.list_policies()
+                break
+            except NotFoundError:
+                delay = backoff.next_delay()
+                log.error(
+                    "the DynamicQuotaPolicy CRD (%s.%s) is not served (not installed, or the "
+                    "apiserver is restarting): no quota is written until the policies can be "
+                    "listed; retrying in %.1f s",
+                    POLICY_PLURAL,
+                    POLICY_GROUP,
+                    delay,
+                )
+            except KubeError as exc:
+                delay = backoff.next_delay()
+                log.warning(
+                    "listing policies failed (%s): no quota is written until it succeeds; "
+                    "retrying in %.1f s",
+                    exc,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+        log.info("policies listed: %d; quota writes may proceed", len(policies))
+        self.operator.on_policy_list(policies)
 
     async def _finish_start(self) -> None:
         started = time.monotonic()
         await self.watcher.wait_synced()
         log.info("informers synced in %.1f s", time.monotonic() - started)
-        if isinstance(self.gate, LeaderGate):
-            self._tasks.append(asyncio.create_task(self.gate.run(), name="dynquota-leader"))
-        else:
-            await self.operator.on_leadership(True)
         self.operator.queue.start()
         self.operator.queue.add_all(list(self.operator.namespaces))
         self.operator.mark_policy_status_dirty()
@@ -220,7 +242,9 @@ class Runtime:
 
     def healthy(self) -> bool:
         """Liveness: every informer completed a watch cycle (or list) within the watch
-        timeout plus the margin."""
+        timeout plus the margin, and the leader election task (if any) is alive."""
+        if self._leader_task is not None and self._leader_task.done():
+            return False
         return self.watcher.healthy(margin=float(self.settings.liveness_margin_seconds))
 
 
@@ -258,6 +282,9 @@ def kopf_settings(settings: Settings) -> kopf.OperatorSettings:
     ks.watching.field_selectors["v1", "resourcequotas"] = f"metadata.name={MANAGED_QUOTA_NAME}"
     ks.peering.standalone = True
     ks.networking.error_backoffs = [1, 2, 5, 10, 20]
+    # kopf's own requests (its lists, Events) get the same bounds as ours: 10 s / 3 s
+    ks.networking.request_timeout = 10
+    ks.networking.connect_timeout = 3
     return ks
 
 
@@ -328,6 +355,8 @@ async def run(
     own_client = api_client is None
     if api_client is None:
         api_client = await new_api_client(settings.kubeconfig or None)
+    # per replica, so the apiserver's audit log tells replicas apart
+    api_client.user_agent = f"dynquota/{__version__} ({settings.pod_name})"
     try:
         runtime = Runtime(settings, api_client)
         if on_runtime is not None:

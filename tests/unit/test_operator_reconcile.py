@@ -46,6 +46,7 @@ class FakeQuotas:
         self.writes: list[tuple[str, str]] = []
         self.fail: list[Exception] = []
         self.rv = 100
+        self.patch_versions: list[str | None] = []
 
     def _snap(self, ns: str) -> QuotaSnapshot:
         return QuotaSnapshot.from_object(self.objects[ns])
@@ -101,10 +102,15 @@ class FakeQuotas:
         self.writes.append(("create", namespace))
         return self._snap(namespace)
 
-    async def patch(self, namespace: str, body: Mapping[str, Any]) -> QuotaSnapshot:
+    async def patch(
+        self, namespace: str, body: Mapping[str, Any], resource_version: str | None = None
+    ) -> QuotaSnapshot:
         self._maybe_fail()
         if namespace not in self.objects:
             raise NotFoundError(404, "NotFound", "gone")
+        self.patch_versions.append(resource_version)
+        if resource_version != self.objects[namespace]["metadata"]["resourceVersion"]:
+            raise ConflictError(409, "Conflict", "the object has been modified")
         _merge(self.objects[namespace], copy.deepcopy(dict(body)))
         self.rv += 1
         self.objects[namespace]["metadata"]["resourceVersion"] = str(self.rv)
@@ -137,6 +143,11 @@ class FakeUsage:
     def __init__(self) -> None:
         self.counts: dict[tuple[str, str], int] = {}
         self.expiry: dict[str, float] = {}
+        self.synced = True
+        self.fresh = True
+
+    def healthy(self, now: float | None = None, margin: float = 60.0) -> bool:
+        return self.fresh
 
     def usage(self, namespace: str, resource: str, now: float | None = None) -> int:
         return self.counts.get((namespace, resource), 0)
@@ -156,6 +167,10 @@ class FakeStatus:
 class Leader:
     def __init__(self, leading: bool = True) -> None:
         self.is_leader = leading
+        self.valid_for = float("inf")  # seconds a write may take and still finish leading
+
+    def can_write(self, seconds: float) -> bool:
+        return self.is_leader and seconds < self.valid_for
 
 
 def policy(
@@ -225,6 +240,7 @@ class World:
         )
         op.usage = self.usage
         op.on_namespace(None, namespace("kube-system"))
+        op.on_policy_list([])  # the start-up LIST succeeded (tests of holds undo this)
         return op
 
     async def reconcile(self, ns: str) -> Outcome:
@@ -850,6 +866,7 @@ def _world_with_invalid_switch(managed_quotas_exist: bool) -> World:
         clock=world.clock,
     )
     op.usage = world.usage
+    op.on_policy_list([])
     op.managed_quotas_exist = managed_quotas_exist
     op.on_namespace(None, namespace("kube-system", annotations={"dynquota.io/kill-switch": "yes"}))
     world.op = op
