@@ -355,7 +355,7 @@ class Operator:
         # keyed by (namespace or object, reason, cause): never by message, which carries usage
         # and tenant text
         self._warned: TTLCache[tuple[str, str, str], bool] = TTLCache(
-            maxsize=20000, ttl=_WARNING_TTL
+            maxsize=20000, ttl=_WARNING_TTL, timer=clock
         )
         self._invalid_reported: dict[str, int] = {}
         """Policy name -> the generation whose ``PolicyInvalid`` Event was posted."""
@@ -651,7 +651,13 @@ class Operator:
                     break
                 failed = 0
                 for quota in found:
-                    if not (self.kill_switch and self.gate.can_write(WRITE_TIMEOUT)):
+                    if not self.kill_switch:
+                        break
+                    if not self.gate.can_write(WRITE_TIMEOUT):
+                        # the Lease could lapse during the delete: wait for a renew (or for
+                        # leadership to be lost, which ends the sweep)
+                        self.metrics.writes_held.labels(HELD_LEASE).inc()
+                        failed += 1
                         break
                     try:
                         if await self._delete_managed(
@@ -668,7 +674,7 @@ class Operator:
                             exc,
                         )
                 if failed:
-                    await asyncio.sleep(2)  # then list again and retry what is left
+                    await asyncio.sleep(1)  # then list again and retry what is left
         finally:
             self._sweeping = False
         if complete:
