@@ -39,16 +39,25 @@ class ClusterClient:
         self._observer = observer
 
     async def read_namespace(self, name: str) -> dict[str, Any]:
-        """The Namespace ``name``. Raises ``NotFoundError``, other ``ApiError``,
-        ``TransportError``."""
+        """The Namespace ``name``, read consistently (a GET without ``resourceVersion``: a
+        quorum read from etcd, never the watch cache). Raises ``NotFoundError``, other
+        ``ApiError``, ``TransportError``."""
         model = await call_api(
-            "get", "namespaces", lambda: self._core.read_namespace(name), self._observer
+            "get",
+            "namespaces",
+            lambda t: self._core.read_namespace(name, _request_timeout=t),
+            self._observer,
         )
         result: dict[str, Any] = self._sanitize(model)
         return result
 
     async def list_namespaces(self, page_size: int = 500) -> list[dict[str, Any]]:
-        """Every Namespace (paginated by ``page_size``)."""
+        """Every Namespace (paginated by ``page_size``).
+
+        A consistent read: no ``resourceVersion`` is sent (never ``resourceVersion=0``, which
+        may be served from a stale watch cache); later pages continue the first one's snapshot.
+        Raises ``ApiError`` (``GoneError`` if a continue token expired), ``TransportError``.
+        """
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
@@ -58,7 +67,7 @@ class ClusterClient:
             page = await call_api(
                 "list",
                 "namespaces",
-                lambda kw=kwargs: self._core.list_namespace(**kw),  # type: ignore[misc]
+                lambda t, kw=kwargs: self._core.list_namespace(**kw, _request_timeout=t),  # type: ignore[misc]
                 self._observer,
             )
             items.extend(self._sanitize(item) for item in page.items or [])
@@ -67,12 +76,14 @@ class ClusterClient:
                 return items
 
     async def list_policies(self) -> list[dict[str, Any]]:
-        """Every DynamicQuotaPolicy. Raises ``NotFoundError`` when the CRD is not installed."""
+        """Every DynamicQuotaPolicy, read consistently (no ``resourceVersion`` sent: never
+        ``resourceVersion=0``). Raises ``NotFoundError`` when the CRD is not installed (or not
+        served yet after an apiserver restart), other ``ApiError``, ``TransportError``."""
         answer = await call_api(
             "list",
             POLICY_PLURAL,
-            lambda: self._custom.list_cluster_custom_object(
-                POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL
+            lambda t: self._custom.list_cluster_custom_object(
+                POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, _request_timeout=t
             ),
             self._observer,
         )
@@ -83,7 +94,7 @@ class ClusterClient:
         await call_api(
             "patch",
             f"{POLICY_PLURAL}/status",
-            lambda: self._custom.patch_cluster_custom_object_status(
+            lambda t: self._custom.patch_cluster_custom_object_status(
                 POLICY_GROUP,
                 POLICY_VERSION,
                 POLICY_PLURAL,
@@ -91,6 +102,7 @@ class ClusterClient:
                 {"status": dict(status)},
                 field_manager=FIELD_MANAGER,
                 _content_type=_MERGE_PATCH,
+                _request_timeout=t,
             ),
             self._observer,
         )

@@ -108,7 +108,7 @@ class EventRecorder:
             await call_api(
                 "create",
                 "events",
-                lambda: self._api.create_namespaced_event(namespace, body),
+                lambda t: self._api.create_namespaced_event(namespace, body, _request_timeout=t),
                 self._observer,
             )
         except KubeError as exc:

@@ -46,6 +46,7 @@ from typing import Any, Final, Protocol
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
 
+from dynquota.kube import timeouts
 from dynquota.kube.backoff import Backoff
 from dynquota.kube.errors import (
     GoneError,
@@ -164,8 +165,10 @@ _TRANSPORT_ERRORS: Final = (aiohttp.ClientError, asyncio.TimeoutError, OSError, 
 class KubeMetadataSource:
     """:class:`MetadataSource` over a kubernetes_asyncio ``ApiClient`` (read-only GETs).
 
-    ``request_timeout`` bounds a list page (seconds); a watch may stay silent for
-    ``timeout_seconds + read_margin`` seconds before the connection is deemed dead.
+    Timeouts default to :mod:`dynquota.kube.timeouts`: a list page is a short call (10 s total,
+    3 s connect), a watch may stay silent for ``timeout_seconds + 30`` seconds before the
+    connection is deemed dead; ``request_timeout``/``connect_timeout``/``read_margin``
+    (seconds) override them.
     ``bytes_received`` counts response body bytes after decompression (list pages and watch
     lines).
     """
@@ -175,9 +178,9 @@ class KubeMetadataSource:
         api_client: k8s_client.ApiClient,
         watched: WatchedResource,
         *,
-        request_timeout: float = 60.0,
-        connect_timeout: float = 10.0,
-        read_margin: float = 30.0,
+        request_timeout: float | None = None,
+        connect_timeout: float | None = None,
+        read_margin: float | None = None,
     ) -> None:
         self._api = api_client
         self._watched = watched
@@ -195,19 +198,40 @@ class KubeMetadataSource:
         selector = self._watched.field_selector
         return [("fieldSelector", selector)] if selector else []
 
+    def _list_timeout(self) -> aiohttp.ClientTimeout:
+        total = timeouts.REQUEST_TIMEOUT if self._request_timeout is None else self._request_timeout
+        connect = (
+            timeouts.CONNECT_TIMEOUT if self._connect_timeout is None else self._connect_timeout
+        )
+        return aiohttp.ClientTimeout(total=total, sock_connect=min(connect, total))
+
+    def _watch_timeout(self, timeout_seconds: int) -> aiohttp.ClientTimeout:
+        default = timeouts.watch_timeout(timeout_seconds)
+        return aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=default.sock_connect
+            if self._connect_timeout is None
+            else self._connect_timeout,
+            sock_read=default.sock_read
+            if self._read_margin is None
+            else timeout_seconds + self._read_margin,
+        )
+
     async def _get(
         self, query: list[tuple[str, str]], accept: str, timeout: aiohttp.ClientTimeout
     ) -> aiohttp.ClientResponse:
         try:
-            response: aiohttp.ClientResponse = await self._api.call_api(
-                self._watched.path,
-                "GET",
-                query_params=query,
-                header_params={"Accept": accept},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout,
-            )
+            # the total (lists) also bounds what the ClientTimeout does not cover (credentials)
+            async with asyncio.timeout(timeouts.deadline(timeout)):
+                response: aiohttp.ClientResponse = await self._api.call_api(
+                    self._watched.path,
+                    "GET",
+                    query_params=query,
+                    header_params={"Accept": accept},
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=timeout,
+                )
         except _TRANSPORT_ERRORS as exc:
             raise TransportError(f"GET {self._watched.path}: {exc!r}") from exc
         except k8s_client.ApiException as exc:  # raised only for requests it could not build
@@ -230,7 +254,7 @@ class KubeMetadataSource:
         response = await self._get(
             query,
             METADATA_LIST_ACCEPT,
-            aiohttp.ClientTimeout(total=self._request_timeout, sock_connect=self._connect_timeout),
+            self._list_timeout(),
         )
         try:
             body = await response.read()
@@ -270,11 +294,7 @@ class KubeMetadataSource:
         response = await self._get(
             query,
             METADATA_WATCH_ACCEPT,
-            aiohttp.ClientTimeout(
-                total=None,
-                sock_connect=self._connect_timeout,
-                sock_read=timeout_seconds + self._read_margin,
-            ),
+            self._watch_timeout(timeout_seconds),
         )
         finished = False
         try:

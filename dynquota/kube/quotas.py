@@ -15,6 +15,7 @@ HTTP status; ``TransportError`` when there was no answer).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from dynquota.kube import timeouts
 from dynquota.kube.errors import KubeError, NotFoundError, TransportError, error_from_response
 from dynquota.quantity import QuantityError, parse_quantity
 
@@ -59,19 +61,27 @@ T = TypeVar("T")
 async def call_api(
     verb: str,
     resource: str,
-    request: Callable[[], Awaitable[T]],
+    request: Callable[[aiohttp.ClientTimeout], Awaitable[T]],
     observer: ApiCallObserver | None = None,
+    timeout: aiohttp.ClientTimeout | None = None,
 ) -> T:
-    """Run one kubernetes_asyncio request, translating its failures to dynquota's errors.
+    """Run one kubernetes_asyncio request with a timeout, translating its failures to
+    dynquota's errors.
 
-    ``observer`` (if any) hears ``(verb, resource, status)``: 200 on success.
+    ``request(t)`` must send its request with ``_request_timeout=t``; ``t`` is ``timeout``
+    (default :func:`dynquota.kube.timeouts.short_timeout`: 10 s total, 3 s connect). The
+    whole call is also bounded by ``asyncio.timeout`` (the total plus 1 s), which covers what
+    the ClientTimeout does not (e.g. refreshing credentials). ``observer`` (if any) hears
+    ``(verb, resource, status)``: 200 on success, 0 when there was no answer.
 
     Raises:
         ApiError: (or a subclass by status) the apiserver refused the request.
         TransportError: connection, TLS or timeout failure.
     """
+    client_timeout = timeout if timeout is not None else timeouts.short_timeout()
     try:
-        result = await request()
+        async with asyncio.timeout(timeouts.deadline(client_timeout)):
+            result = await request(client_timeout)
     except ApiException as exc:
         body = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
         error = error_from_response(int(exc.status or 0), body)
@@ -212,7 +222,9 @@ class QuotaClient:
         self._sanitize = api_client.sanitize_for_serialization
         self._observer = observer
 
-    async def _call(self, verb: str, request: Callable[[], Awaitable[Any]]) -> Any:
+    async def _call(
+        self, verb: str, request: Callable[[aiohttp.ClientTimeout], Awaitable[Any]]
+    ) -> Any:
         return await call_api(verb, "resourcequotas", request, self._observer)
 
     def _snapshot(self, model: Any) -> QuotaSnapshot:
@@ -226,7 +238,9 @@ class QuotaClient:
         try:
             model = await self._call(
                 "get",
-                lambda: self._api.read_namespaced_resource_quota(MANAGED_QUOTA_NAME, namespace),
+                lambda t: self._api.read_namespaced_resource_quota(
+                    MANAGED_QUOTA_NAME, namespace, _request_timeout=t
+                ),
             )
         except NotFoundError:
             return None
@@ -235,7 +249,11 @@ class QuotaClient:
     async def list_managed(self, page_size: int = 500) -> list[QuotaSnapshot]:
         """Every managed quota in the cluster (label selector, paginated by ``page_size``).
 
-        Raises: ``ApiError``/``TransportError``.
+        A consistent read: no ``resourceVersion`` is sent (never ``resourceVersion=0``,
+        which the apiserver may answer from its possibly stale watch cache), so the first page
+        is read from etcd with a quorum read and later pages continue that snapshot.
+
+        Raises: ``ApiError``/``TransportError`` (``GoneError`` if a continue token expired).
         """
         found: list[QuotaSnapshot] = []
         token: str | None = None
@@ -245,7 +263,9 @@ class QuotaClient:
                 kwargs["_continue"] = token
             page = await self._call(
                 "list",
-                lambda kw=kwargs: self._api.list_resource_quota_for_all_namespaces(**kw),  # type: ignore[misc]
+                lambda t, kw=kwargs: self._api.list_resource_quota_for_all_namespaces(  # type: ignore[misc]
+                    **kw, _request_timeout=t
+                ),
             )
             for item in page.items or []:
                 snapshot = self._snapshot(item)
@@ -276,8 +296,8 @@ class QuotaClient:
         }
         model = await self._call(
             "create",
-            lambda: self._api.create_namespaced_resource_quota(
-                namespace, body, field_manager=FIELD_MANAGER
+            lambda t: self._api.create_namespaced_resource_quota(
+                namespace, body, field_manager=FIELD_MANAGER, _request_timeout=t
             ),
         )
         return self._snapshot(model)
@@ -285,26 +305,30 @@ class QuotaClient:
     async def patch(
         self, namespace: str, body: Mapping[str, Any], resource_version: str | None = None
     ) -> QuotaSnapshot:
-        """Apply the JSON merge-patch ``body`` (see :func:`merge_patch`) to the managed quota;
-        with ``resource_version``, only if the quota is still at it (a precondition the
-        apiserver checks).
+        """Apply the JSON merge-patch ``body`` (see :func:`merge_patch`) to the managed quota.
 
-        Raises: ``ConflictError`` if it changed since ``resource_version``; ``NotFoundError``
-        if it is gone; other ``ApiError``, ``TransportError``.
+        With ``resource_version`` the patch carries ``metadata.resourceVersion``: a
+        precondition the apiserver checks, answering 409 Conflict if the quota changed since
+        that version was read (take it from a GET made for this write: every admitted create
+        in the namespace bumps the quota's resourceVersion, so a cached one conflicts often).
+
+        Raises: ``NotFoundError`` if it is gone; ``ConflictError`` if ``resource_version`` is
+        stale; other ``ApiError``, ``TransportError``.
         """
-        payload = dict(body)
-        if resource_version:
-            metadata = dict(payload.get("metadata") or {})
+        patch = dict(body)
+        if resource_version:  # "" (unknown) is no precondition
+            metadata = dict(patch.get("metadata") or {})
             metadata["resourceVersion"] = resource_version
-            payload["metadata"] = metadata
+            patch["metadata"] = metadata
         model = await self._call(
             "patch",
-            lambda: self._api.patch_namespaced_resource_quota(
+            lambda t: self._api.patch_namespaced_resource_quota(
                 MANAGED_QUOTA_NAME,
                 namespace,
-                payload,
+                patch,
                 field_manager=FIELD_MANAGER,
                 _content_type=_MERGE_PATCH,
+                _request_timeout=t,
             ),
         )
         return self._snapshot(model)
@@ -321,8 +345,8 @@ class QuotaClient:
         try:
             await self._call(
                 "delete",
-                lambda: self._api.delete_namespaced_resource_quota(
-                    MANAGED_QUOTA_NAME, namespace, body=body
+                lambda t: self._api.delete_namespaced_resource_quota(
+                    MANAGED_QUOTA_NAME, namespace, body=body, _request_timeout=t
                 ),
             )
         except NotFoundError:
