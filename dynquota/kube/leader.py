@@ -11,8 +11,8 @@ retry, exposes no renew time, and returns after losing the lease.
 
 1. GET the Lease. Missing: CREATE it holding it (a 409 means another candidate created it
    first: not leading).
-2. When the record (holder, durations, times, transitions) differs from the one last
-   observed, note *when we observed it* on the monotonic clock.
+2. When the record (holder, durations, times, transitions) or the Lease's resourceVersion
+   differs from the one last observed, note *when we observed it* on the monotonic clock.
 3. Held by another identity and observed unchanged for less than ``lease_duration`` (the
    larger of the record's ``leaseDurationSeconds`` and ours): not leading.
 4. Otherwise UPDATE (PUT) the Lease with ourselves as holder and the ``resourceVersion`` we
@@ -342,6 +342,7 @@ class LeaderGate:
         self._last_send = 0.0  # send time of the last successful create/update
         self._lease: dict[str, Any] | None = None  # the Lease as we last wrote it (leading)
         self._observed: LeaseRecord | None = None
+        self._observed_version = ""  # resourceVersion of the Lease as last observed
         self._observed_time = 0.0
         self._announced = False
         self._pending: collections.deque[bool] = collections.deque()
@@ -458,8 +459,12 @@ class LeaderGate:
             await self._create()
             return
         record = LeaseRecord.from_lease(lease)
-        if record != self._observed:
+        version = str((lease.get("metadata") or {}).get("resourceVersion") or "")
+        if record != self._observed or version != self._observed_version:
+            # any write counts as a change (stricter than client-go's record comparison, which
+            # two renewals stamped with the same renewTime, e.g. after a clock step, would fool)
             self._observed = record
+            self._observed_version = version
             self._observed_time = self._clock()
         if record.holder and record.holder != self.identity:
             if self._valid_until:
@@ -526,6 +531,7 @@ class LeaderGate:
             self._announce(False)
         self._lease = lease
         self._observed = LeaseRecord.from_lease(lease)
+        self._observed_version = str((lease.get("metadata") or {}).get("resourceVersion") or "")
         self._observed_time = send_time
         self._last_send = send_time
         self._valid_until = send_time + self.lease_duration - SAFETY_MARGIN
