@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["SYSTEM_NAMESPACES", "Settings", "parse_duration_seconds"]
@@ -70,8 +70,15 @@ class Settings(BaseSettings):
     pod_name: str = Field(
         default_factory=socket.gethostname, description="holder identity in the Lease"
     )
-    lease_duration_seconds: int = Field(15, ge=2, description="Lease duration")
-    lease_renew_deadline_seconds: int = Field(10, ge=2, description="leader gives up after")
+    lease_duration_seconds: int = Field(
+        15,
+        ge=2,
+        description="Lease duration; must be >= renew deadline + retry period + 3 s (the "
+        "Lease request timeout)",
+    )
+    lease_renew_deadline_seconds: int = Field(
+        10, ge=2, description="a leader that has not renewed for this long stops leading"
+    )
     lease_retry_period_seconds: int = Field(2, ge=1, description="Lease poll interval")
     watch_timeout_seconds: int = Field(300, ge=1, description="server-side watch timeout")
     liveness_margin_seconds: int = Field(
@@ -118,6 +125,20 @@ class Settings(BaseSettings):
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _lease_durations(self) -> Settings:
+        # imported here: the elector pulls in the Kubernetes client
+        from dynquota.kube.leader import check_durations
+        from dynquota.kube.timeouts import LEASE_REQUEST_TIMEOUT
+
+        check_durations(
+            self.lease_duration_seconds,
+            self.lease_renew_deadline_seconds,
+            self.lease_retry_period_seconds,
+            LEASE_REQUEST_TIMEOUT,
+        )
+        return self
 
     def excluded(self, namespace: str) -> bool:
         """Whether ``namespace`` is never managed (system, own, excluded or not included)."""

@@ -6,6 +6,10 @@ is a plain list+watch of ResourceQuotas (all namespaces, or one): paginated list
 bookmarks from the list's resourceVersion, resumed from the last seen resourceVersion, and a
 relist on ``410 Gone``/``Expired``. Status writes send the whole object with its
 resourceVersion, so the apiserver refuses a stale one with 409 Conflict.
+
+Every request has a timeout from :mod:`dynquota.kube.timeouts` (a leaf module depending only
+on aiohttp): lists and writes 10 s in total (3 s connect), watches a socket-read timeout of
+their ``timeoutSeconds`` + 30 s and no total.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
+
+from dynquota.kube import timeouts
 
 from .accessor import CachingQuotaAccessor
 from .errors import QuotaAccessError, QuotaConflictError
@@ -54,7 +60,8 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
         api_client: a kubernetes_asyncio ``ApiClient``.
         namespace: watch one namespace only (default: all namespaces).
         watch_timeout: seconds of one watch request before it is renewed.
-        request_timeout: seconds for one list or write.
+        request_timeout: seconds in total for one list page or write (default 10, see
+            :mod:`dynquota.kube.timeouts`).
         page_size: list page size (``limit``).
         informer_lag: seconds to hold back each watch event before the informer applies it
             (0: at once); for tests and benchmarks that need a lagging informer.
@@ -67,7 +74,7 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
         *,
         namespace: str | None = None,
         watch_timeout: int = 300,
-        request_timeout: float = 30.0,
+        request_timeout: float | None = None,
         page_size: int = 500,
         informer_lag: float = 0.0,
         **cache_options: Any,
@@ -139,8 +146,16 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 
+    def _short_timeout(self) -> aiohttp.ClientTimeout:
+        if self._request_timeout is None:
+            return timeouts.short_timeout()
+        return aiohttp.ClientTimeout(
+            total=self._request_timeout,
+            sock_connect=min(timeouts.CONNECT_TIMEOUT, self._request_timeout),
+        )
+
     def _list_call(self, **kwargs: Any) -> Any:
-        timeout = kwargs.pop("_request_timeout", self._request_timeout)
+        timeout = kwargs.pop("_request_timeout", None) or self._short_timeout()
         if self._namespace is None:
             return self._api.list_resource_quota_for_all_namespaces(
                 _preload_content=False, _request_timeout=timeout, **kwargs
@@ -181,7 +196,7 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
             resource_version=rv,
             allow_watch_bookmarks=True,
             timeout_seconds=self._watch_timeout,
-            _request_timeout=aiohttp.ClientTimeout(sock_read=self._watch_timeout + 30),
+            _request_timeout=timeouts.watch_timeout(self._watch_timeout),
         )
         async with resp:
             if resp.status != 200:
@@ -237,13 +252,15 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
             QuotaAccessError: the API answered an error or could not be reached.
         """
         try:
-            resp = await self._api.list_namespaced_resource_quota(
-                namespace, _preload_content=False, _request_timeout=self._request_timeout
-            )
-            async with resp:
-                if resp.status != 200:
-                    raise await _error_from(resp, f"listing resourcequotas in {namespace}")
-                page = await resp.json()
+            timeout = self._short_timeout()
+            async with asyncio.timeout(timeouts.deadline(timeout)):
+                resp = await self._api.list_namespaced_resource_quota(
+                    namespace, _preload_content=False, _request_timeout=timeout
+                )
+                async with resp:
+                    if resp.status != 200:
+                        raise await _error_from(resp, f"listing resourcequotas in {namespace}")
+                    page = await resp.json()
         except (aiohttp.ClientError, TimeoutError) as e:
             raise QuotaAccessError(f"listing resourcequotas in {namespace}: {e}", 0) from e
         out = []
@@ -261,17 +278,19 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
             QuotaAccessError: any other error (``status`` is the HTTP code, 0 if none).
         """
         try:
-            resp = await self._api.replace_namespaced_resource_quota_status(
-                quota.name,
-                quota.namespace,
-                quota.to_object(),
-                _preload_content=False,
-                _request_timeout=self._request_timeout,
-            )
-            async with resp:
-                if resp.status != 200:
-                    raise await _error_from(resp, f"writing status of quota {quota.key}")
-                obj = await resp.json()
+            timeout = self._short_timeout()
+            async with asyncio.timeout(timeouts.deadline(timeout)):
+                resp = await self._api.replace_namespaced_resource_quota_status(
+                    quota.name,
+                    quota.namespace,
+                    quota.to_object(),
+                    _preload_content=False,
+                    _request_timeout=timeout,
+                )
+                async with resp:
+                    if resp.status != 200:
+                        raise await _error_from(resp, f"writing status of quota {quota.key}")
+                    obj = await resp.json()
         except (aiohttp.ClientError, TimeoutError) as e:
             raise QuotaAccessError(f"writing status of quota {quota.key}: {e}", 0) from e
         return ResourceQuota.from_object(obj)

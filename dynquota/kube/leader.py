@@ -104,21 +104,22 @@ def check_durations(
     """
     if retry_period <= 0 or request_timeout <= 0:
         raise ValueError(
-            f"retry period ({retry_period} s) and request timeout ({request_timeout} s) "
+            f"retry period ({retry_period:g} s) and request timeout ({request_timeout:g} s) "
             "must be positive"
         )
     if renew_deadline <= (1 + JITTER) * retry_period:
         raise ValueError(
-            f"renew deadline ({renew_deadline} s) must be greater than "
-            f"{1 + JITTER} x retry period ({retry_period} s)"
+            f"renew deadline ({renew_deadline:g} s) must be greater than "
+            f"{1 + JITTER:g} x retry period ({retry_period:g} s)"
         )
     if lease_duration <= SAFETY_MARGIN:
-        raise ValueError(f"lease duration ({lease_duration} s) must exceed {SAFETY_MARGIN} s")
-    if lease_duration < renew_deadline + retry_period + request_timeout:
+        raise ValueError(f"lease duration ({lease_duration:g} s) must exceed {SAFETY_MARGIN:g} s")
+    needed = renew_deadline + retry_period + request_timeout
+    if lease_duration < needed:
         raise ValueError(
-            f"lease duration ({lease_duration} s) must be >= renew deadline ({renew_deadline} s)"
-            f" + retry period ({retry_period} s) + Lease request timeout ({request_timeout} s)"
-            f" = {renew_deadline + retry_period + request_timeout} s"
+            f"lease duration ({lease_duration:g} s) must be >= renew deadline "
+            f"({renew_deadline:g} s) + retry period ({retry_period:g} s) + Lease request "
+            f"timeout ({request_timeout:g} s) = {needed:g} s"
         )
 
 
@@ -375,9 +376,9 @@ class LeaderGate:
 
     @is_leader.setter
     def is_leader(self, value: bool) -> None:
-        """Only ``False`` is accepted: step down at once (the campaign goes on, so this replica
-        may lead again from its next attempt). Raises ``ValueError`` for ``True``: leadership is won on
-        the Lease, never set."""
+        """Only ``False`` is accepted: step down at once (the campaign goes on, so this
+        replica may lead again from its next attempt). Raises ``ValueError`` for ``True``:
+        leadership is won on the Lease, never set."""
         if value:
             raise ValueError("leadership is won on the Lease, it cannot be set")
         self._step_down("stepped down on request")

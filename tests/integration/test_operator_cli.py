@@ -211,8 +211,9 @@ def replicas(op_cluster: OperatorCluster, tmp_path: Path) -> Iterator[list[Repli
     env.update(
         {
             "PYTHONUNBUFFERED": "1",
+            # lease >= renew deadline + retry period + the 3 s Lease request timeout
             "DYNQUOTA_LEASE_DURATION_SECONDS": "6",
-            "DYNQUOTA_LEASE_RENEW_DEADLINE_SECONDS": "4",
+            "DYNQUOTA_LEASE_RENEW_DEADLINE_SECONDS": "2",
             "DYNQUOTA_LEASE_RETRY_PERIOD_SECONDS": "1",
         }
     )

@@ -19,10 +19,12 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+import pydantic
 import pytest
 
 from dynquota.kube.errors import ConflictError, TransportError
 from dynquota.kube.leader import AlwaysLeader, LeaderGate, LeaseRecord, check_durations
+from dynquota.settings import Settings
 
 NS, NAME = "ops", "dynquota"
 D, RD, RP, RT = 15.0, 10.0, 2.0, 3.0  # lease duration, renew deadline, retry period, timeout
@@ -453,6 +455,17 @@ def test_durations_are_validated() -> None:
             request_timeout=10,
             lease_api=FakeLeases(),
         )
+
+
+def test_settings_refuse_inconsistent_lease_durations() -> None:
+    assert Settings().lease_duration_seconds == 15  # the defaults are consistent
+    with pytest.raises(pydantic.ValidationError, match=r"= 8 s"):
+        Settings(
+            lease_duration_seconds=6,
+            lease_renew_deadline_seconds=4,
+            lease_retry_period_seconds=1,
+        )
+    Settings(lease_duration_seconds=6, lease_renew_deadline_seconds=2, lease_retry_period_seconds=1)
 
 
 def test_always_leader() -> None:
