@@ -202,7 +202,8 @@ async def test_a_connection_error_does_not_end_the_leaders_campaign(
     renewals = a.gate.renewals
     leases.failures = [TransportError("connection refused")]  # one renew fails
     await clock.advance(3 * RP)
-    assert a.task is not None and not a.task.done()
+    assert a.task is not None
+    assert not a.task.done()
     assert a.gate.is_leader
     assert a.gate.renewals > renewals  # renewed after the failure
     assert a.leading == [True]  # one failed renew within the deadline loses nothing
@@ -216,7 +217,8 @@ async def test_connection_errors_do_not_end_a_candidates_campaign(
     leases.fail_always = TransportError("connection refused")
     b = Candidate("b", leases, clock).start()
     await clock.advance(10 * RP)
-    assert b.task is not None and not b.task.done()
+    assert b.task is not None
+    assert not b.task.done()
     assert not b.gate.is_leader
     assert b.gate.healthy()
     leases.fail_always = None
@@ -236,7 +238,8 @@ async def test_any_exception_is_caught_and_warned_rate_limited(
     assert len(warnings) == 1
     assert "a bug in the adapter" in warnings[0].getMessage()
     assert "not leading; retrying every 2 s" in warnings[0].getMessage()
-    assert b.task is not None and not b.task.done()
+    assert b.task is not None
+    assert not b.task.done()
     await b.cancel()
 
 
@@ -263,7 +266,8 @@ async def test_a_hanging_renew_ends_leadership_at_send_time_plus_duration_minus_
     assert not a.gate.can_write(0.0)
     # announced by the timer at valid_until, although the loop still hangs in the request
     assert a.changes == [(a.changes[0][0], True), (sent + D - 1, False)]
-    assert a.task is not None and not a.task.done()
+    assert a.task is not None
+    assert not a.task.done()
     # liveness: the loop has not iterated for longer than its bound -> unhealthy
     assert a.gate.healthy()
     await clock.advance(D + 2 * RT + RP)
@@ -309,7 +313,8 @@ async def test_takeover_only_after_lease_duration_of_an_unchanged_record(
     for _ in range(600):
         await clock.advance(0.1)
         assert not (a.gate.is_leader and b.gate.is_leader)
-    assert a.gate.is_leader and not b.gate.is_leader
+    assert a.gate.is_leader
+    assert not b.gate.is_leader
     assert b.changes == []
     a_valid_until = a.gate.valid_until
     a_last_send = a_valid_until - (D - 1)
@@ -356,11 +361,13 @@ async def test_two_candidates_writing_the_same_resource_version_cannot_both_win(
     assert [a.gate.is_leader, b.gate.is_leader].count(True) == 1
     winner, loser = (a, b) if a.gate.is_leader else (b, a)
     assert leases.holder() == winner.gate.identity
-    assert loser.changes == [] and loser.gate.valid_until == 0.0
+    assert loser.changes == []
+    assert loser.gate.valid_until == 0.0
     assert winner.leading == [True]
     for _ in range(100):
         await clock.advance(0.5)
-        assert winner.gate.is_leader and not loser.gate.is_leader
+        assert winner.gate.is_leader
+        assert not loser.gate.is_leader
     await a.cancel()
     await b.cancel()
 
@@ -373,7 +380,8 @@ async def test_recampaign_after_losing_the_lease_to_another(
     b = Candidate("b", leases, clock).start()
     leases.hang.set()  # a's renewals (and b's reads) hang: a's window ends, b waits
     await clock.advance(D)
-    assert not a.gate.is_leader and a.leading == [True, False]
+    assert not a.gate.is_leader
+    assert a.leading == [True, False]
     leases.hang.clear()
     leases.unhang.set()
     await clock.run_until(lambda: a.gate.is_leader or b.gate.is_leader, 2 * D)
@@ -382,7 +390,8 @@ async def test_recampaign_after_losing_the_lease_to_another(
     await winner.cancel()
     await clock.run_until(lambda: other.gate.is_leader, 2 * D + 3 * RP)
     assert other.gate.is_leader
-    assert other.task is not None and not other.task.done()
+    assert other.task is not None
+    assert not other.task.done()
     await other.cancel()
 
 
@@ -397,7 +406,8 @@ async def test_release_hands_over_at_once_only_while_valid(
     assert not a.gate.is_leader  # no write after run() is cancelled
     await a.gate.release()
     record = LeaseRecord.from_lease(leases.leases[NAME])
-    assert record.holder == "" and record.lease_duration_seconds == 1
+    assert record.holder == ""
+    assert record.lease_duration_seconds == 1
     took = await clock.run_until(lambda: b.gate.is_leader, 2 * RP * 1.2 + 0.2)
     assert took < clock.now + D  # at b's next retry, not after a lease duration
     await b.cancel()
@@ -470,5 +480,7 @@ def test_settings_refuse_inconsistent_lease_durations() -> None:
 
 def test_always_leader() -> None:
     gate = AlwaysLeader()
-    assert gate.is_leader and gate.healthy() and gate.can_write(1e9)
+    assert gate.is_leader
+    assert gate.healthy()
+    assert gate.can_write(1e9)
     assert gate.valid_until == float("inf")
