@@ -266,6 +266,11 @@ class AlwaysLeader:
         """Always true."""
         return True
 
+    @property
+    def consecutive_failures(self) -> int:
+        """Lease requests that failed in a row (0 after a success)."""
+        return self._failures
+
     def healthy(self) -> bool:
         """Always true."""
         return True

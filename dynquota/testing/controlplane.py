@@ -32,7 +32,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -263,6 +263,7 @@ class LocalControlPlane:
 
     def stop(self) -> None:
         """Stop every component (SIGTERM, then SIGKILL after 10 s); idempotent."""
+        self.resume_etcd()  # a frozen etcd would ignore SIGTERM
         for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
             self._stop(name)
         if self._owns_workdir and not self.keep_workdir and self.workdir is not None:
@@ -342,6 +343,30 @@ class LocalControlPlane:
         rev = self.etcd_revision() if revision is None else revision
         self._etcd_call("/v3/kv/compaction", {"revision": str(rev), "physical": True})
         return rev
+
+    def pause_etcd(self) -> None:
+        """Freeze etcd (SIGSTOP): the apiserver's storage requests hang, then time out or fail
+        (5xx), as during an etcd outage; nothing is lost. Undo with :meth:`resume_etcd`."""
+        proc = self._procs.get("etcd")
+        if proc is None or proc.poll() is not None:
+            raise ControlPlaneError("etcd is not running")
+        proc.send_signal(signal.SIGSTOP)
+
+    def resume_etcd(self) -> None:
+        """Let a paused etcd run again (SIGCONT); a no-op if it runs."""
+        proc = self._procs.get("etcd")
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def etcd_paused(self) -> Iterator[None]:
+        """``with cp.etcd_paused():`` etcd is frozen inside the block, resumed after it
+        (also when the block raises)."""
+        self.pause_etcd()
+        try:
+            yield
+        finally:
+            self.resume_etcd()
 
     def log_tails(self, lines: int = 40) -> str:
         """The last ``lines`` lines of each component's log, for a failing test's report."""
