@@ -229,7 +229,17 @@ class LeaseRecord:
 
         def text(key: str) -> str | None:
             value = spec.get(key)
-            return None if value is None else str(value)
+            if value is None:
+                return None
+            # MicroTime needs exactly 6 fractional digits; a decoded datetime's isoformat()
+            # drops them when they are 0, and the apiserver would refuse the write
+            try:
+                parsed = dt.datetime.fromisoformat(str(value))
+            except ValueError:
+                return str(value)
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=dt.UTC)
+            return _micro_time(parsed)
 
         return cls(
             holder=str(spec.get("holderIdentity") or ""),

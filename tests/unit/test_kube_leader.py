@@ -478,6 +478,14 @@ def test_settings_refuse_inconsistent_lease_durations() -> None:
     Settings(lease_duration_seconds=6, lease_renew_deadline_seconds=2, lease_retry_period_seconds=1)
 
 
+def test_lease_times_are_written_as_micro_time() -> None:
+    record = LeaseRecord.from_lease(
+        {"spec": {"acquireTime": "2026-12-01T05:30:00+00:00", "renewTime": "2026-12-01T05:30:01Z"}}
+    )
+    assert record.acquire_time == "2026-12-01T05:30:00.000000Z"
+    assert record.renew_time == "2026-12-01T05:30:01.000000Z"
+
+
 def test_always_leader() -> None:
     gate = AlwaysLeader()
     assert gate.is_leader
