@@ -276,11 +276,6 @@ class AlwaysLeader:
         """Always true."""
         return True
 
-    @property
-    def consecutive_failures(self) -> int:
-        """Lease requests that failed in a row (0 after a success)."""
-        return self._failures
-
     def healthy(self) -> bool:
         """Always true."""
         return True
@@ -407,6 +402,11 @@ class LeaderGate:
     def observed_holder(self) -> str:
         """The holder identity of the Lease as last read or written ("" if none/unknown)."""
         return self._observed.holder if self._observed is not None else ""
+
+    @property
+    def consecutive_failures(self) -> int:
+        """Lease requests that failed in a row (0 after a success)."""
+        return self._failures
 
     def healthy(self) -> bool:
         """Liveness of the elector: True before :meth:`run` starts; while it runs, its loop
