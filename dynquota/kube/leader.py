@@ -301,7 +301,8 @@ class LeaderGate:
             see :func:`check_durations`.
         request_timeout: seconds one Lease request may take (default 3).
         on_change: awaited with ``True`` when this replica starts leading and ``False`` when
-            it stops (in order, one at a time).
+            it stops (in order, one at a time, from a task of its own).
+        observer: hears ``(verb, "leases", status)`` after every Lease request (metrics).
         lease_api: the Lease requests (default: :class:`KubeLeaseApi` on ``api_client``).
         clock, sleep: monotonic seconds and a sleep on the same clock (tests inject both).
         wall_clock: UTC now, for the informational ``acquireTime``/``renewTime``.
@@ -322,6 +323,7 @@ class LeaderGate:
         retry_period: float = 2,
         request_timeout: float = timeouts.LEASE_REQUEST_TIMEOUT,
         on_change: Callback | None = None,
+        observer: ApiCallObserver | None = None,
         lease_api: LeaseApi | None = None,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
@@ -334,7 +336,7 @@ class LeaderGate:
         if lease_api is None:
             if api_client is None:
                 raise ValueError("LeaderGate needs an api_client or a lease_api")
-            lease_api = KubeLeaseApi(api_client, request_timeout=request_timeout)
+            lease_api = KubeLeaseApi(api_client, request_timeout=request_timeout, observer=observer)
         self._api = lease_api
         self.namespace = namespace
         self.name = name
@@ -611,6 +613,10 @@ class LeaderGate:
             self._lease_name,
         )
         self._pending.append(leading)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): delivered with the next change
+            return
         if self._notifier is None or self._notifier.done():
             self._notifier = asyncio.create_task(
                 self._notify(), name=f"dynquota-lease-notify-{self.identity}"
