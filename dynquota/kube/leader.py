@@ -280,10 +280,6 @@ class AlwaysLeader:
         """Always true."""
         return True
 
-    def can_write(self, seconds: float) -> bool:
-        """Always: a single replica needs no fencing."""
-        return True
-
     async def run(self) -> None:
         """Nothing to do: return at once."""
 
@@ -386,15 +382,6 @@ class LeaderGate:
         :meth:`run` was cancelled)."""
         return not self._stopped and self._clock() < self._valid_until
 
-    @is_leader.setter
-    def is_leader(self, value: bool) -> None:
-        """Only ``False`` is accepted: step down at once (the campaign goes on, so this
-        replica may lead again from its next attempt). Raises ``ValueError`` for ``True``:
-        leadership is won on the Lease, never set."""
-        if value:
-            raise ValueError("leadership is won on the Lease, it cannot be set")
-        self._step_down("stepped down on request")
-
     def can_write(self, seconds: float) -> bool:
         """Whether a write that takes up to ``seconds`` finishes before leadership could
         lapse: ``now + seconds < valid_until``."""
@@ -423,10 +410,6 @@ class LeaderGate:
         return self._clock() - self._last_iteration <= bound
 
     # -- the campaign ---------------------------------------------------------------------
-
-    def can_write(self, seconds: float) -> bool:
-        """Whether a write of up to ``seconds`` may start (leading now)."""
-        return self.is_leader
 
     async def run(self) -> None:
         """Campaign, lead, and campaign again after losing the Lease; runs until cancelled.

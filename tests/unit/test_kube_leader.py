@@ -432,19 +432,17 @@ async def test_release_after_expiry_does_not_touch_the_lease(
     assert leases.holder() == "a"
 
 
-async def test_is_leader_false_after_run_is_cancelled_and_setter_steps_down(
+async def test_is_leader_false_after_run_is_cancelled(
     clock: VirtualTime, leases: FakeLeases
 ) -> None:
     a = Candidate("a", leases, clock).start()
     await clock.run_until(lambda: a.gate.is_leader, 1)
-    a.gate.is_leader = False
-    assert not a.gate.is_leader
-    await settle()
-    assert a.leading == [True, False]
-    with pytest.raises(ValueError, match="won on the Lease"):
-        a.gate.is_leader = True
+    assert a.gate.healthy()
     await a.cancel()
     assert not a.gate.is_leader
+    assert not a.gate.can_write(0)
+    await settle()
+    assert a.leading == [True, False]
     assert not a.gate.healthy()  # run() ended
 
 
