@@ -74,7 +74,7 @@ class Settings(BaseSettings):
         15,
         ge=2,
         description="Lease duration; must be >= renew deadline + retry period + 3 s (the "
-        "Lease request timeout)",
+        "Lease request timeout) and > 10 s (a write's timeout) + retry period + 1 s",
     )
     lease_renew_deadline_seconds: int = Field(
         10, ge=2, description="a leader that has not renewed for this long stops leading"
@@ -130,13 +130,14 @@ class Settings(BaseSettings):
     def _lease_durations(self) -> Settings:
         # imported here: the elector pulls in the Kubernetes client
         from dynquota.kube.leader import check_durations
-        from dynquota.kube.timeouts import LEASE_REQUEST_TIMEOUT
+        from dynquota.kube.timeouts import LEASE_REQUEST_TIMEOUT, REQUEST_TIMEOUT
 
         check_durations(
             self.lease_duration_seconds,
             self.lease_renew_deadline_seconds,
             self.lease_retry_period_seconds,
             LEASE_REQUEST_TIMEOUT,
+            write_timeout=REQUEST_TIMEOUT,
         )
         return self
 

@@ -90,7 +90,11 @@ WARN_EVERY = 30.0
 
 
 def check_durations(
-    lease_duration: float, renew_deadline: float, retry_period: float, request_timeout: float
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
+    request_timeout: float,
+    write_timeout: float | None = None,
 ) -> None:
     """Validate the elector's durations (seconds).
 
@@ -98,7 +102,10 @@ def check_durations(
     retry_period`` (client-go: ``renewDeadline > 1.2 * retryPeriod``), ``lease_duration >
     SAFETY_MARGIN`` and ``lease_duration >= renew_deadline + retry_period + request_timeout``:
     the leader's last renew, started just before the renew deadline, is answered (or timed
-    out) before a candidate may take over.
+    out) before a candidate may take over. With ``write_timeout`` (the longest write gated by
+    :meth:`LeaderGate.can_write`) also ``lease_duration > write_timeout + retry_period +
+    SAFETY_MARGIN``: otherwise the window left after a renewal is never long enough for a
+    write to start, and the leader never writes.
 
     Raises ``ValueError`` naming the violated rule and the values.
     """
@@ -121,6 +128,15 @@ def check_durations(
             f"({renew_deadline:g} s) + retry period ({retry_period:g} s) + Lease request "
             f"timeout ({request_timeout:g} s) = {needed:g} s"
         )
+    if write_timeout is not None:
+        shortest = write_timeout + retry_period + SAFETY_MARGIN
+        if lease_duration <= shortest:
+            raise ValueError(
+                f"lease duration ({lease_duration:g} s) must be greater than the write timeout "
+                f"({write_timeout:g} s) + retry period ({retry_period:g} s) + {SAFETY_MARGIN:g} s"
+                f" = {shortest:g} s: a write starts only while the Lease stays valid for its "
+                "whole timeout"
+            )
 
 
 class LeaseApi(Protocol):

@@ -129,6 +129,9 @@ def _free_port() -> int:
         return port
 
 
+LEASE_SECONDS = 13
+
+
 class Replica:
     """``python -m dynquota.cli run`` as a child process with its own metrics port."""
 
@@ -211,9 +214,10 @@ def replicas(op_cluster: OperatorCluster, tmp_path: Path) -> Iterator[list[Repli
     env.update(
         {
             "PYTHONUNBUFFERED": "1",
-            # lease >= renew deadline + retry period + the 3 s Lease request timeout
-            "DYNQUOTA_LEASE_DURATION_SECONDS": "6",
-            "DYNQUOTA_LEASE_RENEW_DEADLINE_SECONDS": "2",
+            # the shortest lease the operator accepts with a 1 s retry period: longer than a
+            # 10 s write + the retry period + 1 s, and >= renew deadline + retry + 3 s
+            "DYNQUOTA_LEASE_DURATION_SECONDS": str(LEASE_SECONDS),
+            "DYNQUOTA_LEASE_RENEW_DEADLINE_SECONDS": "8",
             "DYNQUOTA_LEASE_RETRY_PERIOD_SECONDS": "1",
         }
     )
@@ -266,7 +270,7 @@ def test_two_replicas_one_writes_and_the_other_takes_over(
     took = time.monotonic() - killed
     # lease duration + the follower's observation lag and poll (two retry periods), plus 3 s
     # for two Python processes on a loaded 2-core machine
-    assert took <= 6 + 2 * 1 + 3, took
+    assert took <= LEASE_SECONDS + 2 * 1 + 3, took
     wait_until(lambda: follower.metric("dynquota_leader") == 1, "follower leads")
     second = op_cluster.new_namespace(scope)
     op_cluster.wait_hard(second, {"pods": "10", "configmaps": "20"})

@@ -452,6 +452,9 @@ def test_durations_are_validated() -> None:
         check_durations(15, 10, 2, 10)
     with pytest.raises(ValueError, match="renew deadline"):
         check_durations(15, 2, 2, 3)
+    with pytest.raises(ValueError, match=r"write timeout \(10 s\) \+ retry period \(2 s\)"):
+        check_durations(13, 8, 2, 3, write_timeout=10)
+    check_durations(14, 8, 2, 3, write_timeout=10)
     with pytest.raises(ValueError, match="must be positive"):
         check_durations(15, 10, 0, 3)
     with pytest.raises(ValueError, match="lease duration"):
@@ -473,7 +476,14 @@ def test_settings_refuse_inconsistent_lease_durations() -> None:
             lease_renew_deadline_seconds=4,
             lease_retry_period_seconds=1,
         )
-    Settings(lease_duration_seconds=6, lease_renew_deadline_seconds=2, lease_retry_period_seconds=1)
+    # 6 >= 2 + 1 + 3, but no 10 s write could ever start inside a 6 s lease
+    with pytest.raises(pydantic.ValidationError, match=r"write timeout \(10 s\)"):
+        Settings(
+            lease_duration_seconds=6, lease_renew_deadline_seconds=2, lease_retry_period_seconds=1
+        )
+    Settings(
+        lease_duration_seconds=13, lease_renew_deadline_seconds=8, lease_retry_period_seconds=1
+    )
 
 
 def test_lease_times_are_written_as_micro_time() -> None:
