@@ -34,9 +34,8 @@ from typing import Any
 import kopf
 from kubernetes_asyncio import client
 
-from dynquota import __version__
 from dynquota.kube.backoff import Backoff
-from dynquota.kube.client import new_api_client
+from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import POLICY_GROUP, POLICY_PLURAL, POLICY_VERSION, ClusterClient
 from dynquota.kube.errors import KubeError, NotFoundError
 from dynquota.kube.events import EventRecorder
@@ -83,6 +82,7 @@ class Runtime:
                 lease_duration=settings.lease_duration_seconds,
                 renew_deadline=settings.lease_renew_deadline_seconds,
                 retry_period=settings.lease_retry_period_seconds,
+                observer=observer,
             )
         else:
             self.gate = AlwaysLeader()
@@ -243,8 +243,8 @@ class Runtime:
     def healthy(self) -> bool:
         """Liveness: every informer completed a watch cycle (or list) within the watch
         timeout plus the margin, and the leader election task (if any) is alive."""
-        if self._leader_task is not None and self._leader_task.done():
-            return False
+        if self._leader_task is not None and (self._leader_task.done() or not self.gate.healthy()):
+            return False  # a dead or stuck elector: no replica may ever write again
         return self.watcher.healthy(margin=float(self.settings.liveness_margin_seconds))
 
 
@@ -356,7 +356,7 @@ async def run(
     if api_client is None:
         api_client = await new_api_client(settings.kubeconfig or None)
     # per replica, so the apiserver's audit log tells replicas apart
-    api_client.user_agent = f"dynquota/{__version__} ({settings.pod_name})"
+    api_client.user_agent = replica_user_agent(settings.pod_name)
     try:
         runtime = Runtime(settings, api_client)
         if on_runtime is not None:
