@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
@@ -31,10 +32,13 @@ from pydantic import ValidationError
 from dynquota.settings import Settings
 
 __all__ = [
+    "CleanupReport",
     "UserError",
     "build_parser",
     "check_kubeconfig",
+    "delete_managed_quotas",
     "explain",
+    "list_managed_quotas",
     "main",
     "settings_from_args",
 ]
@@ -422,14 +426,20 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     It then waits at most ``--timeout`` seconds for the pods of the Deployment's ReplicaSets;
     every API call has a 30 s request timeout, so the command never hangs.
 
+    Quotas: lists the managed ones by label (:func:`list_managed_quotas`) and deletes each with
+    a ``uid`` precondition (:func:`delete_managed_quotas`): one replaced meanwhile by another
+    object is left alone. Lists again until a list comes back empty, at most
+    :data:`CLEANUP_ROUNDS` times.
+
     Raises:
-        UserError: RBAC refusal (403), unreachable API, or pods left at the deadline (exit 2).
+        UserError: RBAC refusal (403), unreachable API, pods left at the deadline, or managed
+            quotas still present after the last round (exit 2).
     """
     import time
 
     import kubernetes
 
-    from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR
+    from dynquota.kube.quotas import MANAGED_QUOTA_NAME
 
     settings = Settings()
     timeout = 30.0  # seconds, per API request
@@ -487,36 +497,132 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
                 print(f"operator pods gone ({selector})")
             else:
                 print(f"would scale deployment {namespace}/{args.scale_down} to 0")
-        quotas = _guard(
-            "listing managed quotas",
-            lambda: core.list_resource_quota_for_all_namespaces(
-                label_selector=MANAGED_SELECTOR,
-                field_selector=f"metadata.name={MANAGED_QUOTA_NAME}",
-                _request_timeout=timeout,
-            ),
-        ).items
         interval = 1.0 / settings.kill_switch_delete_qps
-        deleted = 0
-        for quota in quotas:
-            ns = quota.metadata.namespace
-            if not args.yes:
-                print(f"would delete resourcequota {ns}/{MANAGED_QUOTA_NAME}")
-                continue
-            try:
-                core.delete_namespaced_resource_quota(
-                    MANAGED_QUOTA_NAME, ns, _request_timeout=timeout
+        if not args.yes:
+            quotas = list_managed_quotas(core, timeout)
+            for quota in quotas:
+                print(f"would delete resourcequota {quota.metadata.namespace}/{MANAGED_QUOTA_NAME}")
+            print(f"{len(quotas)} managed quotas; run with --yes to delete them")
+            return 0
+        report = CleanupReport()
+        for _ in range(CLEANUP_ROUNDS):
+            quotas = list_managed_quotas(core, timeout)
+            if not quotas:
+                break
+            report.add(delete_managed_quotas(core, quotas, interval=interval, timeout=timeout))
+        else:
+            left = sorted(q.metadata.namespace for q in list_managed_quotas(core, timeout))
+            if left:
+                raise UserError(
+                    f"{len(left)} managed quotas still present after {CLEANUP_ROUNDS} rounds "
+                    f"(in {', '.join(left[:10])}{', ...' if len(left) > 10 else ''}): something "
+                    "keeps creating them; is an operator still running?"
                 )
-                deleted += 1
-                print(f"deleted resourcequota {ns}/{MANAGED_QUOTA_NAME}")
-            except kubernetes.client.exceptions.ApiException as exc:
-                if exc.status != 404:
-                    raise explain(exc, f"deleting quota in {ns}") or exc from exc
-            time.sleep(interval)
-    if args.yes:
-        print(f"deleted {deleted} managed quotas")
-    else:
-        print(f"{len(quotas)} managed quotas; run with --yes to delete them")
+    print(
+        f"deleted {len(report.deleted)} managed quotas"
+        f" ({len(report.gone)} already gone, {len(report.replaced)} replaced meanwhile and "
+        "left alone)"
+    )
     return 0
+
+
+CLEANUP_ROUNDS = 3
+"""``dynquota cleanup --yes`` lists and deletes at most this many times until a list of
+managed quotas comes back empty (a quota re-created meanwhile is found by the next list)."""
+
+
+@dataclass
+class CleanupReport:
+    """What :func:`delete_managed_quotas` did, as namespace names.
+
+    ``deleted``: the listed quota was deleted. ``gone``: it no longer existed (404).
+    ``replaced``: a quota named ``dynquota`` exists there but is another object (its uid
+    differs from the listed one: deleted and re-created meanwhile, e.g. by a user without the
+    label), so the uid precondition refused the delete (409) and it was left alone.
+    """
+
+    deleted: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+
+    def add(self, other: CleanupReport) -> None:
+        """Append ``other``'s namespaces to this report."""
+        self.deleted += other.deleted
+        self.gone += other.gone
+        self.replaced += other.replaced
+
+
+def list_managed_quotas(core: Any, timeout: float = 30.0) -> list[Any]:
+    """Every managed quota in the cluster: ResourceQuotas named ``dynquota`` labelled
+    ``app.kubernetes.io/managed-by=dynquota``, listed with label and field selectors (one
+    consistent list, no ``resourceVersion=0``).
+
+    ``core``: a sync ``kubernetes.client.CoreV1Api``; ``timeout``: seconds per request.
+    Returns ``V1ResourceQuota`` objects. Raises :class:`UserError` (RBAC, unreachable).
+    """
+    from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR
+
+    result = _guard(
+        "listing managed quotas",
+        lambda: core.list_resource_quota_for_all_namespaces(
+            label_selector=MANAGED_SELECTOR,
+            field_selector=f"metadata.name={MANAGED_QUOTA_NAME}",
+            _request_timeout=timeout,
+        ),
+    )
+    items: list[Any] = result.items
+    return items
+
+
+def delete_managed_quotas(
+    core: Any, quotas: Sequence[Any], *, interval: float = 0.0, timeout: float = 30.0
+) -> CleanupReport:
+    """Delete each of ``quotas`` (as listed by :func:`list_managed_quotas`) with a ``uid``
+    precondition, so a quota replaced since the list (another object under the same name,
+    labelled or not) is never deleted by mistake: the apiserver answers 409 and it is left
+    alone. 404 (already gone) is not an error. Prints one line per quota.
+
+    ``core``: a sync ``kubernetes.client.CoreV1Api``; ``interval``: seconds between two
+    deletes (the client-side rate limit); ``timeout``: seconds per request.
+
+    Raises:
+        UserError: RBAC refusal or unreachable API (the deletes done so far stay done).
+        kubernetes.client.exceptions.ApiException: any other refusal.
+    """
+    import time
+
+    import kubernetes
+
+    from dynquota.kube.quotas import MANAGED_QUOTA_NAME
+
+    report = CleanupReport()
+    for i, quota in enumerate(quotas):
+        if i and interval > 0:
+            time.sleep(interval)
+        ns, uid = quota.metadata.namespace, quota.metadata.uid
+        where = f"resourcequota {ns}/{MANAGED_QUOTA_NAME}"
+        try:
+            core.delete_namespaced_resource_quota(
+                MANAGED_QUOTA_NAME,
+                ns,
+                body={"preconditions": {"uid": uid}},
+                _request_timeout=timeout,
+            )
+        except kubernetes.client.exceptions.ApiException as exc:
+            if exc.status == 404:
+                report.gone.append(ns)
+                print(f"{where} already gone")
+                continue
+            if exc.status == 409:
+                report.replaced.append(ns)
+                print(f"{where} left alone: replaced since it was listed (uid {uid} is gone)")
+                continue
+            raise explain(exc, f"deleting {where}") or exc from exc
+        except Exception as exc:
+            raise explain(exc, f"deleting {where}") or exc from exc
+        report.deleted.append(ns)
+        print(f"deleted {where} (uid {uid})")
+    return report
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

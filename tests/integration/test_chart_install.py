@@ -160,7 +160,9 @@ def test_install_creates_every_object(release: Release, api_client: Any) -> None
         f"clusterrolebinding.rbac.authorization.k8s.io/{full}",
         f"dynamicquotapolicy.dynquota.io/{release.policy}",
         f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-managed-quota",
+        f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-unmanaged-quota",
         f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{full}-managed-quota",
+        f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{full}-unmanaged-quota",
     ]
     # The CRD came from the chart's crds/ (or already existed: Helm then leaves it alone).
     cp.kubectl("wait", "--for=condition=Established", "crd/dynamicquotapolicies.dynquota.io")
@@ -351,12 +353,17 @@ def quota(core: kubernetes.client.CoreV1Api, ns: str) -> Any:
     return core.read_namespaced_resource_quota("dynquota", ns)
 
 
-def alice(cp: LocalControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+def kubectl_as(cp: LocalControlPlane, user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl --as=user ...`, not raising on failure."""
     assert cp.bin_dir is not None
     return subprocess.run(
-        [str(cp.bin_dir / "kubectl"), f"--kubeconfig={cp.kubeconfig}", "--as=alice", *args],
+        [str(cp.bin_dir / "kubectl"), f"--kubeconfig={cp.kubeconfig}", f"--as={user}", *args],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
+
+
+def alice(cp: LocalControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    return kubectl_as(cp, "alice", *args)
 
 
 POLICY_DENIED = (
@@ -384,9 +391,36 @@ DELETE_MESSAGE = (
 )
 
 
-def denied(release: Release, done: subprocess.CompletedProcess[str], message: str) -> None:
+ADOPT_MESSAGE = (
+    "dynquota: an existing ResourceQuota cannot be handed to dynquota by adding the label "
+    "app.kubernetes.io/managed-by=dynquota; delete it, and dynquota creates its own managed "
+    "quota dynquota in this namespace."
+)
+UNMANAGED_PATCH_MESSAGE = (
+    "dynquota: this ResourceQuota dynquota is not managed by dynquota (it has no label "
+    "app.kubernetes.io/managed-by=dynquota); dynquota's tenant role lets you change only the "
+    "managed quota. Changing this one needs patch or update on resourcequotas in this "
+    "namespace from a role of your own."
+)
+UNMANAGED_DELETE_MESSAGE = (
+    "dynquota: this ResourceQuota dynquota is not managed by dynquota (it has no label "
+    "app.kubernetes.io/managed-by=dynquota); dynquota's roles may delete only the managed "
+    "quota. Deleting this one needs delete on resourcequotas in this namespace from a role of "
+    "your own."
+)
+
+
+def denied(
+    release: Release,
+    done: subprocess.CompletedProcess[str],
+    message: str,
+    policy: str = "managed-quota",
+) -> None:
     assert done.returncode == 1, done.stdout
-    assert done.stderr.strip() == POLICY_DENIED.format(full=release.fullname) + message
+    expected = POLICY_DENIED.format(full=release.fullname) + message
+    if policy != "managed-quota":
+        expected = expected.replace("-managed-quota", f"-{policy}")
+    assert done.stderr.strip() == expected
 
 
 def test_tenant_can_set_and_remove_the_override(
@@ -498,6 +532,149 @@ def test_the_operator_may_change_and_delete_the_quota(
     with pytest.raises(ApiException) as gone:
         quota(core, tenant_ns)
     assert gone.value.status == 404
+
+
+def test_rbac_name_scoped_rule_never_answers_a_request_without_a_name(
+    release: Release, tenant_ns: str
+) -> None:
+    """What the unmanaged-quota policy relies on: the tenant's rule with
+    `resourceNames: [dynquota]` grants patch on that name only, and RBAC answers a request
+    without a name (what the policy's `authorizer` check sends) with no."""
+    cp = release.cp
+    assert can_i(cp, "alice", "patch", "resourcequotas/dynquota", "-n", tenant_ns) is True
+    assert can_i(cp, "alice", "patch", "resourcequotas", "-n", tenant_ns) is False
+    assert can_i(cp, "alice", "update", "resourcequotas", "-n", tenant_ns) is False
+    assert can_i(cp, release.operator, "delete", "resourcequotas", "-n", tenant_ns) is False
+    assert can_i(cp, release.operator, "patch", "resourcequotas", "-n", tenant_ns) is False
+
+
+@pytest.fixture
+def unmanaged_ns(release: Release, namespace: str) -> str:
+    """A namespace where `alice` is bound to `admin` and an unlabelled ResourceQuota named
+    `dynquota` (pods=3) exists: a quota of the namespace's own, not dynquota's."""
+    cp = release.cp
+    cp.kubectl("create", "rolebinding", "alice-admin", "-n", namespace,
+               "--clusterrole=admin", "--user=alice")  # fmt: skip
+    wait_until(
+        lambda: can_i(cp, "alice", "patch", "resourcequotas/dynquota", "-n", namespace),
+        "alice may patch resourcequotas/dynquota (aggregated into admin)",
+    )
+    cp.kubectl("create", "quota", "dynquota", "-n", namespace, "--hard=pods=3")
+    return namespace
+
+
+def test_tenant_cannot_change_an_unmanaged_quota_named_dynquota(
+    release: Release, unmanaged_ns: str, core: kubernetes.client.CoreV1Api
+) -> None:
+    """Issue 10, case 9: the tenant role's patch on every quota named `dynquota` does not
+    reach an unlabelled one (it was patched from pods=3 to 100k before)."""
+    cp, ns = release.cp, unmanaged_ns
+    before = quota(core, ns)
+    patch = '{"spec":{"hard":{"pods":"100k"}}}'
+    done = alice(cp, "patch", "resourcequota", "dynquota", "-n", ns, "--type=merge", "-p", patch)
+    denied(release, done, UNMANAGED_PATCH_MESSAGE, policy="unmanaged-quota")
+    # Any change at all: an annotation (the override request included) ...
+    done = alice(cp, "annotate", "resourcequota", "dynquota", "-n", ns, "dynquota.io/override=max")
+    denied(release, done, UNMANAGED_PATCH_MESSAGE, policy="unmanaged-quota")
+    # ... an unrelated label ...
+    done = alice(cp, "label", "resourcequota", "dynquota", "-n", ns, "team=x")
+    denied(release, done, UNMANAGED_PATCH_MESSAGE, policy="unmanaged-quota")
+    # ... and adding the managed-by label, which would hand it to the operator (refused by the
+    # managed-quota policy, which sees the label on the new object).
+    done = alice(
+        cp, "label", "resourcequota", "dynquota", "-n", ns, "app.kubernetes.io/managed-by=dynquota"
+    )
+    denied(release, done, ADOPT_MESSAGE)
+    after = quota(core, ns)
+    assert after.metadata.resource_version == before.metadata.resource_version
+    assert after.spec.hard == {"pods": "3"}
+    assert after.metadata.labels is None
+
+
+def test_dynquota_name_scoped_rights_cannot_change_or_delete_an_unmanaged_quota(
+    release: Release, unmanaged_ns: str, core: kubernetes.client.CoreV1Api
+) -> None:
+    """The operator's own `patch, delete` on quotas named `dynquota` do not reach an
+    unlabelled one either (a bug or a race in the operator cannot touch it)."""
+    cp, ns, op = release.cp, unmanaged_ns, release.operator
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        cp.kubectl("patch", "resourcequota", "dynquota", "-n", ns, f"--as={op}",
+                   "--type=merge", "-p", '{"spec":{"hard":{"pods":"7"}}}')  # fmt: skip
+    assert refused.value.stderr.strip() == (
+        POLICY_DENIED.format(full=release.fullname).replace("-managed-quota", "-unmanaged-quota")
+        + UNMANAGED_PATCH_MESSAGE
+    )
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        cp.kubectl("delete", "resourcequota", "dynquota", "-n", ns, f"--as={op}")
+    assert refused.value.stderr.strip() == (
+        POLICY_DENIED.format(full=release.fullname).replace("-managed-quota", "-unmanaged-quota")
+        + UNMANAGED_DELETE_MESSAGE
+    )
+    assert quota(core, ns).spec.hard == {"pods": "3"}
+
+
+def test_admins_and_namespace_wide_quota_editors_still_change_an_unmanaged_quota(
+    release: Release, unmanaged_ns: str, core: kubernetes.client.CoreV1Api
+) -> None:
+    cp, ns = release.cp, unmanaged_ns
+    # A cluster admin.
+    cp.kubectl("patch", "resourcequota", "dynquota", "-n", ns, "--type=merge",
+               "-p", '{"spec":{"hard":{"pods":"5"}}}')  # fmt: skip
+    assert quota(core, ns).spec.hard == {"pods": "5"}
+    # A user whose own Role grants patch on every quota of the namespace (no resourceNames).
+    cp.kubectl("create", "role", "quota-editor", "-n", ns, "--verb=get,patch",
+               "--resource=resourcequotas")  # fmt: skip
+    cp.kubectl("create", "rolebinding", "bob-quota-editor", "-n", ns, "--role=quota-editor",
+               "--user=bob")  # fmt: skip
+    wait_until(lambda: can_i(cp, "bob", "patch", "resourcequotas", "-n", ns), "bob may patch")
+    done = kubectl_as(cp, "bob", "patch", "resourcequota", "dynquota", "-n", ns,
+                      "--type=merge", "-p", '{"spec":{"hard":{"pods":"6"}}}')  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert quota(core, ns).spec.hard == {"pods": "6"}
+    # alice gets the same right from the same Role: now she may change it too.
+    cp.kubectl("create", "rolebinding", "alice-quota-editor", "-n", ns, "--role=quota-editor",
+               "--user=alice")  # fmt: skip
+    wait_until(lambda: can_i(cp, "alice", "patch", "resourcequotas", "-n", ns), "alice may patch")
+    done = alice(cp, "patch", "resourcequota", "dynquota", "-n", ns, "--type=merge",
+                 "-p", '{"spec":{"hard":{"pods":"4"}}}')  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert quota(core, ns).spec.hard == {"pods": "4"}
+    # A cluster admin may delete it (no namespace-wide delete for anyone else here).
+    cp.kubectl("delete", "resourcequota", "dynquota", "-n", ns)
+    with pytest.raises(ApiException) as gone:
+        quota(core, ns)
+    assert gone.value.status == 404
+
+
+def test_tenant_keeps_the_override_and_cannot_unlabel_the_managed_quota(
+    release: Release, tenant_ns: str, core: kubernetes.client.CoreV1Api
+) -> None:
+    """Next to the unmanaged-quota policy, the managed quota works as before: the override
+    is set and removed, the managed-by label cannot be removed (by annotate, label, or a
+    merge patch that rewrites both)."""
+    cp = release.cp
+    done = alice(
+        cp, "annotate", "resourcequota", "dynquota", "-n", tenant_ns, "dynquota.io/override=max"
+    )
+    assert done.returncode == 0, done.stderr
+    done = alice(
+        cp, "annotate", "resourcequota", "dynquota", "-n", tenant_ns, "dynquota.io/override-"
+    )
+    assert done.returncode == 0, done.stderr
+    patch = json.dumps(
+        {"metadata": {"labels": {"app.kubernetes.io/managed-by": None}},
+         "spec": {"hard": {"pods": "100000"}}}
+    )  # fmt: skip
+    done = alice(cp, "patch", "resourcequota", "dynquota", "-n", tenant_ns, "--type=merge",
+                 "-p", patch)  # fmt: skip
+    denied(release, done, SPEC_MESSAGE)
+    done = alice(
+        cp, "label", "resourcequota", "dynquota", "-n", tenant_ns, "app.kubernetes.io/managed-by-"
+    )
+    denied(release, done, LABEL_MESSAGE)
+    got = quota(core, tenant_ns)
+    assert got.metadata.labels == MANAGED
+    assert got.spec.hard == {"pods": "3", "configmaps": "50"}
 
 
 def test_pods_are_still_admitted_and_counted(

@@ -137,7 +137,9 @@ def test_default_render_objects(helm: Path) -> None:
         "ServiceAccount/dq-dynquota",
         "ServiceAccount/dq-dynquota-cleanup",
         "ValidatingAdmissionPolicy/dq-dynquota-managed-quota",
+        "ValidatingAdmissionPolicy/dq-dynquota-unmanaged-quota",
         "ValidatingAdmissionPolicyBinding/dq-dynquota-managed-quota",
+        "ValidatingAdmissionPolicyBinding/dq-dynquota-unmanaged-quota",
     ]
 
 
@@ -283,7 +285,7 @@ def test_tenant_role_aggregates_to_admin_and_edit(helm: Path) -> None:
 
 def test_admission_policy_matches_the_main_resource_only(helm: Path) -> None:
     objs = render(helm)
-    vap = one(objs, "ValidatingAdmissionPolicy")
+    vap = one(objs, "ValidatingAdmissionPolicy", "dq-dynquota-managed-quota")
     assert vap["apiVersion"] == "admissionregistration.k8s.io/v1"
     constraints = vap["spec"]["matchConstraints"]
     assert constraints["resourceRules"] == [
@@ -305,9 +307,19 @@ def test_admission_policy_matches_the_main_resource_only(helm: Path) -> None:
             f'{NS}:dq-dynquota","system:serviceaccount:{NS}:dq-dynquota-cleanup"])',
         }
     ]
-    binding = one(objs, "ValidatingAdmissionPolicyBinding")
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", "dq-dynquota-managed-quota")
     assert binding["spec"] == {
         "policyName": "dq-dynquota-managed-quota",
+        "validationActions": ["Deny"],
+    }
+    # Its complement: quotas named dynquota without the label, for everyone (no exemption),
+    # with the same validation actions.
+    unmanaged = one(objs, "ValidatingAdmissionPolicy", "dq-dynquota-unmanaged-quota")
+    assert unmanaged["spec"]["matchConstraints"] == {"resourceRules": constraints["resourceRules"]}
+    assert [c["name"] for c in unmanaged["spec"]["matchConditions"]] == ["unmanaged"]
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", "dq-dynquota-unmanaged-quota")
+    assert binding["spec"] == {
+        "policyName": "dq-dynquota-unmanaged-quota",
         "validationActions": ["Deny"],
     }
     # Extra exemptions from values; cleanup off drops the hook's account.
@@ -322,6 +334,7 @@ def test_admission_policy_matches_the_main_resource_only(helm: Path) -> None:
             "tenantOverride.admissionPolicy.exemptGroups={platform-admins}",
         ),
         "ValidatingAdmissionPolicy",
+        "dq-dynquota-managed-quota",
     )
     assert vap["spec"]["matchConditions"][0]["expression"] == (
         f'!(request.userInfo.username in ["system:serviceaccount:{NS}:dq-dynquota","gitops"])'

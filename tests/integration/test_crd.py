@@ -13,6 +13,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.policy.models import validate_policy
 from dynquota.testing.controlplane import LocalControlPlane
 
 CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "dynamicquotapolicies.yaml"
@@ -276,4 +277,83 @@ def test_bad_selectors_are_refused(policies: kubernetes.client.CustomObjectsApi)
         'spec.namespaceSelector.matchLabels.team: Invalid value: "x y": '
         "spec.namespaceSelector.matchLabels.team in body should match "
         "'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'"
+    )
+
+
+# -- minimum <= maximum after the built-in defaults fill in an omitted bound (issue 10, case 8):
+# a policy the operator would find invalid (and freeze every namespace it matches for) must be
+# refused by the apiserver instead.
+
+DEFAULTED_BOUNDS_REFUSED = [
+    (
+        {"pods": {"maximum": 5}},
+        "pods: minimum (10, the default) must be less than or equal to maximum (5)",
+    ),
+    (
+        {"pods": {"minimum": 3000}},
+        "pods: minimum (3000) must be less than or equal to maximum (1000, the default)",
+    ),
+    (
+        {"configmaps": {"maximum": 49, "bufferPercent": 10}},
+        "configmaps: minimum (50, the default) must be less than or equal to maximum (49)",
+    ),
+    (
+        {"configmaps": {"minimum": 2001}},
+        "configmaps: minimum (2001) must be less than or equal to maximum (2000, the default)",
+    ),
+    (
+        {"configmaps": {"minimum": 2001}, "pods": {"maximum": 0}},
+        "pods: minimum (10, the default) must be less than or equal to maximum (0); "
+        "configmaps: minimum (2001) must be less than or equal to maximum (2000, the default)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    DEFAULTED_BOUNDS_REFUSED,
+    ids=[json.dumps(r, sort_keys=True) for r, _ in DEFAULTED_BOUNDS_REFUSED],
+)
+def test_bound_against_the_default_bound_is_refused(
+    policies: kubernetes.client.CustomObjectsApi, resources: dict[str, Any], expected: str
+) -> None:
+    assert refusal(policies, {"resources": resources}) == (
+        f"spec.resources: Invalid value: {expected}"
+    )
+    # The operator's own validation agrees (it would freeze the namespaces such a policy
+    # matches if one were stored anyway).
+    info = validate_policy({"metadata": {"name": "x"}, "spec": {"resources": resources}})
+    assert not info.valid
+    assert "must be less than or equal to maximum" in str(info.reason)
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"pods": {"maximum": 10}},
+        {"pods": {"minimum": 1000}},
+        {"pods": {"minimum": 0, "maximum": 0}},
+        {"configmaps": {"maximum": 50}, "pods": {"minimum": 0}},
+        {"configmaps": {"minimum": 2000}},
+        {"configmaps": {"minimum": 3000, "maximum": 4000}},
+    ],
+    ids=json.dumps,
+)
+def test_bound_at_the_default_bound_is_accepted(
+    policies: kubernetes.client.CustomObjectsApi, resources: dict[str, Any]
+) -> None:
+    created = policies.create_cluster_custom_object(
+        GROUP, VERSION, PLURAL, policy({"resources": resources})
+    )
+    assert created["spec"]["resources"] == resources
+    assert validate_policy(created).valid
+
+
+def test_both_bounds_given_keep_their_own_single_message(
+    policies: kubernetes.client.CustomObjectsApi,
+) -> None:
+    """Both bounds given: only the profile's rule answers (no second, defaulted message)."""
+    message = refusal(policies, {"resources": {"pods": {"minimum": 3000, "maximum": 5}}})
+    assert message == (
+        "spec.resources[pods]: Invalid value: minimum must be less than or equal to maximum"
     )

@@ -42,12 +42,42 @@ def test_crd_duration_pattern_is_the_operators() -> None:
         assert profile["properties"][field]["pattern"] == DURATION_PATTERN
 
 
+def resources_rules() -> list[dict[str, str]]:
+    """The CEL rules on ``spec.resources`` (the map of profiles)."""
+    rules: list[dict[str, str]] = crd_schema()["properties"]["spec"]["properties"]["resources"][
+        "x-kubernetes-validations"
+    ]
+    return rules
+
+
 def test_crd_allowed_resource_keys_are_the_tracked_resources() -> None:
-    resources = crd_schema()["properties"]["spec"]["properties"]["resources"]
-    (rule,) = resources["x-kubernetes-validations"]
+    (rule,) = [r for r in resources_rules() if r["rule"].startswith("self.all(k, k in [")]
     keys = re.fullmatch(r"self\.all\(k, k in \[(.*)\]\)", rule["rule"])
     assert keys is not None
     assert tuple(k.strip().strip("'") for k in keys.group(1).split(",")) == TRACKED_RESOURCES
+
+
+def test_crd_minimum_maximum_rule_uses_the_built_in_defaults() -> None:
+    """The CEL rule comparing minimum and maximum after defaulting (an omitted bound takes
+    the built-in default) carries the same numbers as DEFAULT_PROFILES, in every place."""
+    (rule,) = [r for r in resources_rules() if "messageExpression" in r]
+    minimums = {name: p.minimum for name, p in DEFAULT_PROFILES.items()}
+    maximums = {name: p.maximum for name, p in DEFAULT_PROFILES.items()}
+
+    def cel_map(values: dict[str, int]) -> str:
+        return "{" + ", ".join(f"'{k}': {v}" for k, v in values.items()) + "}"
+
+    for text in (rule["rule"], rule["messageExpression"]):
+        assert cel_map(minimums) in text
+        assert cel_map(maximums) in text
+        # no other map literal (a stale copy of the numbers)
+        assert set(re.findall(r"\{[^{}]*\}", text)) == {cel_map(minimums), cel_map(maximums)}
+    assert "['pods', 'configmaps']" in rule["rule"]
+    assert "['pods', 'configmaps']" in rule["messageExpression"]
+    expected = "; ".join(
+        f"{name}: minimum {minimums[name]}, maximum {maximums[name]}" for name in TRACKED_RESOURCES
+    )
+    assert f"({expected})" in " ".join(rule["message"].split())
 
 
 def test_crd_documents_the_built_in_defaults() -> None:
