@@ -357,6 +357,7 @@ def test_hostile_input_is_refused_or_reported_never_acted_on(
 
         def run_batch(batch: list[Any]) -> None:
             policies: list[str] = []
+            invalid: list[str] = []
             last_kill_switch: str | None = None
             for op_ in batch:
                 if isinstance(op_, AnnotateQuota):
@@ -423,6 +424,7 @@ def test_hostile_input_is_refused_or_reported_never_acted_on(
                         policies.append(name)
                         info = validate_policy(created)
                         if not info.valid:
+                            invalid.append(name)
                             # The CRD must refuse what the operator would freeze on.
                             ledger.violate(
                                 f"CRD stored a spec the operator finds invalid: "
@@ -433,12 +435,14 @@ def test_hostile_input_is_refused_or_reported_never_acted_on(
                                 ledger.policy_maxima[resource] = max(
                                     ledger.policy_maxima.get(resource, 0), profile.maximum
                                 )
-            fence_batch(policies, last_kill_switch)
+            fence_batch(policies, invalid, last_kill_switch)
             invariants("after a batch")
             for name in policies:
                 cluster.delete_policy(name)
 
-        def fence_batch(policies: list[str], last_kill_switch: str | None) -> None:
+        def fence_batch(
+            policies: list[str], invalid: list[str], last_kill_switch: str | None
+        ) -> None:
             """Wait for the operator's reaction to the batch's final state."""
             for ns in (*managed, foreign):
                 value = (cluster.quota(ns).metadata.annotations or {}).get(OVERRIDE)
@@ -480,6 +484,14 @@ def test_hostile_input_is_refused_or_reported_never_acted_on(
                     )
 
                 fence(f"status of policy {name}", reported)
+            for name in invalid:
+                fence(
+                    f"PolicyInvalid about {name}",
+                    lambda name=name: any(
+                        e.involved_object.name == name
+                        for e in cluster.events("default", "PolicyInvalid")
+                    ),
+                )
 
         @settings(
             max_examples=EXAMPLES,

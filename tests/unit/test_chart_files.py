@@ -57,27 +57,27 @@ def test_crd_allowed_resource_keys_are_the_tracked_resources() -> None:
     assert tuple(k.strip().strip("'") for k in keys.group(1).split(",")) == TRACKED_RESOURCES
 
 
-def test_crd_minimum_maximum_rule_uses_the_built_in_defaults() -> None:
-    """The CEL rule comparing minimum and maximum after defaulting (an omitted bound takes
-    the built-in default) carries the same numbers as DEFAULT_PROFILES, in every place."""
-    (rule,) = [r for r in resources_rules() if "messageExpression" in r]
-    minimums = {name: p.minimum for name, p in DEFAULT_PROFILES.items()}
-    maximums = {name: p.maximum for name, p in DEFAULT_PROFILES.items()}
-
-    def cel_map(values: dict[str, int]) -> str:
-        return "{" + ", ".join(f"'{k}': {v}" for k, v in values.items()) + "}"
-
-    for text in (rule["rule"], rule["messageExpression"]):
-        assert cel_map(minimums) in text
-        assert cel_map(maximums) in text
-        # no other map literal (a stale copy of the numbers)
-        assert set(re.findall(r"\{[^{}]*\}", text)) == {cel_map(minimums), cel_map(maximums)}
-    assert "['pods', 'configmaps']" in rule["rule"]
-    assert "['pods', 'configmaps']" in rule["messageExpression"]
-    expected = "; ".join(
-        f"{name}: minimum {minimums[name]}, maximum {maximums[name]}" for name in TRACKED_RESOURCES
-    )
-    assert f"({expected})" in " ".join(rule["message"].split())
+def test_crd_minimum_maximum_rules_use_the_built_in_defaults() -> None:
+    """One CEL rule per tracked resource compares minimum and maximum after defaulting (an
+    omitted bound takes the built-in default), with the numbers of DEFAULT_PROFILES."""
+    rules = [r for r in resources_rules() if "messageExpression" in r]
+    assert [r["rule"].split(")", 1)[0] for r in rules] == [
+        f"!has(self.{name}" for name in TRACKED_RESOURCES
+    ]
+    for rule, (name, p) in zip(rules, DEFAULT_PROFILES.items(), strict=True):
+        text = " ".join(rule["rule"].split())
+        assert f"(has(self.{name}.minimum) ? self.{name}.minimum : {p.minimum})" in text
+        assert f"(has(self.{name}.maximum) ? self.{name}.maximum : {p.maximum})" in text
+        assert re.findall(r"\b\d+\b", text) == [str(p.minimum), str(p.maximum)]
+        message = " ".join(rule["messageExpression"].split())
+        assert (
+            f"'{name}: minimum must be less than or equal to maximum, which is omitted and "
+            f"defaults to {p.maximum}'"
+        ) in message
+        assert (
+            f"'{name}: maximum must be greater than or equal to minimum, which is omitted and "
+            f"defaults to {p.minimum}'"
+        ) in message
 
 
 def test_crd_documents_the_built_in_defaults() -> None:
