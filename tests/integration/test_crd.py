@@ -270,7 +270,8 @@ def test_bad_selectors_are_refused(policies: kubernetes.client.CustomObjectsApi)
     assert message == (
         "spec.namespaceSelector.matchLabels: Invalid value: every key must be a label key: "
         "[prefix/]name, the name at most 63 alphanumeric characters, '-', '_' or '.', starting "
-        "and ending with an alphanumeric character, the prefix a lowercase DNS subdomain"
+        "and ending with an alphanumeric character, the prefix a lowercase DNS subdomain of at "
+        "most 253 characters"
     )
     message = refusal(policies, {"namespaceSelector": {"matchLabels": {"team": "x y"}}})
     assert message == (
@@ -354,3 +355,38 @@ def test_both_bounds_given_keep_their_own_single_message(
     assert message == (
         "spec.resources[pods]: Invalid value: minimum must be less than or equal to maximum"
     )
+
+
+def test_label_keys_longer_than_the_operator_accepts_are_refused(
+    policies: kubernetes.client.CustomObjectsApi,
+) -> None:
+    """A key whose name part has 64 characters, or whose prefix has 254, was stored and then
+    made the operator freeze every namespace the policy might govern (found by the
+    bad-input test). 63 and 253 are accepted."""
+    name64, prefix254 = "n" * 64, "p" * 254
+    message = refusal(policies, {"namespaceSelector": {"matchLabels": {name64: "x"}}})
+    assert message.startswith("spec.namespaceSelector.matchLabels: Invalid value: every key")
+    message = refusal(policies, {"namespaceSelector": {"matchLabels": {f"{prefix254}/n": "x"}}})
+    assert message.startswith("spec.namespaceSelector.matchLabels: Invalid value: every key")
+    exists = {"operator": "Exists"}
+    message = refusal(
+        policies, {"namespaceSelector": {"matchExpressions": [{"key": name64, **exists}]}}
+    )
+    assert message.startswith(
+        f'spec.namespaceSelector.matchExpressions[0].key: Invalid value: "{name64}": '
+        "spec.namespaceSelector.matchExpressions[0].key in body should match"
+    )
+    message = refusal(
+        policies,
+        {"namespaceSelector": {"matchExpressions": [{"key": f"{prefix254}/n", **exists}]}},
+    )
+    assert message == (
+        f'spec.namespaceSelector.matchExpressions[0].key: Invalid value: "{prefix254}/n": the '
+        "prefix before '/' must be at most 253 characters"
+    )
+    longest = f"{'p' * 253}/{'n' * 63}"
+    selector = {"matchLabels": {longest: "x"}, "matchExpressions": [{"key": longest, **exists}]}
+    created = policies.create_cluster_custom_object(
+        GROUP, VERSION, PLURAL, policy({"namespaceSelector": selector})
+    )
+    assert validate_policy(created).valid

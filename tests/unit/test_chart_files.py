@@ -4,6 +4,7 @@ docs/configuration.md."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -11,9 +12,16 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dynquota.policy.durations import DURATION_PATTERN
-from dynquota.policy.models import DEFAULT_PROFILES, TRACKED_RESOURCES, validate_policy
+from dynquota.policy.models import (
+    DEFAULT_PROFILES,
+    TRACKED_RESOURCES,
+    validate_label_key,
+    validate_policy,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "dynquota"
@@ -78,6 +86,63 @@ def test_crd_minimum_maximum_rules_use_the_built_in_defaults() -> None:
             f"'{name}: maximum must be greater than or equal to minimum, which is omitted and "
             f"defaults to {p.minimum}'"
         ) in message
+
+
+@functools.cache
+def selector_key_rules() -> tuple[str, str, str]:
+    """(matchExpressions key pattern, its CEL rule, the matchLabels keys' CEL rule)."""
+    selector = crd_schema()["properties"]["spec"]["properties"]["namespaceSelector"]
+    key = selector["properties"]["matchExpressions"]["items"]["properties"]["key"]
+    ((labels_rule,),) = [selector["properties"]["matchLabels"]["x-kubernetes-validations"]]
+    ((key_rule,),) = [key["x-kubernetes-validations"]]
+    return key["pattern"], key_rule["rule"], labels_rule["rule"]
+
+
+def crd_accepts_label_key(key: str) -> bool:
+    """The CRD's checks of a selector key, in Python: length, prefix length, pattern."""
+    pattern, _, _ = selector_key_rules()
+    return 1 <= len(key) <= 317 and key.find("/") <= 253 and bool(re.fullmatch(pattern, key))
+
+
+def test_crd_label_key_rules_are_one_rule() -> None:
+    pattern, key_rule, labels_rule = selector_key_rules()
+    assert key_rule == 'self.indexOf("/") <= 253'
+    assert labels_rule == (
+        f'self.all(k, size(k) <= 317 && k.indexOf("/") <= 253 && k.matches(r"{pattern}"))'
+    )
+
+
+LABEL_KEY_CHARS = "aZ09-_./"
+
+
+@settings(max_examples=400, derandomize=True, database=None, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet=LABEL_KEY_CHARS + " A\n", max_size=24),
+        st.builds(
+            lambda prefix, sep, name: "a" * prefix + sep + "b" * name,
+            st.sampled_from([0, 1, 252, 253, 254, 300]),
+            st.sampled_from(["/", "", "//"]),
+            st.sampled_from([0, 1, 62, 63, 64]),
+        ),
+        st.builds(
+            lambda a, b: a + "/" + b,
+            st.text(alphabet=LABEL_KEY_CHARS, max_size=12),
+            st.text(alphabet=LABEL_KEY_CHARS, max_size=12),
+        ),
+    )
+)
+def test_crd_accepts_exactly_the_label_keys_the_operator_accepts(key: str) -> None:
+    """A selector key the CRD stores but the operator refuses would make the policy invalid
+    and freeze every namespace it may govern (found by the bad-input test: a 64-character
+    name or a 254-character prefix passed the CRD)."""
+    try:
+        validate_label_key(key)
+    except ValueError:
+        operator_accepts = False
+    else:
+        operator_accepts = True
+    assert crd_accepts_label_key(key) == operator_accepts
 
 
 def test_crd_documents_the_built_in_defaults() -> None:
