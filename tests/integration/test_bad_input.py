@@ -220,6 +220,12 @@ class Ledger:
     nonce: int = 0
     fenced: int = 0
     largest: int = 0  # bytes of the largest value the apiserver accepted
+    rejected: dict[tuple[str, str], list[str | None]] = field(default_factory=dict)
+    """(object, Warning reason) -> a needle per rejected value written there (its nonce, or
+    for a label value the quoted value; None when the value cannot be told apart)."""
+
+    def expect(self, about: str, reason: str, needle: str | None) -> None:
+        self.rejected.setdefault((about, reason), []).append(needle)
 
     def accept(self, kind: str, *texts: str | None) -> None:
         self.writes += 1
@@ -279,18 +285,14 @@ def event_messages(cluster: OperatorCluster, ns: str, reason: str) -> list[str]:
     return [e.message or "" for e in cluster.events(ns, reason)]
 
 
-def has_event(cluster: OperatorCluster, ns: str, reason: str, needle: str) -> bool:
-    return any(needle in m for m in event_messages(cluster, ns, reason))
+def nonce_of(value: str) -> str | None:
+    """The nonce a tagged value starts with (``bad00042~``), else ``None``."""
+    head = value[:10]
+    return head if head.startswith("bad") and head.endswith("~") else None
 
 
-def has_namespace_event(cluster: OperatorCluster, ns: str, reason: str, needle: str) -> bool:
-    """An Event about the Namespace ``ns`` (cluster-scoped: recorded in ``default``)."""
-    return any(
-        e.involved_object.kind == "Namespace"
-        and e.involved_object.name == ns
-        and needle in (e.message or "")
-        for e in cluster.events("default", reason)
-    )
+def is_max(value: str) -> bool:
+    return value.lower() == "max"
 
 
 def refusal(ledger: Ledger, kind: str, exc: ApiException) -> str:
@@ -384,7 +386,6 @@ def test_hostile_input_is_refused_or_reported_never_acted_on(
         def run_batch(batch: list[Any]) -> None:
             policies: list[str] = []
             invalid: list[str] = []
-            last_kill_switch: str | None = None
             for op_ in batch:
                 if isinstance(op_, AnnotateQuota):
                     ns = (*managed, foreign)[op_.index]
@@ -399,6 +400,9 @@ def test_hostile_input_is_refused_or_reported_never_acted_on(
                         refusal(ledger, "quota annotations", exc)
                     else:
                         ledger.accept("quota annotations", *changes.values())
+                        request = changes.get(OVERRIDE)
+                        if request is not None and (ns == foreign or not is_max(request)):
+                            ledger.expect(ns, "OverrideRejected", nonce_of(request))
                 elif isinstance(op_, KillSwitch):
                     value = op_.value
                     if op_.tag and value is not None:
@@ -409,7 +413,8 @@ def test_hostile_input_is_refused_or_reported_never_acted_on(
                         refusal(ledger, "kill switch", exc)
                     else:
                         ledger.accept("kill switch", value)
-                        last_kill_switch = value
+                        if value is not None and value.lower() not in ("true", "false"):
+                            ledger.expect("kube-system", "KillSwitchInvalid", nonce_of(value))
                 elif isinstance(op_, ManagedLabel):
                     ns = labelled[op_.index]
                     try:
@@ -420,6 +425,8 @@ def test_hostile_input_is_refused_or_reported_never_acted_on(
                         refusal(ledger, "namespace label", exc)
                     else:
                         ledger.accept("namespace label", op_.value)
+                        if op_.value is not None and op_.value.lower() not in ("true", "false"):
+                            ledger.expect(ns, "ManagedLabelIgnored", f'"{op_.value}"')
                 else:
                     name = f"bad-{uuid.uuid4().hex[:8]}"
                     spec = dict(op_.spec)
@@ -457,31 +464,43 @@ def test_hostile_input_is_refused_or_reported_never_acted_on(
                                 ledger.policy_maxima[resource] = max(
                                     ledger.policy_maxima.get(resource, 0), profile.maximum
                                 )
-            fence_batch(policies, invalid, last_kill_switch)
+            fence_batch(policies, invalid)
             invariants("after a batch")
             for name in policies:
                 cluster.delete_policy(name)
 
-        def fence_batch(
-            policies: list[str], invalid: list[str], last_kill_switch: str | None
-        ) -> None:
+        def warned(about: str, reason: str) -> Callable[[], bool]:
+            """A Warning ``reason`` about ``about`` exists; when every rejected value written
+            there can be told apart, it names one of them. (The operator may post one such
+            Warning per cause and hour, not one per value: the first value it saw is named.)"""
+            needles = ledger.rejected.get((about, reason), [])
+            named = [n for n in needles if n is not None]
+            kubesystem = about == "kube-system"
+
+            def check() -> bool:
+                if kubesystem or about in labelled:
+                    events = [
+                        e.message or ""
+                        for e in cluster.events("default", reason)
+                        if e.involved_object.kind == "Namespace" and e.involved_object.name == about
+                    ]
+                else:
+                    events = event_messages(cluster, about, reason)
+                if not events:
+                    return False
+                return len(named) < len(needles) or any(n in m for m in events for n in named)
+
+            return check
+
+        def fence_batch(policies: list[str], invalid: list[str]) -> None:
             """Wait for the operator's reaction to the batch's final state."""
             for ns in (*managed, foreign):
                 value = (cluster.quota(ns).metadata.annotations or {}).get(OVERRIDE)
-                if value is not None and value.startswith("bad") and "~" in value[:10]:
-                    nonce = value.split("~", 1)[0] + "~"
-                    fence(
-                        f"OverrideRejected naming {nonce} in {ns}",
-                        lambda ns=ns, nonce=nonce: has_event(
-                            cluster, ns, "OverrideRejected", nonce
-                        ),
-                    )
-            if last_kill_switch is not None and last_kill_switch.startswith("bad"):
-                nonce = last_kill_switch.split("~", 1)[0] + "~"
-                fence(
-                    f"KillSwitchInvalid naming {nonce}",
-                    lambda: has_event(cluster, "default", "KillSwitchInvalid", nonce),
-                )
+                if value is not None and (ns == foreign or not is_max(value)):
+                    fence(f"OverrideRejected about {ns}", warned(ns, "OverrideRejected"))
+            value = (core.read_namespace("kube-system").metadata.annotations or {}).get(KILL_SWITCH)
+            if value is not None and value.lower() not in ("true", "false"):
+                fence("KillSwitchInvalid", warned("kube-system", "KillSwitchInvalid"))
             for ns in labelled:
                 value = (core.read_namespace(ns).metadata.labels or {}).get(MANAGED_LABEL)
                 if value is not None and value.lower() == "false":
@@ -489,12 +508,7 @@ def test_hostile_input_is_refused_or_reported_never_acted_on(
                     continue
                 fence(f"{ns} ({value}) managed", lambda ns=ns: cluster.quota(ns) is not None)
                 if value is not None and value.lower() != "true":
-                    fence(
-                        f"ManagedLabelIgnored for {value!r} in {ns}",
-                        lambda ns=ns, value=value: has_namespace_event(
-                            cluster, ns, "ManagedLabelIgnored", f'"{value}"'
-                        ),
-                    )
+                    fence(f"ManagedLabelIgnored about {ns}", warned(ns, "ManagedLabelIgnored"))
             for name in policies:
 
                 def reported(name: str = name) -> bool:
