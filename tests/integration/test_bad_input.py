@@ -10,9 +10,9 @@ mutates a real cluster, so a replay is not the same experiment):
 - ``dynquota.io/managed`` namespace labels with odd values;
 - bogus ``dynquota.io/kill-switch`` values on ``kube-system`` (never a valid ``true``).
 
-After each batch the test waits (deadlines, no sleeps) for the operator's reaction to the
-batch's final state, and checks the safety invariants; violations are collected and asserted
-at the end, so one failure does not hide the others:
+After each batch the test waits (with deadlines, never a fixed delay) for the operator's
+reaction to the batch's final state, and checks the safety invariants; violations are
+collected and asserted at the end, so one failure does not hide the others:
 
 - every rejection is an apiserver refusal (4xx with a message that says what is wrong; a
   policy refusal names the policy) or a Warning Event with the exact reason about the object
