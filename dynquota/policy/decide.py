@@ -767,6 +767,13 @@ class _Sizer:
         else:
             desired = base
 
+        if desired < peak and not (base is not None and desired == base and kind is None):
+            # Never below usage (v0.2): a hard below what the namespace already uses refuses
+            # every create, replacements of failed pods included. Above the maximum the quota
+            # is held at the peak over the downscale window (so a deleted pod's replacement
+            # still fits): no growth, and UsageAboveMaximum says so.
+            desired = peak
+            why += f", held at usage {peak} (never below usage)"
         if base is not None and desired == base:
             kind = None
         if kind is not None:

@@ -376,12 +376,12 @@ def test_policy_change_without_size_change_only_records() -> None:
     assert d.events == ()
 
 
-def test_hard_above_maximum_is_lowered_at_once() -> None:
+def test_hard_above_maximum_is_lowered_at_once_but_never_below_usage() -> None:
     quota = settled(1500, at=0)  # profile record unchanged, but 1500 > maximum 1000
     d = run(quota, T0 + 1, pods=1200)
     assert d.reasons == (
-        "policy pods 1500->1000: policy default, peak 1200 over 1h, buffer 40%, minimum 10, "
-        "maximum 1000",
+        "policy pods 1500->1200: policy default, peak 1200 over 1h, buffer 40%, minimum 10, "
+        "maximum 1000, held at usage 1200 (never below usage)",
     )
     assert d.warnings == ("usage of pods 1200 is above the maximum 1000 of policy default",)
     assert (
@@ -1259,25 +1259,32 @@ def test_invariants_over_random_histories(
                 continue
             assert change.new is not None
             new = int(change.new)
+            assert new >= pods  # never below usage
             if change.kind == "create":
                 last_upscale = last_change = t
             elif change.kind == "upscale":
                 assert last_upscale is not None
                 assert t - last_upscale >= pods_profile.upscale_cooldown
-                assert new == target(pods, pods_profile)
+                assert new == max(target(pods, pods_profile), peak[PODS])
                 last_upscale = last_change = t
             elif change.kind == "downscale":
                 assert last_change is not None
                 assert t - last_change >= pods_profile.downscale_cooldown
                 assert t >= started + pods_profile.downscale_cooldown
-                assert new == target(peak[PODS], pods_profile)
+                assert new == max(target(peak[PODS], pods_profile), peak[PODS])
+                last_change = t
+            elif change.kind == "policy":
+                # a hard held above the maximum (at usage) follows the peak down at once
+                assert change.old is not None
+                assert int(change.old) > pods_profile.maximum
+                assert new == max(target(peak[PODS], pods_profile), peak[PODS])
                 last_change = t
             else:
                 pytest.fail(f"unexpected change {change}")
         quota = apply_decision(quota, d)
         assert quota is not None
         hard = int(quota.hard[PODS])
-        assert pods_profile.minimum <= hard <= pods_profile.maximum
+        assert pods_profile.minimum <= hard <= max(pods_profile.maximum, peak[PODS])
         assert hard >= target(pods, pods_profile) or (
             d.requeue_at is not None and last_upscale is not None
         )
@@ -1392,3 +1399,25 @@ def test_usage_above_maximum_names_its_cause() -> None:
     d = run(quota, T0 + 3600, pods=1200, configmaps=10)
     (event,) = [e for e in d.events if e.reason == "UsageAboveMaximum"]
     assert event.cause == PODS
+
+
+def test_a_namespace_above_the_maximum_at_install_is_held_at_usage() -> None:
+    """v0.2: installing a policy on a namespace already above its maximum never blocks it."""
+    d = run(None, T0, pods=1500)
+    assert d.action == "create"
+    assert d.hard[PODS] == 1500
+    assert d.reasons[0] == (
+        "create pods 1500: usage 1500, buffer 40%, at maximum 1000, held at usage 1500 "
+        "(never below usage)"
+    )
+    assert "UsageAboveMaximum" in [e.reason for e in d.events]
+    quota = apply_decision(None, d)
+    # usage grows past it (pods admitted before the quota was enforced): no growth
+    d = run(quota, T0 + 600, pods=1500)
+    assert d.action == "nothing"
+    # a pod is deleted: the hard stays at the peak, so its replacement fits
+    d = run(quota, T0 + 700, pods=1499, peak={PODS: 1500})
+    assert d.action == "nothing"
+    # the window passes with usage lower: it follows the peak down, never below it
+    d = run(quota, T0 + 7200, pods=1200, peak={PODS: 1200})
+    assert d.hard[PODS] == 1200
