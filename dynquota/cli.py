@@ -675,7 +675,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("-o", "--output", choices=("table", "json"), default="table")
     plan.set_defaults(handler=cmd_plan)
 
-    override = commands.add_parser("override", help="request the tenant override (lasts the operator's override TTL, 168h by default)")
+    override = commands.add_parser(
+        "override", help="request the tenant override (lasts the operator's TTL, 168h by default)"
+    )
     override.add_argument("namespace")
     override.add_argument("--off", action="store_true", help="cancel the override")
     override.add_argument("--kubeconfig")
