@@ -159,3 +159,34 @@ def test_every_condition_type_is_in_the_policy_reference(reference: str) -> None
     rows = set(table_keys(section(reference, "DynamicQuotaPolicy")))
     missing = sorted(t for t in described if f"status.conditions[type={t}]" not in rows)
     assert missing == []
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces to ``-``."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+MARKDOWN = sorted(
+    [*ROOT.glob("*.md"), *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").glob("*.md")]
+)
+
+
+@pytest.mark.parametrize("page", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page: Path) -> None:
+    """Every relative link of the page names an existing file (or folder), and its ``#anchor``
+    a heading of that page: no link to a document outside the repository."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path_part, _, anchor = target.partition("#")
+        dest = (page.parent / path_part).resolve() if path_part else page
+        if not dest.exists() or not dest.is_relative_to(ROOT):
+            broken.append(target)
+        elif anchor and dest.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", dest.read_text(), re.MULTILINE)
+            if anchor not in {slug(h) for h in headings}:
+                broken.append(target)
+    assert broken == [], f"{page.relative_to(ROOT)}: broken links {broken}"
