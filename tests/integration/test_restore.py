@@ -7,7 +7,9 @@ chart's ValidatingAdmissionPolicy, on the real apiserver: what docs/runbook.md s
   or replace as a cluster admin who is not exempt) is refused with the policy's message;
 - an admin restores it by server-side apply impersonating the operator's ServiceAccount (its
   ClusterRole allows patch on quotas named `dynquota`, the policy exempts it), and the quota
-  then carries exactly the backed-up spec and annotations.
+  then carries exactly the backed-up spec and annotations;
+- the runbook's emergency delete (selectors, as the operator's ServiceAccount) is admitted
+  where the admin's own delete is refused.
 
 Only the chart's ServiceAccount, operator ClusterRole and admission policies are applied (no
 operator runs); the policy bindings are narrowed to this test's namespace so that other tests
@@ -214,4 +216,16 @@ def test_overwriting_the_recreated_quota_needs_the_operators_identity(
     assert annotations_and_hard(api_client, restore_ns) == (
         BACKUP_ANNOTATIONS,
         {"pods": "140", "configmaps": "70"},
+    )
+
+    # The runbook's emergency delete (after the kill switch), scoped to this namespace here:
+    # the same selectors, as the operator's ServiceAccount, is admitted.
+    done = kubectl(
+        cp, "delete", "resourcequota", "-n", restore_ns,
+        "-l", "app.kubernetes.io/managed-by=dynquota",
+        "--field-selector", "metadata.name=dynquota", user=OPERATOR,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (
+        0,
+        f'resourcequota "dynquota" deleted from {restore_ns} namespace',
     )
