@@ -25,6 +25,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
@@ -629,7 +630,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo on a local control plane."""
     from dynquota.demo import main as demo_main
 
-    return demo_main(fast=args.fast)
+    return demo_main(fast=args.fast, picture=args.picture)
 
 
 # -- parser ------------------------------------------------------------------------------------
@@ -704,6 +705,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run the demo on a local control plane")
     demo.add_argument(
         "--fast", action="store_true", help="shorter scenario (for tests), about 2 minutes"
+    )
+    demo.add_argument(
+        "--picture",
+        type=Path,
+        help="where to write the picture of hard and usage over time (PNG, or SVG by suffix; "
+        "default: a new file under $TMPDIR/dynquota-demo/)",
     )
     demo.set_defaults(handler=cmd_demo)
     return parser
