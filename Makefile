@@ -5,7 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup controlplane test unit integration lint bench bench-admission demo clean
+.PHONY: setup controlplane promtool image image-test alerts test unit integration lint bench \
+	bench-admission demo clean
 
 setup: $(STAMP)
 
@@ -13,12 +14,30 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# PYTHONWARNINGS: setuptools' banner about editable installs is noise here
-	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	# demo: matplotlib for `make demo`'s picture (not an operator dependency)
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[dev,demo]'
 	touch $(STAMP)
 
 # Builds (only when missing) and prints the directory of the control-plane binaries.
 controlplane:
 	@hack/controlplane/build.sh
+
+# Installs (once, cached by version) and prints promtool; see hack/promtool/install.sh.
+promtool:
+	@hack/promtool/install.sh
+
+# Builds the Dockerfile daemonlessly with buildah (vfs storage, chroot isolation) on a base made
+# from Debian packages; needs buildah, podman and mmdebstrap (apt). See docs/install.md.
+image:
+	@hack/image/build.sh
+
+# The built image run for real (its filesystem, as uid 65532) against a local control plane.
+image-test: setup controlplane image
+	$(PY) -m pytest tests/integration/test_image.py
+
+# promtool check/test of the chart's alerts and their metric names against a live scrape.
+alerts: setup controlplane promtool
+	$(PY) -m pytest tests/integration/test_alerts.py
 
 lint: setup
 	$(VENV)/bin/ruff check dynquota tests
@@ -32,7 +51,9 @@ integration: setup controlplane
 	$(PY) -m pytest -m integration tests/integration
 
 # The full suite: lint, types, unit and integration tests against a real control plane.
-test: lint controlplane
+# tests/integration/test_image.py uses the image `make image` built (.ci/run builds it first)
+# and skips, saying why, where buildah is not installed.
+test: lint controlplane promtool
 	$(PY) -m pytest -m 'not bench' tests
 
 bench: setup controlplane

@@ -13,9 +13,27 @@ base=$("$here/base.sh")
 ca=${DYNQUOTA_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 volume=()
 [ -r "$ca" ] && volume=(--volume "$ca:/etc/ssl/certs/ca-certificates.crt:ro")
-start=$(date +%s)
 cd "$here/../.."
+# The build's inputs: the files the Dockerfile copies (see .dockerignore), the Dockerfile and the
+# base. An image already built from the same inputs is reused at once: with vfs storage even a
+# fully layer-cached `buildah bud` copies the base rootfs several times (minutes on 2 cores).
+base_id=$(podman "${STORAGE[@]}" image inspect --format '{{.Id}}' "$base")
+digest=$(
+  {
+    echo "$base_id"
+    find Dockerfile .dockerignore pyproject.toml constraints.txt README.md dynquota \
+      -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
+  } | sha256sum | cut -c1-16
+)
+built="${image%:*}:ctx-${digest}"
+if podman "${STORAGE[@]}" image exists "$built"; then
+  podman "${STORAGE[@]}" tag "$built" "$image"
+  echo "$image is up to date (${built})" >&2
+  echo "$image"
+  exit 0
+fi
+start=$(date +%s)
 buildah "${STORAGE[@]}" bud --quiet --layers --isolation chroot "${volume[@]}" \
-  --build-arg PYTHON_IMAGE="$base" --tag "$image" --file Dockerfile . >&2
-echo "built ${image} in $(( $(date +%s) - start )) s" >&2
+  --build-arg PYTHON_IMAGE="$base" --tag "$built" --tag "$image" --file Dockerfile . >&2
+echo "built ${image} (${built}) in $(( $(date +%s) - start )) s" >&2
 echo "$image"
