@@ -627,9 +627,19 @@ def delete_managed_quotas(
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the demo on a local control plane."""
-    from dynquota.demo import main as demo_main
+    """Run the demo on a local control plane.
 
+    Raises:
+        UserError: the ``testing`` extra is not installed (as in the operator image).
+    """
+    try:
+        from dynquota.demo import main as demo_main
+    except ImportError as exc:
+        raise UserError(
+            f"dynquota demo needs the 'testing' extra ({exc.name or exc} is not installed) and "
+            "a dynquota source checkout: it builds and starts a local control plane from the "
+            "repository (git clone, then `make demo`); the operator image does not include it"
+        ) from exc
     return demo_main(fast=args.fast, picture=args.picture)
 
 
