@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import time
 import urllib.error
@@ -192,8 +191,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
         for name in [*dirnames, *filenames]:
             path = os.path.join(dirpath, name)
             st = os.lstat(path)
-            mtime = 0 if stat.S_ISDIR(st.st_mode) and name == "tmp" else st.st_mtime_ns
-            seen[os.path.relpath(path, root)] = (st.st_mode, st.st_size, mtime)
+            seen[os.path.relpath(path, root)] = (st.st_mode, st.st_size, st.st_mtime_ns)
     return seen
 
 
