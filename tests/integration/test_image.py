@@ -111,6 +111,8 @@ def test_image_config(image: str, config: dict[str, Any], rootfs: Path) -> None:
     assert set(config["ExposedPorts"]) == {"8080/tcp", "8081/tcp"}
     env = dict(e.split("=", 1) for e in config["Env"])
     assert env["HOME"] == "/tmp"
+    # kopf calls getpass.getuser(): without $USER it needs a passwd entry for the uid.
+    assert env["USER"] == "dynquota"
     assert env["PATH"].split(":")[0] == "/opt/dynquota/bin"
     # The entrypoint script starts the virtualenv's Python directly (no /bin/sh wrapper).
     script = rootfs / "opt" / "dynquota" / "bin" / "dynquota"
