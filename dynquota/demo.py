@@ -385,6 +385,10 @@ class Demo:
         )
         self.show.line("demo", "5. every managed quota deleted; none is created while engaged")
         self.print_table(force=True)
+        # Stay engaged for one cooldown: shows that nothing comes back (and in the picture).
+        time.sleep(self.t.up)
+        back = [ns for ns in NAMESPACES if self.c.quota(ns) is not None]
+        self.show.line("demo", f"5. engaged for {self.t.up}s: managed quotas re-created: {back}")
         self.show.line("admin", "dynquota kill-switch off")
         self.c.kill_switch(None)
         wait_until(

@@ -140,7 +140,7 @@ def write_picture(
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=8)
-    axes_list[-1].set_xlabel("seconds since the operator started")
+    axes_list[-1].set_xlabel("seconds since recording started")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -25,6 +25,7 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert "3. demo-helm: install re-run, all 100 ConfigMaps created under the override" in out
     assert "4. demo-helm: override expired, configmaps sized from the peak usage" in out
     assert "5. every managed quota deleted; none is created while engaged" in out
+    assert "5. engaged for 4s: managed quotas re-created: []" in out
     assert "5. quotas re-created from current usage" in out
     assert "nudged ReplicaSet demo-runaway/" in out
     assert out.rstrip().endswith("everything stopped: control plane, operator, temporary files.")
