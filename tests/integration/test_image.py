@@ -48,11 +48,16 @@ PAUSE = "registry.k8s.io/pause:3.10"
 STORAGE = ["--storage-driver", os.environ.get("DYNQUOTA_STORAGE_DRIVER", "vfs")]
 UID = 65532
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("buildah") is None,
-    reason="buildah is not installed (apt-get install buildah podman mmdebstrap; .ci/run does): "
-    "the image cannot be built here",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("buildah") is None,
+        reason="buildah is not installed (apt-get install buildah podman mmdebstrap; .ci/run "
+        "does): the image cannot be built here",
+    ),
+    # The first test builds the image when the tree changed since `make image` (minutes with
+    # vfs storage on 2 cores; .ci/run builds it before `make test`, so there it is reused).
+    pytest.mark.timeout(1800),
+]
 
 
 def run(*cmd: str, timeout: float = 120) -> str:
