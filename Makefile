@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup controlplane test unit integration lint bench bench-admission demo clean
+.PHONY: setup controlplane toxiproxy test unit integration lint bench bench-admission soak demo clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml constraints.txt
 controlplane:
 	@hack/controlplane/build.sh
 
+# Builds (only when missing) and prints the directory of the Toxiproxy server (fault tests).
+toxiproxy:
+	@hack/toxiproxy/build.sh
+
 lint: setup
 	$(VENV)/bin/ruff check dynquota tests
 	$(VENV)/bin/ruff format --check dynquota tests
@@ -28,11 +32,11 @@ lint: setup
 unit: setup
 	$(PY) -m pytest tests/unit
 
-integration: setup controlplane
+integration: setup controlplane toxiproxy
 	$(PY) -m pytest -m integration tests/integration
 
 # The full suite: lint, types, unit and integration tests against a real control plane.
-test: lint controlplane
+test: lint controlplane toxiproxy
 	$(PY) -m pytest -m 'not bench' tests
 
 bench: setup controlplane
@@ -40,6 +44,12 @@ bench: setup controlplane
 
 bench-admission: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench -k admission
+
+# Chaos soak (not in `make test`): two replicas, 200 namespaces, random faults; 30 minutes
+# unless SOAK_SECONDS says otherwise. Prints a table; exits non-zero on any invariant violation.
+SOAK_SECONDS ?= 1800
+soak: setup controlplane toxiproxy
+	$(PY) tests/soak/soak.py --seconds $(SOAK_SECONDS)
 
 demo: setup controlplane
 	$(PY) -m dynquota.cli demo
