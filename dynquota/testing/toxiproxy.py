@@ -195,7 +195,10 @@ class Toxiproxy:
             raise ToxiproxyError(
                 f"toxiproxy {method} {path}: {exc.code} {exc.read().decode(errors='replace')}"
             ) from exc
-        return json.loads(text) if text.strip() else None
+        try:
+            return json.loads(text) if text.strip() else None
+        except ValueError:  # /version answers plain text
+            return text.decode(errors="replace")
 
 
 @dataclass
