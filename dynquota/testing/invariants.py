@@ -325,8 +325,17 @@ class InvariantChecker:
         with self._lock:
             return len(self.violations)
 
-    def since(self, mark: int) -> list[Violation]:
-        """Violations recorded after ``mark`` (audit checks run first)."""
+    def since(self, mark: int, settle: float = 5.0) -> list[Violation]:
+        """Violations recorded after ``mark``. First waits (up to ``settle`` seconds) for a
+        sample taken after this call, so that writes made until now are bracketed by
+        samples, then runs the audit checks."""
+        called = time.time()
+        deadline = time.monotonic() + settle
+        while time.monotonic() < deadline and self._thread is not None:
+            last = self.last
+            if last is not None and last.t > called:
+                break
+            time.sleep(0.1)
         self.check_audit()
         with self._lock:
             return list(self.violations[mark:])
