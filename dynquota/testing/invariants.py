@@ -329,16 +329,22 @@ class InvariantChecker:
         """Violations recorded after ``mark``. First waits (up to ``settle`` seconds) for a
         sample taken after this call, so that writes made until now are bracketed by
         samples, then runs the audit checks."""
-        called = time.time()
-        deadline = time.monotonic() + settle
-        while time.monotonic() < deadline and self._thread is not None:
-            last = self.last
-            if last is not None and last.t > called:
-                break
-            time.sleep(0.1)
+        self.wait_sample(settle)
         self.check_audit()
         with self._lock:
             return list(self.violations[mark:])
+
+    def wait_sample(self, timeout: float = 5.0) -> bool:
+        """Wait (up to ``timeout`` seconds) for a sample begun after this call; returns
+        whether one came (not while the admin reads fail)."""
+        called = time.time()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._thread is not None:
+            last = self.last
+            if last is not None and last.t > called:
+                return True
+            time.sleep(0.1)
+        return False
 
     def note_fault(self, kind: str, start: float, end: float | None = None) -> int:
         """Record a fault (``end`` None: still active); returns its index for

@@ -292,6 +292,8 @@ def test_checker_sees_a_delete_of_a_governed_quota(bed: FaultBed, scenario: Scen
     test, with the operator's token, straight to the apiserver) is a ``no-delete``
     violation, attributed by the token's id in the audit log."""
     (ns,) = scenario.governed(1)
+    # the checker must have seen the namespace governed before the delete
+    assert bed.checker.wait_sample(10)
     direct = kubernetes.config.new_client_from_config(config_file=bed.cluster.sa_kubeconfig)
     try:
         core: Any = kubernetes.client.CoreV1Api(direct)
