@@ -31,9 +31,11 @@ Invariants (the names used in :class:`Violation`):
                    between that Lease write and the end of the quota write: never two replicas
                    writing within one lease period.
 ``process``        (v) no operator process exits unless the test stopped or killed it.
-``liveness``       (v) ``/healthz`` red (or unanswered) only within ``liveness_grace`` seconds
-                   of a fault (see :meth:`InvariantChecker.note_fault`), and not before a
-                   replica's first green answer (its start-up).
+``liveness``       (v) ``/healthz`` red (or unanswered within 5 s) for ``liveness_red_for``
+                   seconds in a row (60 s: what makes the kubelet restart a pod with the
+                   chart's probe) only within ``liveness_grace`` seconds of a fault (see
+                   :meth:`InvariantChecker.note_fault`); never counted before a replica's
+                   first green answer (its start-up).
 """
 
 from __future__ import annotations
@@ -256,6 +258,9 @@ class InvariantChecker:
             :func:`~dynquota.testing.replicas.replica_of`).
         lease_duration: the replicas' Lease duration, seconds.
         liveness_grace: seconds after a fault during which a red liveness is expected.
+        liveness_red_for: seconds ``/healthz`` must stay red to count (the chart's probe:
+            period 20 s x failureThreshold 3: the kubelet restarts after about 60 s).
+        liveness_timeout: seconds a ``/healthz`` answer may take (the chart's 5 s).
         interval: seconds between samples.
         request_timeout: per admin request, seconds (a paused etcd must not stall sampling).
     """
@@ -269,6 +274,8 @@ class InvariantChecker:
         jti_to_replica: Mapping[str, str] | None = None,
         lease_duration: float = 15.0,
         liveness_grace: float = 120.0,
+        liveness_red_for: float = 60.0,
+        liveness_timeout: float = 5.0,
         interval: float = 1.0,
         request_timeout: float = 5.0,
         operator_namespace: str = OPERATOR_NS,
@@ -280,6 +287,8 @@ class InvariantChecker:
         self.jti_to_replica: dict[str, str] = dict(jti_to_replica or {})
         self.lease_duration = lease_duration
         self.liveness_grace = liveness_grace
+        self.liveness_red_for = liveness_red_for
+        self.liveness_timeout = liveness_timeout
         self.interval = interval
         self.timeout = request_timeout
         self.operator_namespace = operator_namespace
@@ -294,6 +303,8 @@ class InvariantChecker:
         self._keys: set[str] = set()
         self._unbracketed: list[AuditRecord] = []
         self._green: dict[tuple[str, float], bool] = {}
+        self._red_since: dict[tuple[str, float], float] = {}
+        self._liveness_thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -305,13 +316,18 @@ class InvariantChecker:
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="invariants", daemon=True)
         self._thread.start()
+        self._liveness_thread = threading.Thread(
+            target=self._liveness_loop, name="invariants-liveness", daemon=True
+        )
+        self._liveness_thread.start()
         return self
 
     def stop(self) -> None:
         """Stop sampling (after the current sample) and run the audit checks once more."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
+        for thread in (self._thread, self._liveness_thread):
+            if thread is not None:
+                thread.join(30)
         self.check_audit()
 
     def __enter__(self) -> InvariantChecker:
@@ -570,25 +586,37 @@ class InvariantChecker:
                     )
                 )
                 continue
+
+    def _liveness_loop(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            self._liveness()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
+
+    def _liveness(self) -> None:
+        for replica in list(self.replicas):
             if replica.pid is None:
                 continue
-            status = replica.healthz(timeout=min(2.0, self.interval))
+            status = replica.healthz(timeout=self.liveness_timeout)
+            now = time.time()
             run = (replica.name, replica.started_at)
             if status == 200:
                 self._green[run] = True
+                self._red_since.pop(run, None)
                 continue
             if not self._green.get(run):
                 continue  # still starting (the startup probe's time)
+            since = self._red_since.setdefault(run, now)
             self.red_seconds[replica.name] = self.red_seconds.get(replica.name, 0) + self.interval
-            if not self._fault_near(now):
+            if now - since >= self.liveness_red_for and not self._fault_near(now):
                 self._add(
                     Violation(
                         now,
                         "liveness",
                         "",
-                        f"replica {replica.name} /healthz answered {status or 'nothing'} with "
-                        f"no fault within {self.liveness_grace:g} s",
-                        key=f"live|{replica.name}|{int(now)}",
+                        f"replica {replica.name} /healthz red ({status or 'no answer'}) for "
+                        f"{now - since:.0f} s with no fault within {self.liveness_grace:g} s",
+                        key=f"live|{replica.name}|{since}",
                     )
                 )
 

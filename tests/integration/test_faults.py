@@ -187,7 +187,7 @@ def test_startup_under_429(bed: FaultBed, scenario: Scenario) -> None:
         replica.kill()
     with bed.throttled() as throttle:
         bed.start_replicas(wait=False)
-        scenario.hold(20)
+        scenario.hold(15)
     assert throttle.noise_rejected > 0  # the level did reject
     bed.wait_ready()
     scenario.assert_clean()
@@ -205,7 +205,7 @@ def test_runaway_under_a_slow_path(
     4 KB/s): each raise waits for its cooldown and never passes the maximum."""
     (ns,) = scenario.governed(1)
     with bed.transport(fault):
-        created = scenario.runaway(ns, 20)
+        created = scenario.runaway(ns, 12)
     assert created >= 10
     scenario.runaway(ns, 2)
     scenario.assert_clean()
@@ -236,7 +236,7 @@ def test_kill_switch_sweep_under_transport_faults(
     kept = _unmanaged_quota(scenario, namespaces[0])
     with bed.transport(fault):
         scenario.cluster.kill_switch("true")
-        scenario.hold(12)
+        scenario.hold(8)
     wait_until(
         lambda: all(scenario.cluster.quota(ns) is None for ns in namespaces),
         "every managed quota deleted",

@@ -197,7 +197,12 @@ class Soak:
                 if time.monotonic() >= end:
                     break
                 kind = self.rng.choice(FAULTS)
-                self._inject(kind, min(self.rng.uniform(8, 30), max(1.0, end - time.monotonic())))
+                seconds = min(self.rng.uniform(8, 30), max(1.0, end - time.monotonic()))
+                try:
+                    self._inject(kind, seconds)
+                except Exception as exc:  # e.g. no leader to kill: reported, the soak goes on
+                    log(f"  fault {kind} not injected: {exc!r}")
+                self._restart_exited()
                 self._measure_convergence(kind)
         finally:
             churn.stop()
@@ -205,6 +210,14 @@ class Soak:
             self.rss[replica.name][1] = replica.rss_kib()
         self.bed.checker.check_audit()
         self.churn_ops = churn.ops
+
+    def _restart_exited(self) -> None:
+        # what a Deployment would do for a replica that exited (the checker reports it)
+        for replica in self.bed.replicas.values():
+            if replica.pid is None:
+                log(f"  restarting {replica.name} (exited: {replica.exited_unexpectedly()})")
+                replica.start()
+                self.restarts[replica.name] += 1
 
     def _quiet(self, seconds: float, end: float) -> None:
         deadline = min(time.monotonic() + seconds, end)
@@ -249,7 +262,12 @@ class Soak:
                 bed.checker.end_fault(index)
 
     def _measure_convergence(self, kind: str) -> None:
+        """Per governed namespace, the seconds from the fault's end until it is where its
+        stamps permit; a namespace created now is included (a replica that stopped deciding
+        shows up here)."""
         began = time.monotonic()
+        with contextlib.suppress(Exception):
+            self.bed.cluster.new_namespace({"soak": "1"})
         limit = 2 * self.bed.resync_seconds + 60
         pending: set[str] | None = None
         while time.monotonic() - began < limit:
@@ -258,19 +276,19 @@ class Soak:
             except Exception:
                 time.sleep(0.5)
                 continue
+            elapsed = time.monotonic() - began
             if pending is None:
-                pending = set(self.bed.checker.last.governing) if self.bed.checker.last else set()
-                self.convergence.extend(0.0 for ns in pending if ns not in now_unconverged)
-                pending &= now_unconverged
-            else:
-                done = pending - now_unconverged
-                self.convergence.extend(time.monotonic() - began for _ in done)
-                pending -= done
+                last = self.bed.checker.last
+                pending = set(last.governing) if last is not None else set()
+                pending |= now_unconverged
+            done = pending - now_unconverged
+            self.convergence.extend(elapsed for _ in done)
+            pending -= done
             if not pending:
                 break
             time.sleep(0.5)
         if pending:
-            self.unconverged_after.append(f"{kind}: {len(pending)} namespaces")
+            self.unconverged_after.append(f"{kind}: {sorted(pending)[:5]}")
             self.convergence.extend(float("inf") for _ in pending)
         log(f"  converged after {time.monotonic() - began:.1f} s")
 
@@ -289,7 +307,7 @@ class Soak:
         rows += [
             ("violations: total", str(len(checker.violations))),
             ("convergence p50 / p99 / max", _p(finite, self.convergence)),
-            ("not converged within 2 x resync + 60 s", str(len(self.unconverged_after))),
+            ("faults not converged within 2 x resync + 60 s", str(len(self.unconverged_after))),
             ("quota write requests (audit) / successful", f"{attempts} / {ok}"),
             ("writes per decision (requests per successful write)", f"{attempts / max(ok, 1):.3f}"),
             ("liveness red seconds", str(dict(checker.red_seconds) or 0)),
@@ -335,6 +353,8 @@ def main() -> int:
         print(soak.table())
         for violation in bed.checker.violations[:50]:
             print(violation)
+        for line in soak.unconverged_after:
+            print(f"not converged after {line}")
         print(f"churn: {dict(soak.churn_ops)}")
         return 1 if bed.checker.violations else 0
 
