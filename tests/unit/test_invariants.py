@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dynquota.kube.client import replica_user_agent
 from dynquota.policy.models import ResourceProfile
 from dynquota.testing.controlplane import AuditLog, AuditRecord
 from dynquota.testing.invariants import OPERATOR_USER, expected_hard, single_writer
@@ -78,9 +79,8 @@ def test_audit_log_is_read_incrementally_and_partial_lines_wait(tmp_path: Path) 
 
 
 def test_user_agent_names_the_replica_before_the_token() -> None:
-    (record,) = _records(
-        _event("patch", "resourcequotas", "dynquota", "01", "01", agent="dynquota/0.2.0 (pod-7)")
-    )
+    agent = replica_user_agent("pod-7")  # what each replica sends
+    (record,) = _records(_event("patch", "resourcequotas", "dynquota", "01", "01", agent=agent))
     assert identify(record) == "pod-7"
 
 
