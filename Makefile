@@ -5,8 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup controlplane promtool image image-test alerts test unit integration lint bench \
-	bench-admission demo clean
+.PHONY: setup controlplane toxiproxy promtool image image-test alerts test unit integration lint \
+	bench bench-admission soak demo clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,10 @@ image-test: setup controlplane image
 alerts: setup controlplane promtool
 	$(PY) -m pytest tests/integration/test_alerts.py
 
+# Builds (only when missing) and prints the directory of the Toxiproxy server (fault tests).
+toxiproxy:
+	@hack/toxiproxy/build.sh
+
 lint: setup
 	$(VENV)/bin/ruff check dynquota tests
 	$(VENV)/bin/ruff format --check dynquota tests
@@ -47,13 +51,13 @@ lint: setup
 unit: setup
 	$(PY) -m pytest tests/unit
 
-integration: setup controlplane
+integration: setup controlplane toxiproxy
 	$(PY) -m pytest -m integration tests/integration
 
 # The full suite: lint, types, unit and integration tests against a real control plane.
 # tests/integration/test_image.py uses the image `make image` built (.ci/run builds it first)
 # and skips, saying why, where buildah is not installed.
-test: lint controlplane promtool
+test: lint controlplane promtool toxiproxy
 	$(PY) -m pytest -m 'not bench' tests
 
 bench: setup controlplane
@@ -61,6 +65,12 @@ bench: setup controlplane
 
 bench-admission: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench -k admission
+
+# Chaos soak (not in `make test`): two replicas, 200 namespaces, random faults; 30 minutes
+# unless SOAK_SECONDS says otherwise. Prints a table; exits non-zero on any invariant violation.
+SOAK_SECONDS ?= 1800
+soak: setup controlplane toxiproxy
+	$(PY) tests/soak/soak.py --seconds $(SOAK_SECONDS)
 
 demo: setup controlplane
 	$(PY) -m dynquota.cli demo
