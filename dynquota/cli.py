@@ -366,6 +366,7 @@ def cmd_kill_switch(args: argparse.Namespace) -> int:
 
     from dynquota.kube.quotas import MANAGED_SELECTOR
     from dynquota.policy import KILL_SWITCH, parse_kill_switch
+    from dynquota.policy.state import quoted
 
     api = _guard("connecting", lambda: _sync_client(args.kubeconfig))
     with api:
@@ -383,7 +384,8 @@ def cmd_kill_switch(args: argparse.Namespace) -> int:
                 ),
             )
             state = {True: "ENGAGED", False: "released", None: "INVALID"}[reading.engaged]
-            print(f"kill switch: {state} ({KILL_SWITCH}={raw!r} on kube-system)")
+            where = f"{KILL_SWITCH}={quoted(raw)}" if raw is not None else f"no {KILL_SWITCH}"
+            print(f"kill switch: {state} ({where} on kube-system)")
             if reading.warning:
                 print(f"warning: {reading.warning}")
             print(f"managed quotas in the cluster: {len(quotas.items)}")

@@ -335,6 +335,8 @@ class Operator:
         """``False`` from a watch event releasing the kill switch until a consistent read of
         ``kube-system`` confirms it: creates are held meanwhile."""
         self._held_logged: dict[str, float] = {}
+        self._kill_switch_observed = False
+        self._kill_switch_logged: str | None = None
         self.kill_switch: bool | None = None
         self.managed_quotas_exist: bool | None = None
         """Whether managed quotas existed at start-up (read only when the kill-switch
@@ -412,13 +414,23 @@ class Operator:
         if snapshot.name != MANAGED_QUOTA_NAME or not snapshot.namespace:
             return
         own = event_type == "DELETED" and self._own_deletes.pop(snapshot.namespace, False)
-        if event_type == "DELETED" and snapshot.managed and not own:
+        if event_type == "DELETED" and snapshot.managed and not own and not self._ours(snapshot):
             self._deleted_by_others.add(snapshot.namespace)
         if event_type == "DELETED" or not snapshot.managed:
             self._status_used.pop(snapshot.namespace, None)
         else:
             self._status_used[snapshot.namespace] = _int_map(snapshot.status_used)
         self.queue.add(snapshot.namespace)
+
+    def _ours(self, deleted: QuotaSnapshot) -> bool:
+        """Whether a deletion was dynquota's own, by whichever replica made it: the kill
+        switch is engaged, or the namespace is not managed (opted out, no policy). A replica
+        records only its own deletes, so after a leader change it could otherwise report its
+        peer's deletes as someone else's (``QuotaRecreated``)."""
+        if self.kill_switch:
+            return True
+        governance = self.governance(deleted.namespace)
+        return governance is not None and governance.kind in ("unmanaged", "excluded")
 
     def on_policy(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
         """A DynamicQuotaPolicy event: re-validate it and re-queue every namespace if its
@@ -514,6 +526,7 @@ class Operator:
         read of ``kube-system`` confirms it; an engage seen in one is confirmed the same way
         by the sweep before it deletes.
         """
+        observed_before, self._kill_switch_observed = self._kill_switch_observed, True
         reading = resolve_kill_switch(
             value,
             self.kill_switch,
@@ -521,7 +534,8 @@ class Operator:
         )
         for state in ("engaged", "released", "unknown"):
             self.metrics.kill_switch_state.labels(state).set(1 if state == reading.state else 0)
-        if reading.warning:
+        if reading.warning and reading.warning != self._kill_switch_logged:
+            self._kill_switch_logged = reading.warning  # the same value read again: once
             log.warning("%s", reading.warning)
             self._spawn(
                 self._warn_once(
@@ -536,14 +550,21 @@ class Operator:
             self._release_confirmed = True
         if reading.engaged is None or reading.engaged == self.kill_switch:
             return
-        first = self.kill_switch is None
+        # the first reading since start-up announces nothing (the change was announced when
+        # it happened); leaving the unknown state later is a change like any other
+        first = not observed_before
+        released_by_switch = self.kill_switch is not False and not reading.engaged
         self.kill_switch = reading.engaged
+        if released_by_switch:
+            self._deleted_by_others.clear()  # deleted by the switch (maybe by a peer)
         self.metrics.kill_switch.set(1 if reading.engaged else 0)
         if self._kill_task is not None:
             self._kill_task.cancel()
             self._kill_task = None
             self._sweeping = False
-        if reading.engaged:
+        if reading.engaged and not self.gate.is_leader:
+            log.warning("kill switch engaged: the leader deletes every managed quota (standby)")
+        elif reading.engaged:
             log.warning("kill switch engaged: deleting every managed quota, creating none")
             self._start_sweep(announce=not first)
         elif not first:

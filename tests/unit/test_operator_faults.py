@@ -413,3 +413,58 @@ async def test_a_create_that_lands_after_the_switch_engaged_is_deleted_at_once()
     await world.op.queue.stop()
     assert world.quotas.writes == [("create", "team-a"), ("delete", "team-a")]
     assert world.quotas.objects == {}
+
+
+# -- found by a fresh user -------------------------------------------------------------------
+
+
+async def test_a_peers_kill_switch_deletes_are_not_reported_as_someone_elses() -> None:
+    """The leader deleted the quotas; this replica (standby then) only saw DELETED events.
+    After a takeover and the release, the re-create is a plain Resized."""
+    world = World(kill_switch_delete_qps=1000)
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    quota = world.quotas.objects.pop("team-a")
+    world.leader.is_leader = False
+    world.op.on_namespace(
+        "MODIFIED",
+        namespace("kube-system", rv=5, annotations={"dynquota.io/kill-switch": "true"}),
+    )
+    world.op.on_quota("DELETED", quota)  # the peer's sweep
+    world.leader.is_leader = True
+    world.op.on_namespace("MODIFIED", namespace("kube-system", rv=6))
+    await world.reconcile("team-a")
+    assert world.events.reasons("team-a")[-1] == "Resized"
+    assert "QuotaRecreated" not in world.events.reasons("team-a")
+    await world.op.stop_background()
+
+
+async def test_an_opt_out_delete_by_a_peer_is_not_reported_as_someone_elses() -> None:
+    world = World()
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    quota = world.quotas.objects.pop("team-a")
+    world.op.on_namespace(None, namespace("team-a", {"dynquota.io/managed": "false"}, rv=2))
+    world.op.on_quota("DELETED", quota)
+    world.op.on_namespace(None, namespace("team-a", rv=3))
+    await world.reconcile("team-a")
+    assert world.events.reasons("team-a")[-1] == "Resized"
+
+
+async def test_leaving_the_unknown_kill_switch_state_is_announced() -> None:
+    world = World()
+    op = world.new_operator()  # a fresh operator: kill-switch reading is its first
+    world.op = op
+    op.managed_quotas_exist = False
+    op.kill_switch = None
+    op._kill_switch_observed = False
+    op.on_namespace(
+        None, namespace("kube-system", rv=2, annotations={"dynquota.io/kill-switch": "maybe"})
+    )
+    assert op.kill_switch is None
+    op.on_namespace("MODIFIED", namespace("kube-system", rv=3))
+    assert op.kill_switch is False
+    await async_wait_until(
+        lambda: "KillSwitchReleased" in world.events.reasons("kube-system"), "released Event"
+    )
+    await op.stop_background()
