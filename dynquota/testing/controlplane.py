@@ -342,7 +342,8 @@ class LocalControlPlane:
     def stop(self) -> None:
         """Stop every component (SIGTERM, then SIGKILL after 10 s); idempotent."""
         self.resume_etcd()  # a frozen etcd would ignore SIGTERM
-        for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        kwoks = [name for name in self._procs if name.startswith("kwok")]
+        for name in (*kwoks, "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             self._stop(name)
         if self._owns_workdir and not self.keep_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -389,10 +390,14 @@ class LocalControlPlane:
 
     # -- simulated nodes -------------------------------------------------------------------
 
-    def add_nodes(self, count: int, timeout: float | None = None) -> list[str]:
+    def add_nodes(
+        self, count: int, losable: bool = False, timeout: float | None = None
+    ) -> list[str]:
         """Create ``count`` more kwok-managed Nodes and wait until each is ``Ready``.
 
         Names continue ``kwok-node-<i>`` after the existing ones. Returns the new names.
+        ``losable``: each node gets its own kwok process (``--manage-single-node``) instead
+        of the shared one, so :meth:`lose_node` can silence it.
 
         Raises:
             ControlPlaneError: kwok is not running (``nodes=0``) or a node was not Ready
@@ -400,7 +405,8 @@ class LocalControlPlane:
         """
         if "kwok" not in self._procs:
             raise ControlPlaneError("add_nodes needs kwok: start with nodes=N (N > 0)")
-        first = len(self.node_names())
+        existing = self.node_names()
+        first = 1 + max((int(n.removeprefix(NODE_PREFIX)) for n in existing), default=-1)
         names = [f"{NODE_PREFIX}{i}" for i in range(first, first + count)]
         key, value = KWOK_NODE_ANNOTATION
         resources = {"cpu": "32", "memory": "256Gi", "pods": str(self.node_pods)}
@@ -410,7 +416,8 @@ class LocalControlPlane:
                 "kind": "Node",
                 "metadata": {
                     "name": name,
-                    "annotations": {key: value},
+                    # a losable node is left to its own kwok, not the shared one's selector
+                    "annotations": {} if losable else {key: value},
                     "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
                 },
                 # kwok's node-initialize stage keeps allocatable/capacity given at create
@@ -424,6 +431,9 @@ class LocalControlPlane:
             "-",
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
         )
+        if losable:
+            for name in names:
+                self._start_kwok(f"--manage-single-node={name}", proc=f"kwok-{name}")
         want = set(names)
         self._wait(
             "kwok",
@@ -434,7 +444,7 @@ class LocalControlPlane:
         return names
 
     def node_names(self) -> list[str]:
-        """Names of the kwok Nodes created so far (managed or lost), in creation order."""
+        """Names of the kwok Nodes that exist (managed or lost), in creation order."""
         out = self.kubectl("get", "nodes", "-l", "type=kwok", "-o", "name")
         names = [line.removeprefix("node/") for line in out.split()]
         return sorted(names, key=lambda n: int(n.removeprefix(NODE_PREFIX)))
@@ -450,16 +460,25 @@ class LocalControlPlane:
         }
 
     def lose_node(self, name: str) -> None:
-        """Make a Node fall silent, as when its kubelet or network dies: it leaves kwok's
-        annotation selector, so its Lease is no longer renewed and its pods no longer change.
+        """Make a node added with ``losable=True`` fall silent, as when its kubelet dies: its
+        kwok process is killed, so its Lease is no longer renewed and its pods never change.
 
-        NotReady alone terminates nothing: after ``node_monitor_grace_period`` the
-        node-lifecycle controller marks it ``Unknown`` and taints it
-        ``node.kubernetes.io/unreachable:NoExecute``; the taint-eviction controller then
-        deletes its pods after their ``tolerationSeconds`` (300 s by default), and with
-        nobody to confirm, they stay Terminating.
+        (Taking a node out of the shared kwok's annotation selector is not enough: kwok
+        v0.8.0 keeps renewing the Lease of a node until the Node is deleted.) NotReady alone
+        terminates nothing: after ``node_monitor_grace_period`` the node-lifecycle
+        controller marks it ``Unknown`` and taints it ``node.kubernetes.io/unreachable``
+        (NoExecute); the taint-eviction controller deletes its pods after their
+        ``tolerationSeconds`` (300 s by default), and with nobody to confirm, they stay
+        Terminating.
+
+        Raises:
+            ControlPlaneError: ``name`` was not added with ``losable=True``.
         """
-        self.kubectl("annotate", "node", name, f"{KWOK_NODE_ANNOTATION[0]}-")
+        proc = self._procs.pop(f"kwok-{name}", None)
+        if proc is None:
+            raise ControlPlaneError(f"{name} has no kwok of its own: add it with losable=True")
+        proc.kill()
+        proc.wait(timeout=10)
 
     # -- helpers for tests ---------------------------------------------------------------
 
@@ -657,19 +676,19 @@ class LocalControlPlane:
             "/healthz not ok",
         )
 
-    def _start_kwok(self) -> None:
+    def _start_kwok(self, manage: str = "", proc: str = "kwok") -> None:
         if self.kwok_dir is None:
             self.kwok_dir = find_kwok()
         key, value = KWOK_NODE_ANNOTATION
         self._spawn(
-            "kwok",
+            proc,
             [
                 f"--kubeconfig={self.kubeconfig}",
                 f"--config={self.kwok_dir / 'stages.yaml'}",
                 "--manage-all-nodes=false",
-                f"--manage-nodes-with-annotation-selector={key}={value}",
+                manage or f"--manage-nodes-with-annotation-selector={key}={value}",
                 f"--cidr={KWOK_POD_CIDR}",
-                "--node-ip=10.64.0.1",
+                "--node-ip=10.0.1.1",
                 f"--node-lease-duration-seconds={self.node_lease_seconds}",
                 f"--server-address=127.0.0.1:{_free_port()}",
             ],
