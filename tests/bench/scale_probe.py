@@ -66,11 +66,11 @@ def instrument(runtime: Runtime, reaction_ns: str, reactions: list[float]) -> No
     quotas: Any = runtime.operator.quotas
     patch = quotas.patch
 
-    async def timed_patch(namespace: str, body: Any) -> Any:
+    async def timed_patch(namespace: str, body: Any, *args: Any, **kwargs: Any) -> Any:
         started = pending.pop(namespace, None)
         if started is not None:
             reactions.append(time.perf_counter() - started)
-        return await patch(namespace, body)
+        return await patch(namespace, body, *args, **kwargs)
 
     quotas.patch = timed_patch
 
