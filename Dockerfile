@@ -25,10 +25,14 @@ LABEL org.opencontainers.image.title="dynquota" \
       org.opencontainers.image.licenses="Apache-2.0"
 # Same path as in the build stage: the virtualenv's scripts point at /opt/dynquota/bin/python.
 COPY --from=build /opt/dynquota /opt/dynquota
+# USER: kopf computes a peering id with getpass.getuser() at start-up (even with --standalone),
+# which reads $USER before /etc/passwd; uid 65532 (or any runAsUser) has no passwd entry in the
+# base image, where it raises KeyError and the operator exits.
 ENV PATH=/opt/dynquota/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    HOME=/tmp
+    HOME=/tmp \
+    USER=dynquota
 # 65532: the conventional "nonroot" uid/gid; numeric so runAsNonRoot can verify it.
 USER 65532:65532
 EXPOSE 8080 8081

@@ -5,7 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup controlplane kwok test unit integration lint bench bench-admission bench-scale demo clean
+.PHONY: setup controlplane kwok toxiproxy promtool image image-test alerts test unit integration \
+	lint bench bench-admission bench-scale soak demo clean
 
 setup: $(STAMP)
 
@@ -13,12 +14,34 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# PYTHONWARNINGS: setuptools' banner about editable installs is noise here
-	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	# demo: matplotlib for `make demo`'s picture (not an operator dependency)
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[dev,demo]'
 	touch $(STAMP)
 
 # Builds (only when missing) and prints the directory of the control-plane binaries.
 controlplane:
 	@hack/controlplane/build.sh
+
+# Installs (once, cached by version) and prints promtool; see hack/promtool/install.sh.
+promtool:
+	@hack/promtool/install.sh
+
+# Builds the Dockerfile daemonlessly with buildah (vfs storage, chroot isolation) on a base made
+# from Debian packages; needs buildah, podman and mmdebstrap (apt). See docs/install.md.
+image:
+	@hack/image/build.sh
+
+# The built image run for real (its filesystem, as uid 65532) against a local control plane.
+image-test: setup controlplane image
+	$(PY) -m pytest tests/integration/test_image.py
+
+# promtool check/test of the chart's alerts and their metric names against a live scrape.
+alerts: setup controlplane promtool
+	$(PY) -m pytest tests/integration/test_alerts.py
+
+# Builds (only when missing) and prints the directory of the Toxiproxy server (fault tests).
+toxiproxy:
+	@hack/toxiproxy/build.sh
 
 # Builds (only when missing) and prints the directory of kwok and its stages (simulated nodes).
 kwok:
@@ -32,11 +55,13 @@ lint: setup
 unit: setup
 	$(PY) -m pytest tests/unit
 
-integration: setup controlplane kwok
+integration: setup controlplane kwok toxiproxy
 	$(PY) -m pytest -m integration tests/integration
 
 # The full suite: lint, types, unit and integration tests against a real control plane.
-test: lint controlplane kwok
+# tests/integration/test_image.py uses the image `make image` built (.ci/run builds it first)
+# and skips, saying why, where buildah is not installed.
+test: lint controlplane kwok promtool toxiproxy
 	$(PY) -m pytest -m 'not bench' tests
 
 bench: setup controlplane kwok
@@ -44,6 +69,12 @@ bench: setup controlplane kwok
 
 bench-admission: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench -k admission
+
+# Chaos soak (not in `make test`): two replicas, 200 namespaces, random faults; 30 minutes
+# unless SOAK_SECONDS says otherwise. Prints a table; exits non-zero on any invariant violation.
+SOAK_SECONDS ?= 1800
+soak: setup controlplane toxiproxy
+	$(PY) tests/soak/soak.py --seconds $(SOAK_SECONDS)
 
 # 150,000 watched objects (run a) and pod churn on 100 kwok nodes (run b), each beside a
 # plain-kopf baseline; knobs in tests/bench/test_scale_bench.py (DYNQUOTA_SCALE_*).

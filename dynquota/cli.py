@@ -25,6 +25,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
@@ -196,15 +197,25 @@ def _unreachable(exc: BaseException) -> bool:
     return isinstance(exc, TransportError | aiohttp.ClientError | ConnectionError | TimeoutError)
 
 
+def _refused_for_now(exc: BaseException) -> bool:
+    """Whether ``exc`` is a 401, 403 or 404 (RBAC, credentials or the CRD): fatal if it
+    lasts, but what an apiserver answers for a few seconds after a restart."""
+    from dynquota.kube.errors import ApiError
+
+    return isinstance(exc, ApiError) and exc.status in (401, 403, 404)
+
+
 async def _preflight(settings: Settings, attempts: int | None = None, delay: float = 1.0) -> None:
     """Check what ``run`` needs before starting kopf: the kubeconfig, then reading
     ``kube-system`` and listing policies.
 
-    A missing or malformed kubeconfig, a 401/403 or a missing CRD raise :class:`UserError`
-    at once. An unreachable apiserver (no answer, 429, 5xx: a control-plane blip) is retried
-    with exponential backoff (``delay`` seconds doubling, capped at 30 s), each attempt
-    logged at WARNING, until it answers — or, with ``attempts`` (tests), that many attempts
-    failed (then :class:`UserError`).
+    A missing or malformed kubeconfig raises :class:`UserError` at once. Anything the
+    apiserver answers is retried with exponential backoff (``delay`` seconds doubling, capped
+    at 30 s) until it succeeds — or, with ``attempts`` (tests), that many attempts failed
+    (then :class:`UserError`): an unreachable apiserver (no answer, 429, 5xx) logged at
+    WARNING; a 401/403 or a missing CRD logged at ERROR with what to fix, because right after
+    an apiserver restart its authorizer and CRD caches answer exactly that for a few seconds
+    (an operator that exited then would crash-loop through the incident it exists for).
     """
     from dynquota.kube.backoff import Backoff
     from dynquota.kube.client import new_api_client
@@ -232,14 +243,16 @@ async def _preflight(settings: Settings, attempts: int | None = None, delay: flo
                     break
                 except Exception as exc:
                     error = explain(exc, what)
-                    if not _unreachable(exc) or (
+                    refused = _refused_for_now(exc)
+                    if not (_unreachable(exc) or refused) or (
                         attempts is not None and backoff.failures + 1 >= attempts
                     ):
                         if error is not None:
                             raise error from exc
                         raise
                     wait = backoff.next_delay()
-                    log.warning(
+                    log.log(
+                        logging.ERROR if refused else logging.WARNING,
                         "%s (attempt %d); retrying in %.1f s",
                         error or f"{what}: {exc}",
                         backoff.failures,
@@ -626,10 +639,20 @@ def delete_managed_quotas(
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the demo on a local control plane."""
-    from dynquota.demo import main as demo_main
+    """Run the demo on a local control plane.
 
-    return demo_main(fast=args.fast)
+    Raises:
+        UserError: the ``testing`` extra is not installed (as in the operator image).
+    """
+    try:
+        from dynquota.demo import main as demo_main
+    except ImportError as exc:
+        raise UserError(
+            f"dynquota demo needs the 'testing' extra ({exc.name or exc} is not installed) and "
+            "a dynquota source checkout: it builds and starts a local control plane from the "
+            "repository (git clone, then `make demo`); the operator image does not include it"
+        ) from exc
+    return demo_main(fast=args.fast, picture=args.picture)
 
 
 # -- parser ------------------------------------------------------------------------------------
@@ -675,7 +698,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("-o", "--output", choices=("table", "json"), default="table")
     plan.set_defaults(handler=cmd_plan)
 
-    override = commands.add_parser("override", help="request the tenant override (7 days)")
+    override = commands.add_parser(
+        "override", help="request the tenant override (lasts the operator's TTL, 168h by default)"
+    )
     override.add_argument("namespace")
     override.add_argument("--off", action="store_true", help="cancel the override")
     override.add_argument("--kubeconfig")
@@ -702,6 +727,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run the demo on a local control plane")
     demo.add_argument(
         "--fast", action="store_true", help="shorter scenario (for tests), about 2 minutes"
+    )
+    demo.add_argument(
+        "--picture",
+        type=Path,
+        help="where to write the picture of hard and usage over time (PNG, or SVG by suffix; "
+        "default: a new file under $TMPDIR/dynquota-demo/)",
     )
     demo.set_defaults(handler=cmd_demo)
     return parser

@@ -15,7 +15,9 @@ runs the operator in-process as the chart's ServiceAccount, and drives:
 The ReplicaSet controller backs off exponentially after quota denials and is not woken by a
 quota change, so after each upscale the demo *nudges* the ReplicaSets of that namespace (it
 touches an annotation, which makes the controller sync at once) and says so. The demo prints a
-live table and a closing summary, and stops everything it started.
+live table and a closing summary, writes a picture of each namespace's hard and usage over time
+(:mod:`dynquota.demo_picture`, with matplotlib when installed) and prints its path, and stops
+everything it started.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ from typing import Any
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.demo_picture import Sample, SeriesRecorder, default_picture_path, write_picture
 from dynquota.policy import Decision
+from dynquota.quantity import parse_quantity
 from dynquota.settings import Settings
 from dynquota.testing.controlplane import ControlPlaneError, LocalControlPlane
 from dynquota.testing.operator import (
@@ -53,6 +57,11 @@ NAMESPACES = (WEB, RUNAWAY, HELM)
 LABEL = {"dynquota.io/demo": "true"}
 NUDGE = "demo.dynquota.io/nudge"
 DEMO_NODES = 3  # kwok nodes of 110 pods: room for every demo pod
+PICTURE_PANELS = (
+    (WEB, "pods", "a normal scale-up, in buffer steps"),
+    (RUNAWAY, "pods", "a runaway throttled to one step per cooldown, then sized down"),
+    (HELM, "configmaps", "a burst denied, the tenant override, its expiry"),
+)
 
 
 @dataclass
@@ -179,6 +188,27 @@ class Demo:
                 f"nudged ReplicaSet {ns}/{rs.metadata.name} (the ReplicaSet controller backs "
                 "off after quota denials and is not woken by a quota change)",
             )
+
+    def observe_series(self) -> Sample:
+        """The demo namespaces' hard and usage, overrides and the kill switch now (one point
+        of the picture; raises ``ApiException`` when a read fails)."""
+        hard: dict[tuple[str, str], int] = {}
+        usage: dict[tuple[str, str], int] = {}
+        overrides = set()
+        views = self.op.runtime.operator.views if self.op and self.op.runtime else {}
+        for ns in NAMESPACES:
+            quota = self.c.quota(ns)
+            if quota is not None:
+                for resource, value in (quota.spec.hard or {}).items():
+                    hard[(ns, resource)] = int(parse_quantity(value).value)
+                if "dynquota.io/override" in (quota.metadata.annotations or {}):
+                    overrides.add(ns)
+            view = views.get(ns)
+            for resource, count in (view.usage if view is not None else {}).items():
+                usage[(ns, resource)] = count
+        system = self.c.core.read_namespace("kube-system").metadata.annotations or {}
+        engaged = system.get("dynquota.io/kill-switch", "").lower() == "true"
+        return Sample(0.0, hard, usage, frozenset(overrides), engaged)
 
     # -- scenario ---------------------------------------------------------------------------------
 
@@ -357,6 +387,10 @@ class Demo:
         )
         self.show.line("demo", "5. every managed quota deleted; none is created while engaged")
         self.print_table(force=True)
+        # Stay engaged for one cooldown: shows that nothing comes back (and in the picture).
+        time.sleep(self.t.up)
+        back = [ns for ns in NAMESPACES if self.c.quota(ns) is not None]
+        self.show.line("demo", f"5. engaged for {self.t.up}s: managed quotas re-created: {back}")
         self.show.line("admin", "dynquota kill-switch off")
         self.c.kill_switch(None)
         wait_until(
@@ -397,8 +431,9 @@ class Demo:
         print(f"    total time: {time.monotonic() - started:.0f} s", flush=True)
 
 
-def main(fast: bool = False) -> int:
-    """Run the demo; returns the exit code (0 on success)."""
+def main(fast: bool = False, picture: Path | None = None) -> int:
+    """Run the demo; returns the exit code (0 on success). The picture of hard and usage over
+    time goes to ``picture`` (default :func:`~dynquota.demo_picture.default_picture_path`)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # the operator runs in a thread here, where kopf cannot install signal handlers: expected
     logging.getLogger("kopf._core.reactor.running").setLevel(logging.ERROR)
@@ -426,10 +461,17 @@ def main(fast: bool = False) -> int:
                 show.line("demo", "CRD, chart RBAC and operator ServiceAccount installed")
                 api: Any = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)  # type: ignore[no-untyped-call]
                 demo = Demo(OperatorCluster(cp, api, kubeconfig), timing, show)
+                recorder = SeriesRecorder(demo.observe_series).start()
                 try:
                     demo.run(start_operator)
                     demo.summary(started)
+                    recorder.stop()
+                    where = picture or default_picture_path()
+                    print(
+                        "    " + write_picture(recorder.samples, PICTURE_PANELS, where), flush=True
+                    )
                 finally:
+                    recorder.stop()
                     for op in running:
                         with contextlib.suppress(Exception):
                             op.stop()

@@ -10,6 +10,7 @@ dynquota_usage                              gauge   namespace, resource (U, a co
 dynquota_tally                              gauge   namespace, resource (informer count)
 dynquota_hard                               gauge   namespace, resource (spec.hard)
 dynquota_target                             gauge   namespace, resource (T(U))
+dynquota_maximum                            gauge   namespace, resource (the policy maximum)
 dynquota_drift                              gauge   namespace, resource (tally - status.used)
 dynquota_usage_above_maximum                gauge   namespace, resource (1 when U > maximum)
 dynquota_resizes_total                      counter direction (up/down), reason
@@ -80,6 +81,9 @@ class Metrics:
         self.tally = Gauge("dynquota_tally", "Objects counted by the informers", _NR, registry=r)
         self.hard = Gauge("dynquota_hard", "spec.hard of the managed quota", _NR, registry=r)
         self.target = Gauge("dynquota_target", "Target T(U) from the profile", _NR, registry=r)
+        self.maximum = Gauge(
+            "dynquota_maximum", "Maximum of the governing policy's profile", _NR, registry=r
+        )
         self.drift = Gauge("dynquota_drift", "Informer tally minus status.used", _NR, registry=r)
         self.above_maximum = Gauge(
             "dynquota_usage_above_maximum", "1 when usage exceeds the maximum", _NR, registry=r
@@ -184,7 +188,7 @@ class Metrics:
 
     def forget_namespace(self, namespace: str, resources: tuple[str, ...]) -> None:
         """Remove the per-namespace series of ``namespace`` (deleted or unmanaged)."""
-        for gauge in (self.usage, self.tally, self.hard, self.target, self.drift):
+        for gauge in (self.usage, self.tally, self.hard, self.target, self.maximum, self.drift):
             for resource in resources:
                 with contextlib.suppress(KeyError):
                     gauge.remove(namespace, resource)

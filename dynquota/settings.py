@@ -85,7 +85,10 @@ class Settings(BaseSettings):
         60, ge=0, description="liveness fails after watch timeout + this without a watch cycle"
     )
     kill_switch_delete_qps: float = Field(
-        20.0, gt=0, description="client-side rate limit of kill-switch deletes, per second"
+        20.0,
+        gt=0,
+        description="client-side rate limit of managed-quota deletes (kill switch, "
+        "namespaces no longer managed, cleanup), per second",
     )
     exclude_namespaces: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma list of namespaces never managed"

@@ -1059,6 +1059,7 @@ class Operator:
             m.usage.labels(namespace, resource).set(usage[resource])
             m.tally.labels(namespace, resource).set(tally[resource])
             m.target.labels(namespace, resource).set(target(usage[resource], profile))
+            m.maximum.labels(namespace, resource).set(profile.maximum)
             m.above_maximum.labels(namespace, resource).set(
                 1 if usage[resource] > profile.maximum else 0
             )

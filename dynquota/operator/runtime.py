@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kopf
+from kopf._core.engines.peering import Identity
 from kubernetes_asyncio import client
 
 from dynquota.kube.backoff import Backoff
@@ -368,6 +369,9 @@ async def run(
             settings=kopf_settings(settings),
             standalone=True,
             clusterwide=True,
+            # kopf derives a default identity from getpass.getuser(), which fails for a uid
+            # without a passwd entry (the image's 65532)
+            identity=Identity(settings.pod_name),
             liveness_endpoint=liveness,
             memo=memo,
             stop_flag=stop_flag,

@@ -7,7 +7,7 @@
 - :mod:`~dynquota.policy.decide`: :func:`decide`, the one sizing function;
 - :mod:`~dynquota.policy.durations`: ``90s``/``5m``/``1h30m`` durations.
 
-The rules as implemented, and how DESIGN §2's open points were settled: ``docs/sizing.md``.
+The rules as implemented, and how their open points were settled: ``docs/sizing.md``.
 """
 
 from dynquota.policy.decide import (

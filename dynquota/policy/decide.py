@@ -5,8 +5,8 @@ annotations, the governing policy, the kill switch, ``now``) and returns a :clas
 what to write (create, one JSON merge-patch, or delete), why, which Events to post and when to
 look again. It does no I/O and reads no clock. All sizing arithmetic is on integers.
 
-The rules are DESIGN §2 "Sizing rules", "Tenant override", "Admin kill switch" and "Dry run";
-``docs/sizing.md`` states them as implemented, with every ambiguity settled. Times are seconds
+The rules (sizing, tenant override, kill switch, dry run) are stated as implemented, with
+every ambiguity settled, in ``docs/sizing.md``. Times are seconds
 since the epoch; decisions work on whole seconds (``floor(now)``), the resolution of the
 timestamps stored in annotations.
 """

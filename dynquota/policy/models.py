@@ -139,7 +139,7 @@ DEFAULT_PROFILES: Final[Mapping[str, ResourceProfile]] = {
     PODS: ResourceProfile.of(40, 10, 1000, 5 * 60, 3600),
     CONFIGMAPS: ResourceProfile.of(40, 50, 2000, 2 * 60, 6 * 3600),
 }
-"""Built-in profiles (DESIGN §2): pods 40%/10/1000/5m/1h; configmaps 40%/50/2000/2m/6h."""
+"""Built-in profiles: pods 40%/10/1000/5m/1h; configmaps 40%/50/2000/2m/6h."""
 
 
 # -- label selectors (apimachinery pkg/apis/meta/v1/validation ValidateLabelSelector,

@@ -43,6 +43,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -83,6 +84,116 @@ NODE_CONTROLLERS = (
 ADMIN_USER = "dynquota-admin"
 # One thread that lives as long as the process forks every component (see _die_with_parent).
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cp-spawner")
+
+
+AUDIT_POLICY: dict[str, object] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "Metadata",
+            # the main resource only: the apiserver's own quota status writes are not logged
+            "resources": [{"group": "", "resources": ["resourcequotas"]}],
+            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+        },
+        {
+            "level": "Metadata",
+            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+            "verbs": ["create", "update", "patch", "delete"],
+        },
+        {"level": "None"},
+    ],
+}
+"""The audit policy of ``LocalControlPlane(audit=True)``: who wrote managed quotas and
+Leases, when, with which answer."""
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One audit event (stage ``ResponseComplete`` or ``Panic``) of the local apiserver.
+
+    Times are seconds since the epoch (float). ``user`` is the authenticated user name,
+    ``extra`` its extra attributes (for a ServiceAccount token:
+    ``authentication.kubernetes.io/credential-id`` = ``["JTI=<token id>"]``), ``code`` the
+    HTTP status answered (``None`` if the request panicked).
+    """
+
+    audit_id: str
+    stage: str
+    verb: str
+    user: str
+    extra: dict[str, list[str]]
+    user_agent: str
+    resource: str
+    namespace: str
+    name: str
+    code: int | None
+    received: float
+    completed: float
+
+    @classmethod
+    def from_json(cls, event: dict[str, Any]) -> AuditRecord:
+        """Build a record from one line of the JSON audit log (``audit.k8s.io/v1`` Event).
+
+        Raises ``KeyError``/``ValueError`` for a line that is not an audit Event."""
+        ref = event.get("objectRef") or {}
+        user = event.get("user") or {}
+        status = event.get("responseStatus") or {}
+        return cls(
+            audit_id=event["auditID"],
+            stage=event["stage"],
+            verb=event["verb"],
+            user=user.get("username", ""),
+            extra={k: list(v) for k, v in (user.get("extra") or {}).items()},
+            user_agent=event.get("userAgent", ""),
+            resource=ref.get("resource", ""),
+            namespace=ref.get("namespace", ""),
+            name=ref.get("name", ""),
+            code=status.get("code"),
+            received=_rfc3339(event["requestReceivedTimestamp"]),
+            completed=_rfc3339(event["stageTimestamp"]),
+        )
+
+
+def _rfc3339(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class AuditLog:
+    """Incremental reader of a JSON-lines audit log: :meth:`read_new` returns the records
+    appended since the last call (complete lines only).
+
+    Args:
+        path: the log file (it may not exist yet).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read_new(self) -> list[AuditRecord]:
+        """Records completed since the last call, oldest first; malformed lines skipped."""
+        try:
+            with self.path.open("rb") as stream:
+                stream.seek(self._offset)
+                chunk = stream.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        records = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                records.append(AuditRecord.from_json(json.loads(line)))
+            except (KeyError, ValueError, TypeError):
+                continue
+        return records
 
 
 class ControlPlaneError(RuntimeError):
@@ -264,6 +375,8 @@ class LocalControlPlane:
         client_qps: client-side QPS of the controller manager and the scheduler (burst twice
             that); None keeps their defaults (20 and 50).
         kwok_dir: directory of ``kwok`` and ``stages.yaml`` (default: :func:`find_kwok`).
+        audit: write an audit log (:data:`AUDIT_POLICY`: Metadata level for writes of
+            ResourceQuotas and Leases) to ``audit_log_path``; read it with :class:`AuditLog`.
     """
 
     bin_dir: Path | None = None
@@ -279,6 +392,7 @@ class LocalControlPlane:
     node_lease_seconds: int = 40
     client_qps: int | None = None
     kwok_dir: Path | None = None
+    audit: bool = False
 
     kubeconfig: str = field(init=False, default="")
     server: str = field(init=False, default="")
@@ -293,6 +407,12 @@ class LocalControlPlane:
         """Directory of ``etcd.log``, ``kube-apiserver.log``, ``kube-controller-manager.log``."""
         assert self.workdir is not None
         return self.workdir / "logs"
+
+    @property
+    def audit_log_path(self) -> Path:
+        """The apiserver's audit log (JSON lines; written only with ``audit=True``)."""
+        assert self.workdir is not None
+        return self.workdir / "logs" / "audit.log"
 
     @property
     def ca_file(self) -> Path:
@@ -374,6 +494,7 @@ class LocalControlPlane:
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                *self._audit_args(),
                 *self.extra_apiserver_args,
             ],
         )
@@ -479,6 +600,10 @@ class LocalControlPlane:
             raise ControlPlaneError(f"{name} has no kwok of its own: add it with losable=True")
         proc.kill()
         proc.wait(timeout=10)
+    @property
+    def apiserver_port(self) -> int:
+        """The port kube-apiserver listens on (on 127.0.0.1); kept across restarts."""
+        return self._apiserver_port
 
     # -- helpers for tests ---------------------------------------------------------------
 
@@ -550,6 +675,22 @@ class LocalControlPlane:
         return "\n".join(parts)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _audit_args(self) -> list[str]:
+        if not self.audit:
+            return []
+        assert self.workdir is not None
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log_path}",
+            "--audit-log-format=json",
+            # written as each request completes: readers see it at once
+            "--audit-log-mode=blocking",
+            "--audit-log-maxbackup=0",
+            "--audit-log-maxsize=0",
+        ]
 
     def _write_pki(self) -> None:
         assert self.workdir is not None

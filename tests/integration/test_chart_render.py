@@ -3,6 +3,7 @@ object accepted by the real apiserver (server-side dry run)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -448,6 +449,7 @@ def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None
         "DynquotaKillSwitchEngaged",
         "DynquotaNamespaceAtMaximum",
         "DynquotaPolicyInvalid",
+        "DynquotaReconcileErrors",
         "DynquotaUsageDrift",
     ]
     assert alerts["DynquotaAbsent"]["expr"] == (
@@ -469,6 +471,14 @@ def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None
     )
     names = [r["alert"] for r in one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]]
     assert names[-1] == "DynquotaNoLeader"
+    # The Grafana dashboard, for the sidecar: the chart's JSON file, unchanged.
+    dashboard = one(objs, "ConfigMap", "dq-dynquota-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "Kubernetes"}
+    assert dashboard["metadata"]["namespace"] == NS
+    assert json.loads(dashboard["data"]["dynquota.json"]) == json.loads(
+        (CHART / "dashboards" / "dynquota.json").read_text()
+    )
 
 
 def test_dry_run_values(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -190,14 +190,17 @@ def test_downscale_only_after_the_stabilisation_window(
     )
 
 
-def test_maximum_caps_the_quota_and_usage_above_it_is_reported(
+def test_a_namespace_above_the_maximum_at_install_is_held_at_usage_and_reported(
     op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
 ) -> None:
+    """v0.2, never below usage: 30 pods before install, maximum 25 -> hard 30 (not 25, which
+    would refuse every create, replacements included); no growth; reported."""
     ns = op_cluster.new_namespace(scope)
     op_cluster.create_pods(ns, 30)
     op_cluster.policy("p-max", scope, pods=profile(maximum=25), configmaps=CONFIGMAPS)
     op = start_operator()
-    op_cluster.wait_hard(ns, {"pods": "25", "configmaps": "20"})
+    quota = op_cluster.wait_hard(ns, {"pods": "30", "configmaps": "20"})
+    assert quota.metadata.annotations["dynquota.io/hard.pods"] == "30"
     event = op_cluster.wait_event(ns, "UsageAboveMaximum")
     assert event.type == "Warning"
     assert event.message == "usage of pods 30 is above the maximum 25 of policy p-max"
@@ -208,7 +211,17 @@ def test_maximum_caps_the_quota_and_usage_above_it_is_reported(
         "usage_above_maximum metric",
     )
     assert op.sample("dynquota_usage", {"namespace": ns, "resource": "pods"}) == 30
-    assert op.sample("dynquota_hard", {"namespace": ns, "resource": "pods"}) == 25
+    assert op.sample("dynquota_hard", {"namespace": ns, "resource": "pods"}) == 30
+    # enforced: a 31st pod is refused, but a deleted pod's replacement is admitted
+    with pytest.raises(ApiException) as refused:
+        op_cluster.create_pod(ns)
+    assert refused.value.status == 403
+    assert "exceeded quota: dynquota" in str(refused.value.body)
+    op_cluster.delete_pods(ns, 1)
+    wait_until(
+        lambda: (op_cluster.quota(ns).status.used or {}).get("pods") == "29", "status.used 29"
+    )
+    op_cluster.create_pod(ns)  # the replacement fits
 
 
 def test_override_raises_to_maximum_then_expires_back_to_sizing(

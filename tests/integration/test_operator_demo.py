@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
-def test_demo_runs_and_cleans_up() -> None:
+def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
+    picture = tmp_path / "demo.png"
     done = subprocess.run(
-        [sys.executable, "-m", "dynquota.cli", "demo", "--fast"],
+        [sys.executable, "-m", "dynquota.cli", "demo", "--fast", "--picture", str(picture)],
         capture_output=True,
         text=True,
         timeout=280,
@@ -23,8 +25,13 @@ def test_demo_runs_and_cleans_up() -> None:
     assert "3. demo-helm: install re-run, all 100 ConfigMaps created under the override" in out
     assert "4. demo-helm: override expired, configmaps sized from the peak usage" in out
     assert "5. every managed quota deleted; none is created while engaged" in out
+    assert "5. engaged for 4s: managed quotas re-created: []" in out
     assert "5. quotas re-created from current usage" in out
     assert "nudged ReplicaSet demo-runaway/" in out
     assert out.rstrip().endswith("everything stopped: control plane, operator, temporary files.")
+    # The picture of hard and usage over time (matplotlib, the `demo` extra `make setup` installs).
+    assert f"    picture: {picture}\n" in out
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert picture.stat().st_size > 20_000
     # the operator runs in a thread: kopf's expected "OS signals are ignored" line is dropped
     assert "OS signals are ignored" not in done.stderr + out

@@ -201,6 +201,7 @@ OPAQUE = (
     "securityContext.",
     "cleanupOnUninstall.resources.",
     "defaultPolicy.resources.",
+    "metrics.grafanaDashboard.labels.",
 )
 
 

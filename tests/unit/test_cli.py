@@ -212,3 +212,50 @@ async def test_preflight_still_fails_at_once_on_a_missing_kubeconfig(tmp_path: P
     settings = Settings(kubeconfig=str(_kubeconfig(tmp_path, f"http://127.0.0.1:{port}")))
     with pytest.raises(UserError, match="cannot reach the Kubernetes API"):
         await _preflight(settings, attempts=2, delay=0.01)
+
+
+async def test_preflight_retries_rbac_and_crd_refusals_as_after_an_apiserver_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Right after a kube-apiserver restart its authorizer answers 403 and the CRD 404 for a
+    few seconds: ``run`` must wait them out (logged at ERROR), not exit."""
+    port = _free_port()
+    settings = Settings(kubeconfig=str(_kubeconfig(tmp_path, f"http://127.0.0.1:{port}")))
+    answers = {"ns": 2, "crd": 2}
+
+    async def namespace(request: web.Request) -> web.Response:
+        if answers["ns"] > 0:
+            answers["ns"] -= 1
+            return web.json_response(
+                {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"},
+                status=403,
+            )
+        return web.json_response(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}
+        )
+
+    async def policies(request: web.Request) -> web.Response:
+        if answers["crd"] > 0:
+            answers["crd"] -= 1
+            return web.json_response(
+                {"kind": "Status", "code": 404, "reason": "NotFound", "message": "nope"},
+                status=404,
+            )
+        return web.json_response({"apiVersion": "dynquota.io/v1alpha1", "items": []})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/kube-system", namespace)
+    app.router.add_get("/apis/dynquota.io/v1alpha1/dynamicquotapolicies", policies)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    try:
+        with caplog.at_level("WARNING", logger="dynquota.cli"):
+            await asyncio.wait_for(_preflight(settings, delay=0.01), timeout=10)
+    finally:
+        await runner.cleanup()
+    assert answers == {"ns": 0, "crd": 0}
+    levels = [r.levelname for r in caplog.records]
+    assert levels == ["ERROR"] * 4
+    assert "insufficient RBAC permissions (403)" in caplog.records[0].getMessage()

@@ -4,7 +4,7 @@ The fake is :class:`FakeLeases`, a :class:`~dynquota.kube.leader.LeaseApi` keepi
 with resourceVersion preconditions (409 on a stale one), into which faults are injected:
 connection errors, a request that never answers, a barrier that makes two candidates write
 on the same resourceVersion. Time is :class:`VirtualTime`: the gate's monotonic clock and
-sleep, advanced by the test. Ported from ../shared/repro/faults/p4_leader.py and p4c.py.
+sleep, advanced by the test. Ported from the reproducers of issue 10's leader cases.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Issue 10 ("Fail safe under API faults"), one test per case, against fakes at the kube/
-ports. Each was a reproducer of a bug (../shared/repro/faults/) and fails on the code before
-the fix."""
+ports. Each was a reproducer of a bug and fails on the code before the
+fix."""
 
 from __future__ import annotations
 
