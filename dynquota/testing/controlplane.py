@@ -600,6 +600,7 @@ class LocalControlPlane:
             raise ControlPlaneError(f"{name} has no kwok of its own: add it with losable=True")
         proc.kill()
         proc.wait(timeout=10)
+
     @property
     def apiserver_port(self) -> int:
         """The port kube-apiserver listens on (on 127.0.0.1); kept across restarts."""
