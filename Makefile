@@ -5,8 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup controlplane toxiproxy promtool image image-test alerts test unit integration lint \
-	bench bench-admission soak demo clean
+.PHONY: setup controlplane kwok toxiproxy promtool image image-test alerts test unit integration \
+	lint bench bench-admission bench-scale soak demo clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,10 @@ alerts: setup controlplane promtool
 toxiproxy:
 	@hack/toxiproxy/build.sh
 
+# Builds (only when missing) and prints the directory of kwok and its stages (simulated nodes).
+kwok:
+	@hack/kwok/build.sh
+
 lint: setup
 	$(VENV)/bin/ruff check dynquota tests
 	$(VENV)/bin/ruff format --check dynquota tests
@@ -51,17 +55,17 @@ lint: setup
 unit: setup
 	$(PY) -m pytest tests/unit
 
-integration: setup controlplane toxiproxy
+integration: setup controlplane kwok toxiproxy
 	$(PY) -m pytest -m integration tests/integration
 
 # The full suite: lint, types, unit and integration tests against a real control plane.
 # tests/integration/test_image.py uses the image `make image` built (.ci/run builds it first)
 # and skips, saying why, where buildah is not installed.
-test: lint controlplane promtool toxiproxy
+test: lint controlplane kwok promtool toxiproxy
 	$(PY) -m pytest -m 'not bench' tests
 
-bench: setup controlplane
-	$(PY) -m pytest -m bench -s tests/bench
+bench: setup controlplane kwok
+	$(PY) -m pytest -m 'bench and not scale' -s tests/bench
 
 bench-admission: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench -k admission
@@ -72,7 +76,12 @@ SOAK_SECONDS ?= 1800
 soak: setup controlplane toxiproxy
 	$(PY) tests/soak/soak.py --seconds $(SOAK_SECONDS)
 
-demo: setup controlplane
+# 150,000 watched objects (run a) and pod churn on 100 kwok nodes (run b), each beside a
+# plain-kopf baseline; knobs in tests/bench/test_scale_bench.py (DYNQUOTA_SCALE_*).
+bench-scale: setup controlplane kwok
+	$(PY) -m pytest -m scale -s tests/bench/test_scale_bench.py
+
+demo: setup controlplane kwok
 	$(PY) -m dynquota.cli demo
 
 clean:

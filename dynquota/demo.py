@@ -1,6 +1,7 @@
 """``dynquota demo``: the operator on a real local control plane and a real workload.
 
-Starts etcd, kube-apiserver and kube-controller-manager (:mod:`dynquota.testing.controlplane`),
+Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and three kwok-simulated
+nodes (:mod:`dynquota.testing.controlplane`; pods are scheduled and run),
 installs the CRD, the chart's RBAC and a demo policy with short cooldowns (up 10 s, down 30 s),
 runs the operator in-process as the chart's ServiceAccount, and drives:
 
@@ -55,6 +56,7 @@ WEB, RUNAWAY, HELM = "demo-web", "demo-runaway", "demo-helm"
 NAMESPACES = (WEB, RUNAWAY, HELM)
 LABEL = {"dynquota.io/demo": "true"}
 NUDGE = "demo.dynquota.io/nudge"
+DEMO_NODES = 3  # kwok nodes of 110 pods: room for every demo pod
 PICTURE_PANELS = (
     (WEB, "pods", "a normal scale-up, in buffer steps"),
     (RUNAWAY, "pods", "a runaway throttled to one step per cooldown, then sized down"),
@@ -439,8 +441,9 @@ def main(fast: bool = False, picture: Path | None = None) -> int:
     timing = Timing.fast() if fast else Timing()
     started = time.monotonic()
     print(
-        "dynquota demo: a local control plane (etcd, kube-apiserver, kube-controller-manager; "
-        "no kubelet, pods stay Pending), the operator, a real workload.",
+        "dynquota demo: a local control plane (etcd, kube-apiserver, kube-controller-manager, "
+        f"kube-scheduler and {DEMO_NODES} kwok-simulated nodes: pods run), the operator, a real "
+        "workload.",
         flush=True,
     )
     running: list[OperatorThread] = []
@@ -451,7 +454,7 @@ def main(fast: bool = False, picture: Path | None = None) -> int:
         return op.start()
 
     try:
-        with LocalControlPlane(resource_quota_sync_period=5) as cp:
+        with LocalControlPlane(resource_quota_sync_period=5, nodes=DEMO_NODES) as cp:
             show.line("demo", f"control plane up at {cp.server} (logs: {cp.log_dir})")
             with tempfile.TemporaryDirectory(prefix="dynquota-demo-") as tmp:
                 kubeconfig = install_operator(cp, Path(tmp))

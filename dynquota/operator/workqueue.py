@@ -7,6 +7,10 @@ The semantics follow client-go's ``util/workqueue`` (kubernetes/kubernetes
 - a key is processed by at most one worker at a time;
 - adding a key that is already queued does nothing (a burst of events is one decision);
 - adding a key that is being processed marks it dirty: it is processed once more afterwards;
+- with a coalescing window, :meth:`WorkQueue.add` is a leading-edge throttle: the first event
+  of a quiet key (not queued, not running, no run started within the window) makes it
+  runnable at once; later events make at most one more run, at the end of the window counted
+  from the last run's start (trailing edge), so a burst still coalesces;
 - :meth:`WorkQueue.add_at` schedules a key at a wall-clock instant; for one key the earliest
   pending instant wins (a later one is dropped: the run at the earlier instant schedules the
   next one again);
@@ -58,8 +62,9 @@ class WorkQueue:
         handler: ``async (key) -> Outcome``; an exception counts as ``Outcome(retry=True)``
             (and is logged).
         workers: concurrent runs (of distinct keys).
-        coalesce: seconds that :meth:`add` waits before the key becomes runnable, so that
-            events arriving together make one run (0: at once).
+        coalesce: the coalescing window in seconds: a quiet key runs at once, and events
+            arriving within the window of its last run's start make one more run at the
+            window's end (0: every add is :meth:`add_now`).
         backoff_base, backoff_cap: retry delays in seconds, ``base * 2**n`` up to ``cap``.
         clock: wall clock (seconds since the epoch), injectable for tests.
     """
@@ -86,6 +91,7 @@ class WorkQueue:
         self._dirty: set[str] = set()
         self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}
         self._failures: dict[str, int] = {}
+        self._started: dict[str, float] = {}  # wall-clock start of each key's last run
         self._tasks: list[asyncio.Task[None]] = []
         self._idle = asyncio.Event()
         self._idle.set()
@@ -95,11 +101,19 @@ class WorkQueue:
     # -- adding work ------------------------------------------------------------------------
 
     def add(self, key: str) -> None:
-        """Make ``key`` runnable (after the coalescing window, if any)."""
-        if self._coalesce > 0:
-            self.add_at(key, self._clock() + self._coalesce)
-        else:
+        """Make ``key`` runnable: at once when it is quiet (leading edge), otherwise at the end
+        of the coalescing window that its last run's start opened (trailing edge)."""
+        if self._coalesce <= 0:
             self.add_now(key)
+            return
+        if key in self._queued:
+            return  # the queued run has not read anything yet: it will see this event too
+        now = self._clock()
+        last = self._started.get(key)
+        if key not in self._processing and (last is None or now - last >= self._coalesce):
+            self.add_now(key)
+            return
+        self.add_at(key, (now if last is None else last) + self._coalesce)
 
     def add_now(self, key: str) -> None:
         """Make ``key`` runnable at once, skipping the coalescing window."""
@@ -145,6 +159,7 @@ class WorkQueue:
         """Drop the pending timer and the failure count of ``key`` (e.g. namespace deleted)."""
         self._cancel_timer(key)
         self._failures.pop(key, None)
+        self._started.pop(key, None)
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -205,6 +220,7 @@ class WorkQueue:
             key = await self._queue.get()
             self._queued.discard(key)
             self._processing.add(key)
+            self._started[key] = self._clock()
             try:
                 outcome = await self._run(key)
             finally:

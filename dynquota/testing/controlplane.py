@@ -1,8 +1,16 @@
-"""A real local Kubernetes control plane: etcd, kube-apiserver and kube-controller-manager.
+"""A real local Kubernetes control plane: etcd, kube-apiserver and kube-controller-manager,
+and on request kube-scheduler with KWOK-simulated nodes.
 
 Used by the integration tests, the benchmarks and ``dynquota demo``; never imported by the
 operator. The binaries come from ``hack/controlplane/build.sh`` (built from Go modules, cached
-outside the repository by version) or from ``$DYNQUOTA_CONTROLPLANE_ASSETS``.
+outside the repository by version) or from ``$DYNQUOTA_CONTROLPLANE_ASSETS``; kwok and its
+stages from ``hack/kwok/build.sh`` or ``$DYNQUOTA_KWOK_ASSETS``.
+
+With ``nodes=N`` the cluster behaves like one with kubelets: kube-scheduler binds pods, kwok
+(``sigs.k8s.io/kwok``) keeps N fake Nodes Ready with Lease heartbeats and drives pod lifecycles
+without a container runtime (a bound pod becomes Running, a Job's pod Succeeded, a deleted pod
+goes away), and the controller manager adds the job, ttl-after-finished, node-lifecycle and
+taint-eviction controllers, so Jobs finish and a lost node's pods are evicted.
 
 Everything listens on 127.0.0.1 on free ports. Authentication: a static admin token (group
 ``system:masters``) and ServiceAccount tokens; authorization: ``Node,RBAC``; the default
@@ -43,7 +51,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
+BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "helm",
+)
 ASSETS_ENV = "DYNQUOTA_CONTROLPLANE_ASSETS"
 CONTROLLERS = (
     "resourcequota-controller",
@@ -57,6 +72,14 @@ CONTROLLERS = (
     "pod-garbage-collector-controller",
     # aggregates the chart's tenant ClusterRole into admin/edit
     "clusterrole-aggregation-controller",
+)
+# Added with nodes: Jobs run to completion and are cleaned up, a silent node is marked
+# NotReady/Unknown and tainted, and its pods are evicted after their tolerationSeconds.
+NODE_CONTROLLERS = (
+    "job-controller",
+    "ttl-after-finished-controller",
+    "node-lifecycle-controller",
+    "taint-eviction-controller",
 )
 ADMIN_USER = "dynquota-admin"
 # One thread that lives as long as the process forks every component (see _die_with_parent).
@@ -201,6 +224,39 @@ def find_binaries() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+# --- simulated nodes (kwok) ------------------------------------------------------------------
+KWOK_ASSETS_ENV = "DYNQUOTA_KWOK_ASSETS"
+# kwok manages the Nodes carrying this annotation; removing it makes a node fall silent.
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+NODE_PREFIX = "kwok-node-"
+# Pod IPs kwok hands out: far from the Service range (10.0.0.0/24), room for millions of pods.
+KWOK_POD_CIDR = "10.64.0.0/10"
+
+
+def find_kwok() -> Path:
+    """Return the directory holding ``kwok`` and ``stages.yaml``, building them when missing.
+
+    Uses ``$DYNQUOTA_KWOK_ASSETS`` when it holds both; otherwise runs ``hack/kwok/build.sh``
+    (``go install sigs.k8s.io/kwok/cmd/kwok@<version>``, a few minutes cold).
+
+    Raises:
+        ControlPlaneError: no kwok and no build script, or the build failed.
+    """
+    assets = os.environ.get(KWOK_ASSETS_ENV)
+    if assets and os.access(Path(assets, "kwok"), os.X_OK) and Path(assets, "stages.yaml").exists():
+        return Path(assets)
+    script = Path(__file__).resolve().parents[2] / "hack" / "kwok" / "build.sh"
+    if not script.exists():
+        raise ControlPlaneError(
+            f"kwok not found: set {KWOK_ASSETS_ENV} to a directory holding kwok and "
+            "stages.yaml, or run from a dynquota source checkout"
+        )
+    done = subprocess.run([str(script)], stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError(f"{script} failed with exit code {done.returncode}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -308,6 +364,17 @@ class LocalControlPlane:
             removed by :meth:`stop` unless ``keep_workdir``).
         resource_quota_sync_period: seconds between the quota controller's full resyncs.
         extra_apiserver_args: appended to kube-apiserver's command line.
+        nodes: number of kwok-simulated Nodes (``kwok-node-0`` ...); 0 (the default, for
+            fast tests) starts no scheduler, no kwok and no node controllers, so pods stay
+            Pending.
+        node_pods: allocatable ``pods`` of each simulated Node (cpu 32, memory 256Gi).
+        node_monitor_grace_period: seconds without a Lease renewal before the node-lifecycle
+            controller marks a Node ``Unknown`` and taints it (upstream default 50).
+        node_lease_seconds: the Lease duration kwok renews each node's Lease for (it renews
+            at a quarter of it, like the kubelet).
+        client_qps: client-side QPS of the controller manager and the scheduler (burst twice
+            that); None keeps their defaults (20 and 50).
+        kwok_dir: directory of ``kwok`` and ``stages.yaml`` (default: :func:`find_kwok`).
         audit: write an audit log (:data:`AUDIT_POLICY`: Metadata level for writes of
             ResourceQuotas and Leases) to ``audit_log_path``; read it with :class:`AuditLog`.
     """
@@ -318,6 +385,13 @@ class LocalControlPlane:
     extra_apiserver_args: Sequence[str] = ()
     keep_workdir: bool = False
     ready_timeout: float = 120.0
+    # -- nodes (scheduler + kwok) --
+    nodes: int = 0
+    node_pods: int = 110
+    node_monitor_grace_period: int = 50
+    node_lease_seconds: int = 40
+    client_qps: int | None = None
+    kwok_dir: Path | None = None
     audit: bool = False
 
     kubeconfig: str = field(init=False, default="")
@@ -377,6 +451,10 @@ class LocalControlPlane:
             self._write_kubeconfig()
             self.start_apiserver()
             self._start_controller_manager()
+            if self.nodes:
+                self._start_scheduler()
+                self._start_kwok()
+                self.add_nodes(self.nodes)
         except BaseException:
             self.stop()
             raise
@@ -384,7 +462,8 @@ class LocalControlPlane:
     def stop(self) -> None:
         """Stop every component (SIGTERM, then SIGKILL after 10 s); idempotent."""
         self.resume_etcd()  # a frozen etcd would ignore SIGTERM
-        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+        kwoks = [name for name in self._procs if name.startswith("kwok")]
+        for name in (*kwoks, "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             self._stop(name)
         if self._owns_workdir and not self.keep_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -429,6 +508,98 @@ class LocalControlPlane:
         """Stop and start kube-apiserver on the same port; waits for ``/readyz``."""
         self.stop_apiserver()
         self.start_apiserver()
+
+    # -- simulated nodes -------------------------------------------------------------------
+
+    def add_nodes(
+        self, count: int, losable: bool = False, timeout: float | None = None
+    ) -> list[str]:
+        """Create ``count`` more kwok-managed Nodes and wait until each is ``Ready``.
+
+        Names continue ``kwok-node-<i>`` after the existing ones. Returns the new names.
+        ``losable``: each node gets its own kwok process (``--manage-single-node``) instead
+        of the shared one, so :meth:`lose_node` can silence it.
+
+        Raises:
+            ControlPlaneError: kwok is not running (``nodes=0``) or a node was not Ready
+                within ``timeout`` seconds (default ``ready_timeout``).
+        """
+        if "kwok" not in self._procs:
+            raise ControlPlaneError("add_nodes needs kwok: start with nodes=N (N > 0)")
+        existing = self.node_names()
+        first = 1 + max((int(n.removeprefix(NODE_PREFIX)) for n in existing), default=-1)
+        names = [f"{NODE_PREFIX}{i}" for i in range(first, first + count)]
+        key, value = KWOK_NODE_ANNOTATION
+        resources = {"cpu": "32", "memory": "256Gi", "pods": str(self.node_pods)}
+        items = [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    # a losable node is left to its own kwok, not the shared one's selector
+                    "annotations": {} if losable else {key: value},
+                    "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
+                },
+                # kwok's node-initialize stage keeps allocatable/capacity given at create
+                "status": {"allocatable": resources, "capacity": resources},
+            }
+            for name in names
+        ]
+        self.kubectl(
+            "create",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+        )
+        if losable:
+            for name in names:
+                self._start_kwok(f"--manage-single-node={name}", proc=f"kwok-{name}")
+        want = set(names)
+        self._wait(
+            "kwok",
+            lambda: want <= self.ready_nodes(),
+            f"nodes {names[0]}..{names[-1]} not Ready",
+            timeout,
+        )
+        return names
+
+    def node_names(self) -> list[str]:
+        """Names of the kwok Nodes that exist (managed or lost), in creation order."""
+        out = self.kubectl("get", "nodes", "-l", "type=kwok", "-o", "name")
+        names = [line.removeprefix("node/") for line in out.split()]
+        return sorted(names, key=lambda n: int(n.removeprefix(NODE_PREFIX)))
+
+    def ready_nodes(self) -> set[str]:
+        """Names of the Nodes whose ``Ready`` condition is ``True`` now."""
+        nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+        return {
+            n["metadata"]["name"]
+            for n in nodes
+            for c in (n.get("status") or {}).get("conditions") or []
+            if c["type"] == "Ready" and c["status"] == "True"
+        }
+
+    def lose_node(self, name: str) -> None:
+        """Make a node added with ``losable=True`` fall silent, as when its kubelet dies: its
+        kwok process is killed, so its Lease is no longer renewed and its pods never change.
+
+        (Taking a node out of the shared kwok's annotation selector is not enough: kwok
+        v0.8.0 keeps renewing the Lease of a node until the Node is deleted.) NotReady alone
+        terminates nothing: after ``node_monitor_grace_period`` the node-lifecycle
+        controller marks it ``Unknown`` and taints it ``node.kubernetes.io/unreachable``
+        (NoExecute); the taint-eviction controller deletes its pods after their
+        ``tolerationSeconds`` (300 s by default), and with nobody to confirm, they stay
+        Terminating.
+
+        Raises:
+            ControlPlaneError: ``name`` was not added with ``losable=True``.
+        """
+        proc = self._procs.pop(f"kwok-{name}", None)
+        if proc is None:
+            raise ControlPlaneError(f"{name} has no kwok of its own: add it with losable=True")
+        proc.kill()
+        proc.wait(timeout=10)
 
     @property
     def apiserver_port(self) -> int:
@@ -497,7 +668,7 @@ class LocalControlPlane:
     def log_tails(self, lines: int = 40) -> str:
         """The last ``lines`` lines of each component's log, for a failing test's report."""
         parts = []
-        for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
             path = self.log_dir / f"{name}.log"
             if path.exists():
                 tail = path.read_text(errors="replace").splitlines()[-lines:]
@@ -584,17 +755,20 @@ class LocalControlPlane:
     def _start_controller_manager(self) -> None:
         assert self.workdir is not None
         pki = self.workdir / "pki"
+        controllers = CONTROLLERS + (NODE_CONTROLLERS if self.nodes else ())
         self._spawn(
             "kube-controller-manager",
             [
                 f"--kubeconfig={self.kubeconfig}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(controllers)}",
                 "--leader-elect=false",
                 "--secure-port=0",
                 f"--resource-quota-sync-period={self.resource_quota_sync_period}s",
                 f"--service-account-private-key-file={pki / 'sa.key'}",
                 f"--root-ca-file={pki / 'ca.crt'}",
                 "--use-service-account-credentials=false",
+                *self._node_controller_args(),
+                *self._client_rate_args(),
             ],
         )
         # Ready once its serviceaccount controller has made `default` in `default`.
@@ -604,14 +778,73 @@ class LocalControlPlane:
             "no default ServiceAccount in namespace default",
         )
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _node_controller_args(self) -> list[str]:
+        if not self.nodes:
+            return []
+        return [
+            f"--node-monitor-grace-period={self.node_monitor_grace_period}s",
+            "--node-monitor-period=2s",
+        ]
+
+    def _client_rate_args(self) -> list[str]:
+        if self.client_qps is None:
+            return []
+        return [f"--kube-api-qps={self.client_qps}", f"--kube-api-burst={2 * self.client_qps}"]
+
+    def _start_scheduler(self) -> None:
+        assert self.workdir is not None
+        port = _free_port()
+        config = self.workdir / "kube-scheduler.yaml"
+        connection: dict[str, object] = {"kubeconfig": self.kubeconfig}
+        if self.client_qps is not None:
+            connection |= {"qps": self.client_qps, "burst": 2 * self.client_qps}
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": connection,
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
+        self._spawn(
+            "kube-scheduler",
+            [f"--config={config}", "--bind-address=127.0.0.1", f"--secure-port={port}"],
+        )
+        self._wait(
+            "kube-scheduler",
+            lambda: self._http_ok(f"https://127.0.0.1:{port}/healthz", verify=False),
+            "/healthz not ok",
+        )
+
+    def _start_kwok(self, manage: str = "", proc: str = "kwok") -> None:
+        if self.kwok_dir is None:
+            self.kwok_dir = find_kwok()
+        key, value = KWOK_NODE_ANNOTATION
+        self._spawn(
+            proc,
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={self.kwok_dir / 'stages.yaml'}",
+                "--manage-all-nodes=false",
+                manage or f"--manage-nodes-with-annotation-selector={key}={value}",
+                f"--cidr={KWOK_POD_CIDR}",
+                "--node-ip=10.0.1.1",
+                f"--node-lease-duration-seconds={self.node_lease_seconds}",
+                f"--server-address=127.0.0.1:{_free_port()}",
+            ],
+            binary=self.kwok_dir / "kwok",
+        )
+
+    def _spawn(self, name: str, args: list[str], binary: Path | None = None) -> None:
         assert self.bin_dir is not None
         log = (self.log_dir / f"{name}.log").open("ab")
         log.write(f"\n=== start {time.strftime('%H:%M:%S')} ===\n".encode())
         log.flush()
         self._procs[name] = _SPAWNER.submit(
             subprocess.Popen,
-            [str(self.bin_dir / name), *args],
+            [str(binary or self.bin_dir / name), *args],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -645,9 +878,10 @@ class LocalControlPlane:
     def _wait_ready(self) -> None:
         self._wait("kube-apiserver", lambda: self._api_get("/readyz"), "/readyz not ok")
 
-    def _wait(self, name: str, check: object, what: str) -> None:
+    def _wait(self, name: str, check: object, what: str, timeout: float | None = None) -> None:
         assert callable(check)
-        deadline = time.monotonic() + self.ready_timeout
+        timeout = self.ready_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             proc = self._procs.get(name)
             if proc is None or proc.poll() is not None:
@@ -655,13 +889,13 @@ class LocalControlPlane:
             if check():
                 return
             time.sleep(0.2)
-        raise ControlPlaneError(
-            f"{name}: {what} after {self.ready_timeout:.0f} s\n{self.log_tails()}"
-        )
+        raise ControlPlaneError(f"{name}: {what} after {timeout:.0f} s\n{self.log_tails()}")
 
-    def _http_ok(self, url: str) -> bool:
+    def _http_ok(self, url: str, verify: bool = True) -> bool:
+        # verify=False only for a component's self-signed loopback health endpoint
+        ctx = None if verify else ssl._create_unverified_context()
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
+            with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
                 return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False
@@ -696,13 +930,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the quota controller's full resync period (default: 10)",
     )
     parser.add_argument(
+        "--nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start kube-scheduler and kwok with N simulated nodes (default: 0, pods stay Pending)",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the work directory (data, logs) on exit"
     )
     args = parser.parse_args(argv)
     signals = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     with LocalControlPlane(
-        resource_quota_sync_period=args.resource_quota_sync_period, keep_workdir=args.keep
+        resource_quota_sync_period=args.resource_quota_sync_period,
+        keep_workdir=args.keep,
+        nodes=args.nodes,
     ) as cp:
         print(f"export KUBECONFIG={cp.kubeconfig}", flush=True)
         print(

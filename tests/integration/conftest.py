@@ -69,3 +69,54 @@ def scope(op_cluster: OperatorCluster) -> Iterator[dict[str, str]]:
     selector = ",".join(f"{k}={v}" for k, v in label.items())
     for ns in op_cluster.core.list_namespace(label_selector=selector).items:
         op_cluster.delete_namespace(ns.metadata.name)
+
+
+# -- a cluster with a scheduler and kwok nodes (realism and runaway tests) ----------------------
+NODES = 3  # small on purpose: every node costs kwok work and Lease writes
+
+
+@pytest.fixture(scope="session")
+def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorCluster]:
+    """A private control plane with kube-scheduler and ``NODES`` kwok nodes (110 pods each),
+    the CRD, the chart's RBAC and an operator kubeconfig. A node falls silent 12 s after kwok
+    stops renewing its Lease (renewed every ~2 s), so a lost node is staged in seconds."""
+    with LocalControlPlane(
+        resource_quota_sync_period=10,
+        nodes=NODES,
+        node_lease_seconds=8,
+        node_monitor_grace_period=12,
+    ) as cp:
+        kubeconfig = install_operator(cp, tmp_path_factory.mktemp("nodes"))
+        api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
+        yield OperatorCluster(cp, api, kubeconfig)
+        api.close()
+
+
+@pytest.fixture
+def start_node_operator(node_cluster: OperatorCluster) -> Iterator[Callable[..., OperatorThread]]:
+    """``start_node_operator(**settings)`` runs an operator on ``node_cluster``; stopped after."""
+    running: list[OperatorThread] = []
+
+    def start(**overrides: Any) -> OperatorThread:
+        op = OperatorThread(operator_settings(node_cluster, **overrides))
+        running.append(op)
+        return op.start()
+
+    yield start
+    for op in running:
+        with contextlib.suppress(AssertionError):
+            op.stop()
+
+
+@pytest.fixture
+def node_scope(node_cluster: OperatorCluster) -> Iterator[dict[str, str]]:
+    """Like ``scope`` on ``node_cluster``: a unique label; after the test every policy and the
+    labelled namespaces are deleted."""
+    label = {"dq-test": uuid.uuid4().hex[:10]}
+    yield label
+    c = node_cluster
+    for policy in c.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]:
+        c.delete_policy(policy["metadata"]["name"])
+    selector = ",".join(f"{k}={v}" for k, v in label.items())
+    for ns in c.core.list_namespace(label_selector=selector).items:
+        c.delete_namespace(ns.metadata.name)

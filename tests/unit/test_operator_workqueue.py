@@ -121,18 +121,62 @@ async def test_failures_back_off_exponentially_and_success_resets() -> None:
     await queue.stop()
 
 
-async def test_coalescing_window_delays_add_but_not_add_now() -> None:
+async def test_first_event_of_a_quiet_key_runs_at_once() -> None:
     rec = Recorder()
     queue = WorkQueue(rec, workers=1, coalesce=0.3)
     queue.start()
     start = time.time()
     queue.add("a")
+    await async_wait_until(lambda: len(rec.runs) == 1, "ran", timeout=5)
+    assert rec.runs[0][1] - start < 0.15  # leading edge: no coalescing wait
+    await queue.wait_idle(timeout=5)
+    await queue.stop()
+
+
+async def test_a_burst_coalesces_into_the_leading_run_and_one_trailing_run() -> None:
+    rec = Recorder()
+    rec.gate = asyncio.Event()
+    queue = WorkQueue(rec, workers=2, coalesce=0.3)
+    queue.start()
+    for _ in range(500):  # before the worker starts: all absorbed by the queued run
+        queue.add("ns")
+    await async_wait_until(lambda: rec.active == {"ns"}, "leading run started", timeout=5)
+    first = rec.runs[0][1]
+    for _ in range(500):  # while it runs: one more run, at the window's end
+        queue.add("ns")
+    rec.gate.set()
+    await async_wait_until(lambda: len(rec.runs) == 2, "trailing run", timeout=5)
+    await queue.wait_idle(timeout=5)
+    assert queue.scheduled("ns") is None
+    await asyncio.sleep(0.4)
+    assert [key for key, _ in rec.runs] == ["ns", "ns"]
+    assert rec.runs[1][1] - first >= 0.3
+    assert rec.overlaps == 0
+    await queue.stop()
+
+
+async def test_an_event_soon_after_a_run_waits_for_the_window_end() -> None:
+    rec = Recorder()
+    queue = WorkQueue(rec, workers=1, coalesce=0.3)
+    queue.start()
+    queue.add("a")
+    await queue.wait_idle(timeout=5)
+    first = rec.runs[0][1]
+    queue.add("a")  # the key is idle but ran within the window: trailing edge
     queue.add("a")
     queue.add_now("b")
-    await async_wait_until(lambda: len(rec.runs) == 2, "both ran", timeout=5)
-    by_key = dict(rec.runs)
-    assert by_key["b"] - start < 0.2
-    assert by_key["a"] - start >= 0.3
+    await async_wait_until(lambda: len(rec.runs) == 3, "all ran", timeout=5)
+    by_key = [(key, at - first) for key, at in rec.runs]
+    assert by_key[1][0] == "b"
+    assert by_key[1][1] < 0.2
+    assert by_key[2][0] == "a"
+    assert by_key[2][1] >= 0.3
+    # quiet again after the window: at once
+    await asyncio.sleep(0.35)
+    again = time.time()
+    queue.add("a")
+    await async_wait_until(lambda: len(rec.runs) == 4, "ran again", timeout=5)
+    assert rec.runs[3][1] - again < 0.15
     await queue.stop()
 
 

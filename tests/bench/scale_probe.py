@@ -1,0 +1,207 @@
+"""Helper processes of the scale benchmark (tests/bench/test_scale_bench.py).
+
+    python tests/bench/scale_probe.py operator KUBECONFIG STATS REACTION_NS
+    python tests/bench/scale_probe.py populate KUBECONFIG PREFIX NAMESPACES PODS CMS NODE CONC
+
+``operator``: dynquota's operator (``dynquota.operator.runtime.run``, production defaults:
+coalescing 0.1 s, 4 workers), as its own process so its RSS and CPU are its own. Every second
+it writes STATS (JSON): RSS, CPU seconds, watch events received, objects held, informers
+synced, decisions, quota writes, and the reaction samples of REACTION_NS: seconds from the
+tally change an event caused (the informer's ``on_change``) to the quota patch being sent.
+
+``populate``: NAMESPACES namespaces PREFIX-i, then PODS pods bound to NODE (``spec.nodeName``:
+no scheduler, no kubelet; they stay Pending and count) and CONFIGMAPS small ConfigMaps,
+round-robin, at most CONC requests in flight. Prints one JSON line with timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_asyncio
+
+from dynquota.operator.runtime import Runtime, run
+from dynquota.settings import Settings
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _sample(runtime: Runtime, name: str) -> float:
+    """Sum of every sample of a metric family (all label values)."""
+    total = 0.0
+    for family in runtime.metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == name:
+                total += sample.value
+    return total
+
+
+def instrument(runtime: Runtime, reaction_ns: str, reactions: list[float]) -> None:
+    """Timestamp the first tally change of ``reaction_ns`` after each patch, and the patch."""
+    pending: dict[str, float] = {}
+    for informer in runtime.watcher.informers.values():
+        original = informer.on_change
+        if original is None:
+            continue
+
+        def on_change(namespace: str, resource: str, original: Any = original) -> None:
+            if namespace == reaction_ns:
+                pending.setdefault(namespace, time.perf_counter())
+            original(namespace, resource)
+
+        informer.on_change = on_change
+    quotas: Any = runtime.operator.quotas
+    patch = quotas.patch
+
+    async def timed_patch(namespace: str, body: Any, *args: Any, **kwargs: Any) -> Any:
+        started = pending.pop(namespace, None)
+        if started is not None:
+            reactions.append(time.perf_counter() - started)
+        return await patch(namespace, body, *args, **kwargs)
+
+    quotas.patch = timed_patch
+
+
+def write_stats(path: str, stats: dict[str, Any]) -> None:
+    with open(f"{path}.tmp", "w") as out:
+        out.write(json.dumps(stats))
+    os.replace(f"{path}.tmp", path)
+
+
+async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        namespace="dynquota-system",
+        metrics_port=0,
+        probe_port=0,
+        pod_name=f"bench-{uuid.uuid4().hex[:6]}",
+    )
+    reactions: list[float] = []
+    holder: list[Runtime] = []
+
+    def got(runtime: Runtime) -> None:
+        holder.append(runtime)
+        instrument(runtime, reaction_ns, reactions)
+
+    stop = asyncio.Event()
+
+    async def report() -> None:
+        while True:
+            await asyncio.sleep(1)
+            if not holder:
+                continue
+            runtime = holder[0]
+            informers = runtime.watcher.stats()
+            times = os.times()
+            stats = {
+                "t": time.time(),
+                "rss": rss_bytes(),
+                "cpu": times.user + times.system,
+                "events": sum(s["events"] for s in informers.values()),
+                "objects": sum(s["objects"] for s in informers.values()),
+                "synced": all(s["synced"] for s in informers.values()),
+                "ready": runtime.ready.is_set(),
+                "decisions": _sample(runtime, "dynquota_reconciles_total"),
+                "writes": _sample(runtime, "dynquota_quota_writes_total"),
+                "reactions": reactions,
+            }
+            write_stats(stats_path, stats)
+
+    reporter = asyncio.create_task(report())
+    try:
+        await run(settings, stop_flag=stop, on_runtime=got)
+    finally:
+        reporter.cancel()
+
+
+async def populate(
+    kubeconfig: str, prefix: str, namespaces: int, pods: int, configmaps: int, node: str, conc: int
+) -> dict[str, Any]:
+    api = await kubernetes_asyncio.config.new_client_from_config(config_file=kubeconfig)
+    api.configuration.connection_pool_maxsize = conc
+    async with api:
+        core = kubernetes_asyncio.client.CoreV1Api(api)
+        gate = asyncio.Semaphore(conc)
+        names = [f"{prefix}-{i}" for i in range(namespaces)]
+
+        async def create(call: Any, *args: Any) -> None:
+            async with gate:
+                for attempt in range(100):
+                    try:
+                        await call(*args, _request_timeout=60)
+                        return
+                    except kubernetes_asyncio.client.ApiException as exc:
+                        if exc.status == 409:
+                            return
+                        # 403: ServiceAccount `default` not there yet; 429/5xx: back off
+                        if exc.status not in (403, 429, 500, 503, 504) or attempt == 99:
+                            raise
+                    await asyncio.sleep(0.5)
+
+        started = time.monotonic()
+        await asyncio.gather(
+            *(
+                create(
+                    core.create_namespace, {"metadata": {"name": n, "labels": {"bench": prefix}}}
+                )
+                for n in names
+            )
+        )
+        namespaces_done = time.monotonic()
+
+        def objects() -> Iterator[Coroutine[Any, Any, None]]:
+            for i in range(max(pods, configmaps)):
+                ns = names[i % namespaces]
+                if i < pods:
+                    body = {
+                        "metadata": {"name": f"p-{i}", "labels": {"app": f"a{i % 7}"}},
+                        "spec": {
+                            "nodeName": node,
+                            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                        },
+                    }
+                    yield create(core.create_namespaced_pod, ns, body)
+                if i < configmaps:
+                    body = {"metadata": {"name": f"cm-{i}"}, "data": {"k": f"value-{i}"}}
+                    yield create(core.create_namespaced_config_map, ns, body)
+
+        # bounded in-flight set: never 150,000 coroutines at once
+        running: set[asyncio.Task[None]] = set()
+        for work in objects():
+            running.add(asyncio.ensure_future(work))
+            if len(running) >= conc * 4:
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()
+        for task in asyncio.as_completed(running):
+            await task
+        done_at = time.monotonic()
+        return {
+            "namespaces_seconds": round(namespaces_done - started, 1),
+            "objects_seconds": round(done_at - namespaces_done, 1),
+            "objects_per_second": round((pods + configmaps) / (done_at - namespaces_done), 1),
+        }
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "operator":
+        asyncio.run(operator(*sys.argv[2:5]))
+    else:
+        kube, prefix, n_ns, n_pods, n_cms, node, conc = sys.argv[2:9]
+        result = asyncio.run(
+            populate(kube, prefix, int(n_ns), int(n_pods), int(n_cms), node, int(conc))
+        )
+        print(json.dumps(result))
