@@ -173,7 +173,7 @@ def wait_filled(c: OperatorCluster, ns: str, value: int) -> None:
             nudged[0] = time.monotonic()
         return count == value
 
-    wait_until(check, f"{value} pods in {ns}", timeout=30)
+    wait_until(check, f"{value} pods in {ns}", timeout=90)  # a loaded 2-core machine
 
 
 def test_label_stripping_admission_runaway_is_throttled_while_a_healthy_namespace_scales(
