@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.policy import parse_time
