@@ -39,6 +39,7 @@ from dynquota.kube.backoff import Backoff
 from dynquota.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
+from dynquota.kube.timeouts import REQUEST_TIMEOUT
 from dynquota.metrics import Metrics
 from dynquota.operator.workqueue import Outcome, WorkQueue
 from dynquota.policy import (
@@ -86,9 +87,9 @@ POLICY_INVALID = "PolicyInvalid"
 POLICY_API_VERSION = "dynquota.io/v1alpha1"
 POLICY_KIND = "DynamicQuotaPolicy"
 _WARNING_TTL = 3600.0
-WRITE_TIMEOUT = 10.0
-"""Seconds one managed-quota write may take (the kube/ request timeout): a write starts
-only when the Lease stays valid that long."""
+WRITE_TIMEOUT = REQUEST_TIMEOUT
+"""Seconds one managed-quota write may take (the kube/ request timeout, the same value the
+Settings lease rule checks): a write starts only when the Lease stays valid that long."""
 RECONCILE_TIMEOUT = 60.0
 """Seconds after which a reconcile is abandoned and retried with backoff (a safety net
 under the per-request timeouts: a hung reconcile never stalls a worker for good)."""
