@@ -24,9 +24,16 @@ Ported behaviour (kubernetes/kubernetes v1.37.2):
 Deliberate differences: names the apiserver stores but no evaluator ever charges
 (``nvidia.com/gpu`` without ``requests.``, ``limits.nvidia.com/gpu``) are refused here, because
 a limit nobody counts is never enforced; ``requests.<extended>`` keys are integers here (the
-apiserver would store ``500m``; a device is whole); the implicit DRA extended-resource keys
-(``requests.deviceclass.resource.kubernetes.io/<class>``) are charged only behind the
-``DRAExtendedResource`` feature gate and are refused until that is checked on a real apiserver.
+apiserver would store ``500m``; a device is whole).
+
+Checked on the local v1.37.2 control plane (2026-12-01): the apiserver stores
+``nvidia.com/gpu``, ``limits.nvidia.com/gpu``, ``count/events`` and ``count/deployment.apps``
+(a typo of ``deployments``) but the quota controller never writes a ``status.used`` for them;
+it refuses ``storage`` ("must be a standard resource for quota") and a fraction for
+``count/jobs.batch``, ``<class>.deviceclass.resource.k8s.io/devices`` and
+``<class>.storageclass.storage.k8s.io/requests.storage`` ("must be an integer"); it accepts
+``requests.nvidia.com/gpu: 500m``; ``requests.deviceclass.resource.kubernetes.io/<class>`` gets a
+``status.used`` (the pod evaluator matches it).
 """
 
 from __future__ import annotations
@@ -272,7 +279,8 @@ def classify(key: str, served: ServedResources | None = None) -> KeyInfo:
             raise QuotaKeyError(key, "expected <device class>" + _DEVICE_CLASS_SUFFIX)
         return KeyInfo(key, "device", key, True, False, False, "status", Decimal(1))
     if key.startswith(_IMPLICIT_DRA_PREFIX):
-        raise QuotaKeyError(key, "implicit DRA extended-resource keys are not supported yet")
+        # pods.go isExtendedResourceNameForQuota matches it whatever the feature gate says.
+        return KeyInfo(key, "extended", key, True, False, False, "status", Decimal(1))
     if key.startswith(_REQUESTS):
         if _native(key):
             raise QuotaKeyError(key, "not a resource the quota system counts")

@@ -46,6 +46,8 @@ SERVED = {
         ("gold.storageclass.storage.k8s.io/persistentvolumeclaims", "object-count",
          "gold.storageclass.storage.k8s.io/persistentvolumeclaims", True, "status"),
         ("requests.nvidia.com/gpu", "extended", "requests.nvidia.com/gpu", True, "status"),
+        ("requests.deviceclass.resource.kubernetes.io/gpu", "extended",
+         "requests.deviceclass.resource.kubernetes.io/gpu", True, "status"),
         ("gpu.deviceclass.resource.k8s.io/devices", "device",
          "gpu.deviceclass.resource.k8s.io/devices", True, "status"),
     ],
@@ -102,7 +104,6 @@ def test_default_granularity(key: str, granularity: Decimal) -> None:
         ("requests.pods", "not a resource the quota system counts"),
         ("hugepages-big", "hugepage size 'big' is not a quantity"),
         ("gold.storageclass.storage.k8s.io/storage", "a storage class key ends in /requests.storage or /persistentvolumeclaims"),  # noqa: E501
-        ("requests.deviceclass.resource.kubernetes.io/gpu", "implicit DRA extended-resource keys are not supported yet"),  # noqa: E501
         ("has space", "not a qualified resource name"),
     ],
 )  # fmt: skip
