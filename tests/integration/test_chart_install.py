@@ -160,8 +160,10 @@ def test_install_creates_every_object(release: Release, api_client: Any) -> None
         f"clusterrolebinding.rbac.authorization.k8s.io/{full}",
         f"dynamicquotapolicy.dynquota.io/{release.policy}",
         f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-managed-quota",
+        f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-namespace-opt-out",
         f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-unmanaged-quota",
         f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{full}-managed-quota",
+        f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{full}-namespace-opt-out",
         f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{full}-unmanaged-quota",
     ]
     # The CRD came from the chart's crds/ (or already existed: Helm then leaves it alone).
@@ -724,6 +726,84 @@ def test_namespace_deletion_is_not_blocked_by_the_policy(
         return False
 
     wait_until(gone, f"namespace {ns} deleted", timeout=90)
+
+
+# -- who may opt a namespace out -------------------------------------------------------------
+
+OPT_OUT_MESSAGE = (
+    "dynquota: the namespace label dynquota.io/managed decides whether dynquota manages this "
+    "namespace; only who may update dynamicquotapolicies.dynquota.io (the cluster's quota "
+    "admins) may add, change or remove it. Ask them to opt the namespace out, or to raise its "
+    "limit in a DynamicQuotaPolicy; during an incident annotate the quota "
+    "dynquota.io/override=max."
+)
+
+
+def test_only_policy_editors_may_opt_a_namespace_out(
+    release: Release, namespace: str, core: kubernetes.client.CoreV1Api
+) -> None:
+    """`carol` may patch and create Namespaces (as under Capsule or a GitOps tool acting for
+    tenants) but not edit DynamicQuotaPolicies: every change of `dynquota.io/managed` is
+    refused with the policy's message, other labels are not. A cluster admin may."""
+    cp, full = release.cp, release.fullname
+    tag = uuid.uuid4().hex[:6]
+    role, ns2 = f"ns-editor-{tag}", f"dq-optout-{tag}"
+    cp.kubectl("create", "clusterrole", role, "--verb=get,patch,update,create",
+               "--resource=namespaces")  # fmt: skip
+    cp.kubectl("create", "clusterrolebinding", role, f"--clusterrole={role}", "--user=carol")
+    try:
+        wait_until(lambda: can_i(cp, "carol", "patch", f"namespaces/{namespace}"), "carol RBAC")
+        assert can_i(cp, "carol", "update", "dynamicquotapolicies.dynquota.io") is False
+        expected = (
+            f'Error from server (Forbidden): namespaces "{namespace}" is forbidden: '
+            f"ValidatingAdmissionPolicy '{full}-namespace-opt-out' with binding "
+            f"'{full}-namespace-opt-out' denied request: {OPT_OUT_MESSAGE}"
+        )
+        # The policy reaches the apiserver's admission through an informer: wait for it.
+        wait_until(
+            lambda: kubectl_as(cp, "carol", "label", "namespace", namespace,
+                               "dynquota.io/managed=false").returncode == 1,
+            "the opt-out policy in effect",
+        )  # fmt: skip
+        for change in ("dynquota.io/managed=false", "dynquota.io/managed=true",
+                       "dynquota.io/managed="):  # fmt: skip
+            done = kubectl_as(cp, "carol", "label", "namespace", namespace, change)
+            assert done.returncode == 1, done.stdout
+            assert done.stderr.strip() == expected
+        # A merge patch as a client library would send it, and creating a namespace opted out.
+        patch = json.dumps({"metadata": {"labels": {"dynquota.io/managed": "false"}}})
+        done = kubectl_as(cp, "carol", "patch", "namespace", namespace, "-p", patch)
+        assert done.stderr.strip() == expected
+        body = {"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns2, "labels": {"dynquota.io/managed": "false"}}}  # fmt: skip
+        refused = subprocess.run(
+            [str(Path(cp.bin_dir or "") / "kubectl"), f"--kubeconfig={cp.kubeconfig}",
+             "--as=carol", "create", "-f", "-"],
+            input=json.dumps(body), capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert refused.returncode == 1
+        assert refused.stderr.strip() == expected.replace(
+            "(Forbidden): ", '(Forbidden): error when creating "STDIN": '
+        ).replace(f'"{namespace}"', f'"{ns2}"')
+        # Any other label: admitted (the policy never looks at it).
+        done = kubectl_as(cp, "carol", "label", "namespace", namespace, "team=payments")
+        assert done.returncode == 0, done.stderr
+        labels = core.read_namespace(namespace).metadata.labels
+        assert labels["team"] == "payments"
+        assert "dynquota.io/managed" not in labels
+        # A cluster admin (may update policies): opts out and back in.
+        cp.kubectl("label", "namespace", namespace, "dynquota.io/managed=false")
+        assert core.read_namespace(namespace).metadata.labels["dynquota.io/managed"] == "false"
+        # carol can still change other labels of the opted-out namespace, not that one.
+        done = kubectl_as(cp, "carol", "label", "namespace", namespace, "--overwrite", "team=x")
+        assert done.returncode == 0, done.stderr
+        done = kubectl_as(cp, "carol", "label", "namespace", namespace, "dynquota.io/managed-")
+        assert done.stderr.strip() == expected
+        cp.kubectl("label", "namespace", namespace, "dynquota.io/managed-")
+        assert "dynquota.io/managed" not in core.read_namespace(namespace).metadata.labels
+    finally:
+        cp.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found")
+        cp.kubectl("delete", "namespace", ns2, "--ignore-not-found", "--wait=false")
 
 
 # -- uninstall with the cleanup hook ---------------------------------------------------------

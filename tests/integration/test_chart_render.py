@@ -138,8 +138,10 @@ def test_default_render_objects(helm: Path) -> None:
         "ServiceAccount/dq-dynquota",
         "ServiceAccount/dq-dynquota-cleanup",
         "ValidatingAdmissionPolicy/dq-dynquota-managed-quota",
+        "ValidatingAdmissionPolicy/dq-dynquota-namespace-opt-out",
         "ValidatingAdmissionPolicy/dq-dynquota-unmanaged-quota",
         "ValidatingAdmissionPolicyBinding/dq-dynquota-managed-quota",
+        "ValidatingAdmissionPolicyBinding/dq-dynquota-namespace-opt-out",
         "ValidatingAdmissionPolicyBinding/dq-dynquota-unmanaged-quota",
     ]
 
@@ -213,12 +215,13 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert settings.log_format == "json"
 
 
-def test_default_policy_is_the_built_in_profiles(helm: Path) -> None:
+def test_default_policy_is_the_built_in_profiles_in_dry_run(helm: Path) -> None:
+    """Audit first: the default policy selects every namespace and enforces none."""
     policy = one(render(helm), "DynamicQuotaPolicy")
     assert policy["apiVersion"] == "dynquota.io/v1alpha1"
     assert policy["spec"] == {
         "priority": 0,
-        "dryRun": False,
+        "dryRun": True,
         "namespaceSelector": {},
         "resources": {name: p.to_crd() for name, p in DEFAULT_PROFILES.items()},
     }
@@ -461,6 +464,9 @@ def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None
     for alert in alerts.values():
         assert alert["labels"]["team"] == "platform"
         assert alert["labels"]["severity"] in ("critical", "warning", "info")
+        assert alert["annotations"]["runbook_url"].startswith(
+            "https://github.com/dynquota/dynquota/blob/main/docs/runbook.md#"
+        )
     # With leader election there is one more alert.
     objs = render(
         helm,
@@ -545,3 +551,64 @@ def test_server_side_dry_run_accepts_every_object(
             }
             controlplane.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(pod))
     assert {o["kind"] for o in monitoring} <= {"ServiceMonitor", "PrometheusRule"}
+
+
+def test_alerts_without_a_service_monitor(helm: Path) -> None:
+    """Without the ServiceMonitor nothing says which `up` series is the operator's, so
+    DynquotaAbsent is left out (it would fire forever); with `selector` every alert uses the
+    admin's own matchers instead of the ServiceMonitor's labels, and DynquotaAbsent is back."""
+    objs = render(helm, "--set", "metrics.prometheusRule.enabled=true")
+    alerts = {r["alert"]: r for r in one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]}
+    assert "DynquotaAbsent" not in alerts
+    assert sorted(alerts) == [
+        "DynquotaKillSwitchEngaged",
+        "DynquotaNamespaceAtMaximum",
+        "DynquotaPolicyInvalid",
+        "DynquotaReconcileErrors",
+        "DynquotaUsageDrift",
+    ]
+    objs = render(
+        helm,
+        "--set", "metrics.prometheusRule.enabled=true",
+        "--set-string", 'metrics.prometheusRule.selector=job="dynquota"',
+        "--set", "metrics.prometheusRule.runbookBaseURL=https://wiki.example.com/dynquota",
+    )  # fmt: skip
+    alerts = {r["alert"]: r for r in one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]}
+    assert alerts["DynquotaAbsent"]["expr"] == 'absent(up{job="dynquota"} == 1)'
+    assert alerts["DynquotaUsageDrift"]["expr"] == (
+        'max by (namespace, resource) (abs(dynquota_drift{job="dynquota"})) > 0'
+    )
+    assert alerts["DynquotaAbsent"]["annotations"]["runbook_url"] == (
+        "https://wiki.example.com/dynquota#the-operator-is-down"
+    )
+    for alert in alerts.values():
+        assert "service=" not in alert["expr"]
+    # A selector on `namespace` would miss every per-namespace series: refused by the schema.
+    done = run_helm(
+        helm, "template", RELEASE, str(CHART),
+        "--set-string", 'metrics.prometheusRule.selector=namespace="dynquota-system"',
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "- at '/metrics/prometheusRule/selector': " in done.stderr, done.stderr
+
+
+def test_opt_out_policy_render(helm: Path) -> None:
+    vap = one(render(helm), "ValidatingAdmissionPolicy", "dq-dynquota-namespace-opt-out")
+    assert vap["spec"]["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["namespaces"],
+            "operations": ["CREATE", "UPDATE"],
+        }
+    ]
+    (validation,) = vap["spec"]["validations"]
+    assert validation["expression"] == (
+        "authorizer.group('dynquota.io').resource('dynamicquotapolicies').check('update')"
+        ".allowed()"
+    )
+    off = render(helm, "--set", "optOut.admissionPolicy.enabled=false")
+    assert [k for k in kinds(off) if "opt-out" in k] == []
+    warn = render(helm, "--set", "optOut.admissionPolicy.validationActions={Warn,Audit}")
+    binding = one(warn, "ValidatingAdmissionPolicyBinding", "dq-dynquota-namespace-opt-out")
+    assert binding["spec"]["validationActions"] == ["Warn", "Audit"]

@@ -84,6 +84,10 @@ def test_values_file_renders_and_every_object_is_accepted(
         env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]
                ["containers"][0]["env"]}  # fmt: skip
         assert env["DYNQUOTA_LEADER_ELECTION"] == "true"
+        # Production enforces; the chart's own default is audit only (dry run).
+        (policy,) = [o for o in objs if o["kind"] == "DynamicQuotaPolicy"]
+        assert policy["spec"]["dryRun"] is False
+        assert env["DYNQUOTA_DRY_RUN"] == "false"
     else:
         (policy,) = [o for o in objs if o["kind"] == "DynamicQuotaPolicy"]
         assert policy["spec"]["dryRun"] is True

@@ -1,0 +1,131 @@
+"""Issue 16, point 4 measured: what a pipeline's `kubectl create namespace X` followed at once by
+creates in X sees while dynquota enforces (the real apiserver, quota admission and quota
+controller of v1.37.2; an in-process operator with the chart's RBAC). docs/install.md
+("Before you install") gives the figures and the recipe tested here.
+
+- Creates below the policy minimum are never refused, however they race the new quota: a
+  ResourceQuota whose `status.hard` the quota controller has not filled yet matches no create
+  (upstream `generic.Matches` reads `status.hard`), so it admits without charging, and once
+  synced the controller counts what was admitted. No "status unknown for quota" at all.
+- A burst beyond the minimum is refused from the create that passes it ("exceeded quota"),
+  however fast or slow the pipeline: only the number admitted before the quota syncs varies.
+  The documented way: create the namespace with the label of a policy whose minimum covers the
+  burst (its first quota is sized by that policy), then wait for the quota to be in force.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from dynquota.policy.models import DEFAULT_PROFILES
+from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
+
+BURST = 60  # ConfigMaps: above the default minimum of 50
+PIPELINE_LABEL = {"dynquota.io/profile": "pipeline"}
+
+
+def burst(c: OperatorCluster, ns: str, configmaps: int, pods: int) -> Counter[str]:
+    """Create ``configmaps`` ConfigMaps then ``pods`` pods in ``ns`` as fast as one client can;
+    return the refusals by kind (the message up to the object name, then after it)."""
+    refused: Counter[str] = Counter()
+    for kind, count in (("configmaps", configmaps), ("pods", pods)):
+        for i in range(count):
+            try:
+                if kind == "configmaps":
+                    c.core.create_namespaced_config_map(ns, {"metadata": {"name": f"cm-{i}"}})
+                else:
+                    c.core.create_namespaced_pod(
+                        ns,
+                        {
+                            "metadata": {"name": f"p-{i}"},
+                            "spec": {"containers": [{"name": "c", "image": PAUSE}]},
+                        },
+                    )
+            except ApiException as exc:
+                assert exc.status == 403, exc.body
+                message = str(exc.body)
+                refused["exceeded quota" if "exceeded quota" in message else message] += 1
+    return refused
+
+
+def new_namespace(c: OperatorCluster, labels: dict[str, str]) -> str:
+    name = f"t-new-{uuid.uuid4().hex[:6]}"
+    c.core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    return name
+
+
+def wait_in_force(c: OperatorCluster, ns: str) -> None:
+    """The recipe of docs/install.md: wait for dynquota's quota, then for the quota controller
+    to have synced it (status.hard filled): from then on admission enforces it."""
+    c.cp.kubectl("wait", "--for=create", "resourcequota/dynquota", "-n", ns, "--timeout=60s")
+    c.cp.kubectl(
+        "wait", "--for=jsonpath={.status.hard}", "resourcequota/dynquota", "-n", ns,
+        "--timeout=60s",
+    )  # fmt: skip
+
+
+def test_creates_right_after_create_namespace(
+    op_cluster: OperatorCluster,
+    start_operator: Callable[..., OperatorThread],
+    scope: dict[str, str],
+) -> None:
+    c = op_cluster
+    defaults = {name: p.to_crd() for name, p in DEFAULT_PROFILES.items()}
+    c.policy("p-default", scope, pods=defaults["pods"], configmaps=defaults["configmaps"])
+    pipeline = {**defaults["configmaps"], "minimum": 100}
+    c.policy("p-pipeline", {**scope, **PIPELINE_LABEL}, pods=defaults["pods"],
+             configmaps=pipeline, priority=10)  # fmt: skip
+    start_operator()
+
+    # 20 ConfigMaps and 5 pods (below the minimums 50 and 10): none refused, three times.
+    for _ in range(3):
+        ns = new_namespace(c, scope)
+        assert burst(c, ns, 20, 5) == Counter()
+        quota = c.wait_hard(ns, {"configmaps": "50", "pods": "10"})
+        assert quota.status.used["pods"] == "5"
+
+    # 60 ConfigMaps with nothing done: refused from the one passing the minimum, only by
+    # "exceeded quota". How many of the 60 were admitted before the quota synced varies
+    # (10 refused on an idle machine: kube-root-ca.crt came after the burst), so: bounds.
+    ns = new_namespace(c, scope)
+    refused = burst(c, ns, BURST, 0)
+    assert set(refused) <= {"exceeded quota"}, refused
+    assert 0 <= refused["exceeded quota"] <= BURST - 49
+
+    # Waiting until the quota is in force makes it exact: 50 minus what is already there.
+    ns = new_namespace(c, scope)
+    wait_in_force(c, ns)
+    used = int(c.quota(ns).status.used["configmaps"])  # kube-root-ca.crt, if published yet
+    assert burst(c, ns, BURST, 0) == Counter({"exceeded quota": BURST - (50 - used)})
+
+    # The documented way: the namespace created with the label of a policy whose minimum
+    # covers the burst (its first quota is sized by that policy), then waited for.
+    ns = new_namespace(c, {**scope, **PIPELINE_LABEL})
+    wait_in_force(c, ns)
+    assert c.hard(ns) == {"configmaps": "100", "pods": "10"}
+    assert burst(c, ns, BURST, 5) == Counter()
+
+
+def test_kubectl_wait_recipe_fails_fast_without_dynquota(op_cluster: OperatorCluster) -> None:
+    """Where no policy enforces (audit, opted out) no quota appears: the recipe's first wait
+    ends at its timeout with an error a pipeline can tell apart (and skip)."""
+    c = op_cluster
+    ns = new_namespace(c, {})
+    try:
+        try:
+            c.cp.kubectl("wait", "--for=create", "resourcequota/dynquota", "-n", ns,
+                         "--timeout=2s")  # fmt: skip
+        except subprocess.CalledProcessError as exc:
+            error: Any = exc
+        else:
+            raise AssertionError("kubectl wait --for=create succeeded without a quota")
+        assert error.returncode == 1
+        assert "timed out waiting for the condition" in error.stderr
+    finally:
+        c.delete_namespace(ns)
