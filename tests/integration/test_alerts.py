@@ -15,6 +15,7 @@ dashboard query checked against a real ``/metrics`` scrape of the running operat
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -33,6 +34,8 @@ from dynquota.testing.promql import missing_metrics, scrape_families, selected_m
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "dynquota"
 ALERT_TESTS = ROOT / "tests" / "alerts" / "dynquota.test.yaml"
+SELECTOR_TESTS = ROOT / "tests" / "alerts" / "selector.test.yaml"
+RUNBOOK = ROOT / "docs" / "runbook.md"
 DASHBOARD = CHART / "dashboards" / "dynquota.json"
 RELEASE, NS = "dynquota", "dynquota-system"
 
@@ -51,10 +54,14 @@ def promtool() -> Path:
 @pytest.fixture(scope="module")
 def rule_groups() -> list[dict[str, Any]]:
     """The PrometheusRule's groups as `helm template` renders them with every alert on
-    (leader election adds DynquotaNoLeader)."""
+    (leader election adds DynquotaNoLeader, the ServiceMonitor DynquotaAbsent)."""
+    return render_groups("--set", "replicaCount=2", "--set", "metrics.serviceMonitor.enabled=true")
+
+
+def render_groups(*args: str) -> list[dict[str, Any]]:
     done = subprocess.run(
         [str(find_binaries() / "helm"), "template", RELEASE, str(CHART), "--namespace", NS,
-         "--set", "replicaCount=2", "--set", "metrics.prometheusRule.enabled=true",
+         "--set", "metrics.prometheusRule.enabled=true", *args,
          "--show-only", "templates/prometheusrule.yaml"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
@@ -94,6 +101,41 @@ def test_promtool_test_rules(promtool: Path, rules_dir: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+
+
+def test_absent_alert_with_the_admins_own_scrape_job(promtool: Path, rules_dir: Path) -> None:
+    """Without a ServiceMonitor, `selector` makes DynquotaAbsent (and every other alert) select
+    the admin's own scrape job: it fires when that job's target is down, stays silent while
+    it is up."""
+    groups = render_groups("--set-string", 'metrics.prometheusRule.selector=job="dynquota"')
+    (rules_dir / "selector-rules.yaml").write_text(
+        yaml.safe_dump({"groups": groups}, sort_keys=False)
+    )
+    shutil.copy(SELECTOR_TESTS, rules_dir / SELECTOR_TESTS.name)
+    done = subprocess.run(
+        [str(promtool), "test", "rules", SELECTOR_TESTS.name],
+        capture_output=True, text=True, cwd=rules_dir, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Without either, nothing says which `up` is the operator's: no DynquotaAbsent at all.
+    assert "DynquotaAbsent" not in alert_names(render_groups())
+
+
+def github_slug(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return slug.replace(" ", "-")
+
+
+def test_every_alert_links_its_runbook_section(rule_groups: list[dict[str, Any]]) -> None:
+    headings = re.findall(r"^#+ (.+)$", RUNBOOK.read_text(), re.MULTILINE)
+    anchors = {github_slug(h) for h in headings}
+    base = "https://github.com/dynquota/dynquota/blob/main/docs/runbook.md#"
+    for group in rule_groups:
+        for rule in group["rules"]:
+            url = rule["annotations"]["runbook_url"]
+            assert url.startswith(base), (rule["alert"], url)
+            assert url.removeprefix(base) in anchors, (rule["alert"], url)
 
 
 def test_promtool_test_rules_can_fail(promtool: Path, rules_dir: Path) -> None:
