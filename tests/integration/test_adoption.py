@@ -196,9 +196,7 @@ def test_install_with_default_values_enforces_nothing_until_switched(
             return q
 
         # batch is above the maximum: held at its usage (25 > 20), never below it.
-        wait_until(
-            lambda: enforced(BATCH, {"configmaps": "25", "pods": "10"}), "batch enforced"
-        )
+        wait_until(lambda: enforced(BATCH, {"configmaps": "25", "pods": "10"}), "batch enforced")
         wait_until(lambda: enforced(WEB, {"configmaps": "10", "pods": "10"}), "web enforced")
         names = {ns for ns, _ in c.quotas()}
         assert names.isdisjoint({RELEASE_NS, "kube-system", "kube-public", "kube-node-lease"})

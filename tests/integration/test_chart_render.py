@@ -604,8 +604,7 @@ def test_opt_out_policy_render(helm: Path) -> None:
     ]
     (validation,) = vap["spec"]["validations"]
     assert validation["expression"] == (
-        "authorizer.group('dynquota.io').resource('dynamicquotapolicies').check('update')"
-        ".allowed()"
+        "authorizer.group('dynquota.io').resource('dynamicquotapolicies').check('update').allowed()"
     )
     off = render(helm, "--set", "optOut.admissionPolicy.enabled=false")
     assert [k for k in kinds(off) if "opt-out" in k] == []
