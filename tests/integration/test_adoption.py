@@ -182,7 +182,8 @@ def test_install_with_default_values_enforces_nothing_until_switched(
         assert op.sample("dynquota_target", batch) == MAXIMUM
         assert op.sample("dynquota_hard", batch) == 25
         assert op.sample("dynquota_usage_above_maximum", batch) == 1
-        assert [r for r, _ in batch_events] == ["Resized", "UsageAboveMaximum"], batch_events
+        # (Other dry-run reasons may join, e.g. a tenant's at-limit notice: all are prefixed.)
+        assert {"Resized", "UsageAboveMaximum"} <= {r for r, _ in batch_events}, batch_events
         assert op.sample("dynquota_target", {"namespace": WEB, "resource": "pods"}) == 10
 
         # The one value that enforces.

@@ -172,6 +172,17 @@ def test_install_creates_every_object(release: Release, api_client: Any) -> None
         cp.kubectl("get", "validatingadmissionpolicy", f"{full}-managed-quota", "-o", "json")
     )
     assert vap["spec"]["failurePolicy"] == "Fail"
+    # Audit first: the default policy is in dry run, and the notes say how to read the plan and
+    # the one value that enforces.
+    policy = json.loads(cp.kubectl("get", "dqp", release.policy, "-o", "json"))
+    assert policy["spec"]["dryRun"] is True
+    notes = release.helm("get", "notes", release.name, "-n", ns).stdout
+    assert "AUDIT ONLY: the default policy is in dry run." in notes
+    assert "     dynquota plan " in notes
+    assert (
+        f"     helm upgrade {release.name} <chart> -n {ns} --reuse-values "
+        "--set defaultPolicy.dryRun=false\n"
+    ) in notes
 
 
 def test_operator_pod_is_admitted_under_restricted_pod_security(
