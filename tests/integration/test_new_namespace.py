@@ -15,7 +15,9 @@ controller of v1.37.2; an in-process operator with the chart's RBAC). docs/insta
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -28,6 +30,9 @@ from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
 from dynquota.testing.wait import wait_until
 
 BURST = 60  # ConfigMaps: above the default minimum of 50
+#: runs of the racing cases; the figures in docs/install.md are from 10 runs:
+#: DYNQUOTA_NEW_NAMESPACE_RUNS=10 .venv/bin/pytest tests/integration/test_new_namespace.py -s
+RUNS = int(os.environ.get("DYNQUOTA_NEW_NAMESPACE_RUNS", "1"))
 PIPELINE_LABEL = {"dynquota.io/profile": "pipeline"}
 
 
@@ -85,21 +90,28 @@ def test_creates_right_after_create_namespace(
              configmaps=pipeline, priority=10)  # fmt: skip
     start_operator()
 
-    # 20 ConfigMaps and 5 pods (below the minimums 50 and 10): none refused, three times.
-    for _ in range(3):
+    # 20 ConfigMaps and 5 pods (below the minimums 50 and 10): none refused.
+    synced: list[float] = []
+    for _ in range(max(3, RUNS)):
+        start = time.monotonic()
         ns = new_namespace(c, scope)
         assert burst(c, ns, 20, 5) == Counter()
         quota = c.wait_hard(ns, {"configmaps": "50", "pods": "10"})
+        synced.append(time.monotonic() - start)
         assert quota.status.used["pods"] == "5"
+    print(f"measured: quota in force {min(synced):.2f}-{max(synced):.2f} s after the namespace")
 
     # 60 ConfigMaps with nothing done: refused from the one passing the minimum, only by
     # "exceeded quota". How many of the 60 were admitted before the quota synced varies
-    # (10 refused on an idle machine: kube-root-ca.crt came after the burst), so: bounds.
-    ns = new_namespace(c, scope)
-    refused = burst(c, ns, BURST, 0)
-    assert set(refused) <= {"exceeded quota"}, refused
-    assert 0 <= refused["exceeded quota"] <= BURST - 49
-    print(f"measured: {BURST} ConfigMaps at once after create namespace: {refused} refused")
+    # (10 or 11 mostly; 0 when the whole burst beats the sync), so: bounds.
+    counts: Counter[int] = Counter()
+    for _ in range(RUNS):
+        ns = new_namespace(c, scope)
+        refused = burst(c, ns, BURST, 0)
+        assert set(refused) <= {"exceeded quota"}, refused
+        assert 0 <= refused["exceeded quota"] <= BURST - 49
+        counts[refused["exceeded quota"]] += 1
+    print(f"measured: {BURST} ConfigMaps right after create namespace, refused: runs {counts}")
 
     # Waiting until the quota is in force (and kube-root-ca.crt is charged) makes it exact:
     # 60 - (50 - 1) = 11 refused.
