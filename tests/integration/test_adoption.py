@@ -13,8 +13,10 @@ TokenRequest token of the chart's own ServiceAccount (the chart's RBAC, not clus
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +148,17 @@ def operator_settings(c: Cluster, workdir: Path) -> Settings:
         return Settings()
 
 
+def plan(c: Cluster, ns: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """`dynquota plan -n NS -o json` as cluster admin: its rows by (namespace, resource)."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "dynquota"), "plan", "--kubeconfig",
+         c.cp.kubeconfig, "--operator-namespace", RELEASE_NS, "-n", ns, "-o", "json"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {(r["namespace"], r["resource"]): r for r in json.loads(done.stdout)}
+
+
 def dry_run_events(c: Cluster, ns: str) -> list[tuple[str, str]]:
     """(reason, message) of the Events about the managed quota of ``ns``, sorted."""
     events = c.core.list_namespaced_event(
@@ -185,6 +198,10 @@ def test_install_with_default_values_enforces_nothing_until_switched(
         # (Other dry-run reasons may join, e.g. a tenant's at-limit notice: all are prefixed.)
         assert {"Resized", "UsageAboveMaximum"} <= {r for r, _ in batch_events}, batch_events
         assert op.sample("dynquota_target", {"namespace": WEB, "resource": "pods"}) == 10
+        # `dynquota plan` (read-only, as the admin would run it) tells the same.
+        rows = plan(c, BATCH)
+        assert rows[(BATCH, "configmaps")]["tally"] == 25
+        assert "held at usage 25" in rows[(BATCH, "configmaps")]["why"], rows
 
         # The one value that enforces.
         c.helm("upgrade", RELEASE, str(CHART), "-n", RELEASE_NS, "--reuse-values",
