@@ -22,8 +22,9 @@ def pod(name: str) -> dict[str, object]:
 
 def make_quota(core: kubernetes.client.CoreV1Api, ns: str, hard: dict[str, str]) -> None:
     core.create_namespaced_resource_quota(ns, {"metadata": {"name": "q"}, "spec": {"hard": hard}})
-    # Admission denies every create while the quota has no status ("status unknown for quota"):
-    # wait until the quota controller has copied spec.hard to status.hard.
+    # Admission ignores a quota until the quota controller has filled status.hard (upstream
+    # generic.Matches reads status.hard; see tests/integration/test_new_namespace.py): wait
+    # for it, or the third pod would be admitted.
     wait_until(
         lambda: core.read_namespaced_resource_quota("q", ns).status.hard == hard,
         f"status.hard of quota q in {ns}",
