@@ -130,17 +130,15 @@ def test_creates_right_after_create_namespace(
     assert c.hard(ns) == {"configmaps": "100", "pods": "10"}
     assert burst(c, ns, BURST, 5) == Counter()
 
-
-def test_kubectl_wait_recipe_times_out_where_no_quota_comes(op_cluster: OperatorCluster) -> None:
-    """Where no policy enforces (audit, opted out) no quota appears: the recipe's first wait
-    ends at its timeout with an error a pipeline can tell apart (and skip)."""
-    c = op_cluster
-    ns = new_namespace(c, {})
-    try:
-        with pytest.raises(subprocess.CalledProcessError) as failed:
-            c.cp.kubectl("wait", "--for=create", "resourcequota/dynquota", "-n", ns,
-                         "--timeout=2s")  # fmt: skip
-        assert failed.value.returncode == 1
-        assert "timed out waiting for the condition" in failed.value.stderr
-    finally:
-        c.delete_namespace(ns)
+    # Where no policy enforces (here: a policy in dry run) no quota comes: the recipe's first
+    # wait ends at its timeout with an error a pipeline can tell apart (and skip).
+    audit = {**scope, "dynquota.io/profile": "audit"}
+    c.policy("p-audit", audit, pods=defaults["pods"], configmaps=defaults["configmaps"],
+             priority=20, dry_run=True)  # fmt: skip
+    ns = new_namespace(c, audit)
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        c.cp.kubectl("wait", "--for=create", "resourcequota/dynquota", "-n", ns,
+                     "--timeout=3s")  # fmt: skip
+    assert failed.value.returncode == 1
+    assert "timed out waiting for the condition" in failed.value.stderr
+    assert c.quota(ns) is None
