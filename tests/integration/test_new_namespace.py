@@ -38,7 +38,7 @@ PIPELINE_LABEL = {"dynquota.io/profile": "pipeline"}
 
 def burst(c: OperatorCluster, ns: str, configmaps: int, pods: int) -> Counter[str]:
     """Create ``configmaps`` ConfigMaps then ``pods`` pods in ``ns`` as fast as one client can;
-    return the refusals by kind (the message up to the object name, then after it)."""
+    return the refusals: ``exceeded quota``, ``conflict`` (409), or status and message."""
     refused: Counter[str] = Counter()
     for kind, count in (("configmaps", configmaps), ("pods", pods)):
         for i in range(count):
@@ -56,8 +56,11 @@ def burst(c: OperatorCluster, ns: str, configmaps: int, pods: int) -> Counter[st
             except ApiException as exc:
                 message = str(exc.body)
                 if exc.status == 403 and "exceeded quota: dynquota" in message:
-                    message = "exceeded quota"
-                refused[f"{exc.status} {message}" if message != "exceeded quota" else message] += 1
+                    refused["exceeded quota"] += 1
+                elif exc.status == 409:  # quota admission's status write lost a race
+                    refused["conflict"] += 1
+                else:
+                    refused[f"{exc.status} {message}"] += 1
     return refused
 
 
@@ -105,13 +108,20 @@ def test_creates_right_after_create_namespace(
     # "exceeded quota". How many of the 60 were admitted before the quota synced varies
     # (10 or 11 mostly; 0 when the whole burst beats the sync), so: bounds.
     counts: Counter[int] = Counter()
+    conflicts = 0
     for _ in range(RUNS):
         ns = new_namespace(c, scope)
         refused = burst(c, ns, BURST, 0)
-        assert set(refused) <= {"exceeded quota"}, refused
+        # Other writers (kube-root-ca.crt's publisher, the quota controller's sync) race
+        # quota admission's status writes here: a 409 is a known side effect, not this one.
+        assert set(refused) <= {"exceeded quota", "conflict"}, refused
         assert 0 <= refused["exceeded quota"] <= BURST - 49
         counts[refused["exceeded quota"]] += 1
-    print(f"measured: {BURST} ConfigMaps right after create namespace, refused: runs {counts}")
+        conflicts += refused["conflict"]
+    print(
+        f"measured: {BURST} ConfigMaps right after create namespace, runs by number refused "
+        f"(exceeded quota): {dict(counts)}; 409 conflicts: {conflicts}"
+    )
 
     # Waiting until the quota is in force (and kube-root-ca.crt is charged) makes it exact:
     # 60 - (50 - 1) = 11 refused.
