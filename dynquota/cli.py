@@ -24,7 +24,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -33,13 +32,10 @@ from pydantic import ValidationError
 from dynquota.settings import Settings
 
 __all__ = [
-    "CleanupReport",
     "UserError",
     "build_parser",
     "check_kubeconfig",
-    "delete_managed_quotas",
     "explain",
-    "list_managed_quotas",
     "main",
     "settings_from_args",
 ]
@@ -441,22 +437,30 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     It then waits at most ``--timeout`` seconds for the pods of the Deployment's ReplicaSets;
     every API call has a 30 s request timeout, so the command never hangs.
 
-    Quotas: lists the managed ones by label (:func:`list_managed_quotas`) and deletes each with
-    a ``uid`` precondition (:func:`delete_managed_quotas`): one replaced meanwhile by another
-    object is left alone. Lists again until a list comes back empty, at most
-    :data:`CLEANUP_ROUNDS` times.
+    Quotas: lists the managed ones by label and name
+    (:func:`dynquota.kube.cleanup.list_managed_quotas`) and deletes them in parallel (at most
+    ``--concurrency`` in flight), rate-limited (``--qps``, default
+    ``$DYNQUOTA_KILL_SWITCH_DELETE_QPS``), each with a ``uid`` precondition (one replaced
+    meanwhile by another object is left alone), within a deadline derived from the count
+    (``ceil(count / qps) + 30`` s, or ``--deadline``), printing a progress line every
+    ``--progress-interval`` seconds (:func:`dynquota.kube.cleanup.delete_managed_quotas`).
+    Lists again until a list comes back empty, at most :data:`CLEANUP_ROUNDS` times.
 
     Raises:
-        UserError: RBAC refusal (403), unreachable API, pods left at the deadline, or managed
-            quotas still present after the last round (exit 2).
+        UserError: RBAC refusal (401/403), unreachable API, pods left at the deadline, the
+            delete deadline passed, or managed quotas still present after the last round
+            (exit 2).
     """
     import time
 
     import kubernetes
 
-    from dynquota.kube.quotas import MANAGED_QUOTA_NAME
-
     settings = Settings()
+    qps = args.qps if args.qps is not None else settings.kill_switch_delete_qps
+    if qps <= 0:
+        raise UserError(f"--qps must be positive: {qps:g}")
+    if args.concurrency < 1:
+        raise UserError(f"--concurrency must be at least 1: {args.concurrency}")
     timeout = 30.0  # seconds, per API request
     api = _guard("connecting", lambda: _sync_client(args.kubeconfig))
     with api:
@@ -512,33 +516,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
                 print(f"operator pods gone ({selector})")
             else:
                 print(f"would scale deployment {namespace}/{args.scale_down} to 0")
-        interval = 1.0 / settings.kill_switch_delete_qps
-        if not args.yes:
-            quotas = list_managed_quotas(core, timeout)
-            for quota in quotas:
-                print(f"would delete resourcequota {quota.metadata.namespace}/{MANAGED_QUOTA_NAME}")
-            print(f"{len(quotas)} managed quotas; run with --yes to delete them")
-            return 0
-        report = CleanupReport()
-        for _ in range(CLEANUP_ROUNDS):
-            quotas = list_managed_quotas(core, timeout)
-            if not quotas:
-                break
-            report.add(delete_managed_quotas(core, quotas, interval=interval, timeout=timeout))
-        else:
-            left = sorted(q.metadata.namespace for q in list_managed_quotas(core, timeout))
-            if left:
-                raise UserError(
-                    f"{len(left)} managed quotas still present after {CLEANUP_ROUNDS} rounds "
-                    f"(in {', '.join(left[:10])}{', ...' if len(left) > 10 else ''}): something "
-                    "keeps creating them; is an operator still running?"
-                )
-    print(
-        f"deleted {len(report.deleted)} managed quotas"
-        f" ({len(report.gone)} already gone, {len(report.replaced)} replaced meanwhile and "
-        "left alone)"
-    )
-    return 0
+    return asyncio.run(_cleanup_quotas(args, qps))
 
 
 CLEANUP_ROUNDS = 3
@@ -546,98 +524,110 @@ CLEANUP_ROUNDS = 3
 managed quotas comes back empty (a quota re-created meanwhile is found by the next list)."""
 
 
-@dataclass
-class CleanupReport:
-    """What :func:`delete_managed_quotas` did, as namespace names.
-
-    ``deleted``: the listed quota was deleted. ``gone``: it no longer existed (404).
-    ``replaced``: a quota named ``dynquota`` exists there but is another object (its uid
-    differs from the listed one: deleted and re-created meanwhile, e.g. by a user without the
-    label), so the uid precondition refused the delete (409) and it was left alone.
-    """
-
-    deleted: list[str] = field(default_factory=list)
-    gone: list[str] = field(default_factory=list)
-    replaced: list[str] = field(default_factory=list)
-
-    def add(self, other: CleanupReport) -> None:
-        """Append ``other``'s namespaces to this report."""
-        self.deleted += other.deleted
-        self.gone += other.gone
-        self.replaced += other.replaced
-
-
-def list_managed_quotas(core: Any, timeout: float = 30.0) -> list[Any]:
-    """Every managed quota in the cluster: ResourceQuotas named ``dynquota`` labelled
-    ``app.kubernetes.io/managed-by=dynquota``, listed with label and field selectors (one
-    consistent list, no ``resourceVersion=0``).
-
-    ``core``: a sync ``kubernetes.client.CoreV1Api``; ``timeout``: seconds per request.
-    Returns ``V1ResourceQuota`` objects. Raises :class:`UserError` (RBAC, unreachable).
-    """
-    from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR
-
-    result = _guard(
-        "listing managed quotas",
-        lambda: core.list_resource_quota_for_all_namespaces(
-            label_selector=MANAGED_SELECTOR,
-            field_selector=f"metadata.name={MANAGED_QUOTA_NAME}",
-            _request_timeout=timeout,
-        ),
+async def _cleanup_quotas(args: argparse.Namespace, qps: float) -> int:
+    """The quota part of ``cleanup``: list, then (with ``--yes``) delete in rounds."""
+    from dynquota.kube.cleanup import (
+        CleanupReport,
+        ListedQuota,
+        Outcome,
+        deadline_for,
+        delete_managed_quotas,
+        list_managed_quotas,
     )
-    items: list[Any] = result.items
-    return items
-
-
-def delete_managed_quotas(
-    core: Any, quotas: Sequence[Any], *, interval: float = 0.0, timeout: float = 30.0
-) -> CleanupReport:
-    """Delete each of ``quotas`` (as listed by :func:`list_managed_quotas`) with a ``uid``
-    precondition, so a quota replaced since the list (another object under the same name,
-    labelled or not) is never deleted by mistake: the apiserver answers 409 and it is left
-    alone. 404 (already gone) is not an error. Prints one line per quota.
-
-    ``core``: a sync ``kubernetes.client.CoreV1Api``; ``interval``: seconds between two
-    deletes (the client-side rate limit); ``timeout``: seconds per request.
-
-    Raises:
-        UserError: RBAC refusal or unreachable API (the deletes done so far stay done).
-        kubernetes.client.exceptions.ApiException: any other refusal.
-    """
-    import time
-
-    import kubernetes
-
+    from dynquota.kube.client import new_api_client
     from dynquota.kube.quotas import MANAGED_QUOTA_NAME
 
-    report = CleanupReport()
-    for i, quota in enumerate(quotas):
-        if i and interval > 0:
-            time.sleep(interval)
-        ns, uid = quota.metadata.namespace, quota.metadata.uid
-        where = f"resourcequota {ns}/{MANAGED_QUOTA_NAME}"
+    try:
+        api_client = await new_api_client(args.kubeconfig or None)
+    except Exception as exc:
+        raise explain(exc, "connecting") or exc from exc
+
+    async def listed() -> list[ListedQuota]:
         try:
-            core.delete_namespaced_resource_quota(
-                MANAGED_QUOTA_NAME,
-                ns,
-                body={"preconditions": {"uid": uid}},
-                _request_timeout=timeout,
-            )
-        except kubernetes.client.exceptions.ApiException as exc:
-            if exc.status == 404:
-                report.gone.append(ns)
-                print(f"{where} already gone")
-                continue
-            if exc.status == 409:
-                report.replaced.append(ns)
-                print(f"{where} left alone: replaced since it was listed (uid {uid} is gone)")
-                continue
-            raise explain(exc, f"deleting {where}") or exc from exc
+            return await list_managed_quotas(api_client)
         except Exception as exc:
-            raise explain(exc, f"deleting {where}") or exc from exc
-        report.deleted.append(ns)
-        print(f"deleted {where} (uid {uid})")
-    return report
+            raise explain(exc, "listing managed quotas") or exc from exc
+
+    def on_result(quota: ListedQuota, outcome: Outcome, detail: str) -> None:
+        where = f"resourcequota {quota.namespace}/{MANAGED_QUOTA_NAME}"
+        if outcome == "deleted" and args.verbose:
+            print(f"deleted {where} (uid {quota.uid})")
+        elif outcome == "gone":
+            print(f"{where} already gone")
+        elif outcome == "replaced":
+            print(f"{where} left alone: replaced since it was listed (uid {quota.uid} is gone)")
+        elif outcome == "failed":
+            print(f"{where} not deleted: {detail}")
+
+    def on_progress(report: CleanupReport, total: int) -> None:
+        rate = report.done / report.seconds if report.seconds > 0 else 0.0
+        print(
+            f"progress: {report.done}/{total} in {report.seconds:.1f} s ({rate:.1f}/s): "
+            f"{len(report.deleted)} deleted, {len(report.gone)} already gone, "
+            f"{len(report.replaced)} replaced, {len(report.failed)} failed",
+            flush=True,
+        )
+
+    async with api_client:
+        if not args.yes:
+            quotas = await listed()
+            for quota in quotas:
+                print(f"would delete resourcequota {quota.namespace}/{MANAGED_QUOTA_NAME}")
+            print(
+                f"{len(quotas)} managed quotas; run with --yes to delete them (at {qps:g}/s: "
+                f"deadline {deadline_for(len(quotas), qps):.0f} s)"
+            )
+            return 0
+        total = CleanupReport()
+        for _ in range(CLEANUP_ROUNDS):
+            quotas = await listed()
+            if not quotas:
+                break
+            deadline = args.deadline or deadline_for(len(quotas), qps)
+            print(
+                f"deleting {len(quotas)} managed quotas at {qps:g}/s, {args.concurrency} in "
+                f"parallel; deadline {deadline:.0f} s",
+                flush=True,
+            )
+            try:
+                report = await delete_managed_quotas(
+                    api_client,
+                    quotas,
+                    qps=qps,
+                    concurrency=args.concurrency,
+                    deadline=deadline,
+                    on_result=on_result,
+                    on_progress=on_progress,
+                    progress_interval=args.progress_interval,
+                )
+            except Exception as exc:
+                raise explain(exc, "deleting managed quotas") or exc from exc
+            total.add(report)
+            if report.left:
+                raise UserError(
+                    f"deadline of {deadline:.0f} s passed with {len(report.left)} of "
+                    f"{len(quotas)} managed quotas not deleted (rate {qps:g}/s); deleted so "
+                    f"far: {len(total.deleted)}. Run `dynquota cleanup --yes` again (it "
+                    "continues), or give more time with --deadline"
+                )
+        else:
+            left = sorted(q.namespace for q in await listed())
+            if left:
+                failed = "".join(
+                    f"; {ns}: {total.failed[ns]}" for ns in left[:3] if ns in total.failed
+                )
+                raise UserError(
+                    f"{len(left)} managed quotas still present after {CLEANUP_ROUNDS} rounds "
+                    f"(in {', '.join(left[:10])}{', ...' if len(left) > 10 else ''}): "
+                    f"something keeps creating them (is an operator still running?) or "
+                    f"their deletes fail{failed}"
+                )
+    print(
+        f"deleted {len(total.deleted)} managed quotas"
+        f" ({len(total.gone)} already gone, {len(total.replaced)} replaced meanwhile and "
+        "left alone)"
+    )
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -723,6 +713,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="first scale this operator Deployment (in $DYNQUOTA_NAMESPACE) to 0 and wait",
     )
     cleanup.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for pods")
+    cleanup.add_argument(
+        "--qps",
+        type=float,
+        help="deletes per second at most (default: $DYNQUOTA_KILL_SWITCH_DELETE_QPS, 20)",
+    )
+    cleanup.add_argument(
+        "--concurrency", type=int, default=16, help="deletes in flight at most (default 16)"
+    )
+    cleanup.add_argument(
+        "--deadline",
+        type=float,
+        help="seconds for the deletes of one round (default: count / qps + 30)",
+    )
+    cleanup.add_argument(
+        "--progress-interval",
+        type=float,
+        default=5.0,
+        help="seconds between two progress lines (default 5)",
+    )
+    cleanup.add_argument("-v", "--verbose", action="store_true", help="one line per deleted quota")
     cleanup.add_argument("--kubeconfig")
     cleanup.set_defaults(handler=cmd_cleanup)
 

@@ -1,18 +1,32 @@
 """`dynquota cleanup` (the chart's uninstall hook) on the real apiserver: it lists managed quotas
-by label and deletes each with a uid precondition, so a quota replaced since the list (by an
-unlabelled one, or by a new object under the same name) is never deleted by mistake."""
+by label and name and deletes them in parallel, rate-limited, each with a uid precondition, so
+a quota replaced since the list (by an unlabelled one, or by a new object under the same name)
+is never deleted by mistake.
+
+The scale case (a few hundred namespaces, exact counts) runs on a private control plane, so
+the cluster-wide list holds exactly what the test made. The 5,000-namespace measurement is
+`tests/bench/test_cleanup_bench.py` (`-m bench`, not in `make test`).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
+import kubernetes_asyncio
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.cli import delete_managed_quotas, list_managed_quotas, main
+from dynquota.cli import main
+from dynquota.kube.cleanup import (
+    ListedQuota,
+    delete_managed_quotas,
+    list_managed_quotas,
+)
 from dynquota.testing.controlplane import LocalControlPlane
 
 MANAGED = {"app.kubernetes.io/managed-by": "dynquota"}
@@ -51,16 +65,18 @@ def quotas_in(core: kubernetes.client.CoreV1Api, ns: str) -> dict[str, tuple[str
     return {q.metadata.name: (q.metadata.uid, q.metadata.labels or {}) for q in items}
 
 
-def test_delete_uses_a_uid_precondition(
-    core: kubernetes.client.CoreV1Api, namespaces: list[str], capsys: pytest.CaptureFixture[str]
+async def test_delete_uses_a_uid_precondition(
+    core: kubernetes.client.CoreV1Api,
+    async_api_client: kubernetes_asyncio.client.ApiClient,
+    namespaces: list[str],
 ) -> None:
     a, b, c = namespaces
     for ns in namespaces:
         core.create_namespaced_resource_quota(ns, quota("dynquota", "10", MANAGED))
     # A labelled quota with another name is never a managed quota.
     core.create_namespaced_resource_quota(a, quota("team", "1", MANAGED))
-    listed = [q for q in list_managed_quotas(core) if q.metadata.namespace in namespaces]
-    assert sorted(q.metadata.namespace for q in listed) == sorted(namespaces)
+    listed = [q for q in await list_managed_quotas(async_api_client) if q.namespace in namespaces]
+    assert sorted(q.namespace for q in listed) == sorted(namespaces)
     # Between the list and the deletes: b's quota is replaced by an unlabelled one (a user's
     # own quota under the same name), c's by a new managed one (another object).
     core.delete_namespaced_resource_quota("dynquota", b)
@@ -68,23 +84,25 @@ def test_delete_uses_a_uid_precondition(
     core.delete_namespaced_resource_quota("dynquota", c)
     core.create_namespaced_resource_quota(c, quota("dynquota", "10", MANAGED))
     b_before, c_before = quotas_in(core, b), quotas_in(core, c)
-    capsys.readouterr()
+    results: list[tuple[str, str]] = []
 
-    report = delete_managed_quotas(core, listed)
+    report = await delete_managed_quotas(
+        async_api_client,
+        listed,
+        qps=50,
+        on_result=lambda q, outcome, detail: results.append((q.namespace, outcome)),
+    )
 
     assert (report.deleted, report.gone, sorted(report.replaced)) == ([a], [], sorted([b, c]))
+    assert (report.failed, report.left) == ({}, [])
+    assert sorted(results) == sorted([(a, "deleted"), (b, "replaced"), (c, "replaced")])
     assert quotas_in(core, a) == {"team": quotas_in(core, a)["team"]}
     assert quotas_in(core, b) == b_before  # the unlabelled replacement is untouched
     assert quotas_in(core, c) == c_before  # so is the new object: the next list finds it
-    out = capsys.readouterr().out
-    (uid_a,) = [q.metadata.uid for q in listed if q.metadata.namespace == a]
-    (uid_b,) = [q.metadata.uid for q in listed if q.metadata.namespace == b]
-    assert f"deleted resourcequota {a}/dynquota (uid {uid_a})" in out.splitlines()
-    assert (
-        f"resourcequota {b}/dynquota left alone: replaced since it was listed (uid {uid_b} is gone)"
-    ) in out.splitlines()
     # A quota already gone is not an error.
-    again = delete_managed_quotas(core, [q for q in listed if q.metadata.namespace == a])
+    again = await delete_managed_quotas(
+        async_api_client, [q for q in listed if q.namespace == a], qps=50
+    )
     assert (again.deleted, again.gone, again.replaced) == ([], [a], [])
 
 
@@ -108,11 +126,164 @@ def test_cleanup_command_deletes_managed_quotas_until_none_is_listed(
     assert f"would delete resourcequota {c}/dynquota" not in out
     assert set(quotas_in(core, a)) == {"dynquota"}
 
-    assert main(["cleanup", "--yes", "--kubeconfig", controlplane.kubeconfig]) == 0
+    assert main(["cleanup", "--yes", "--verbose", "--kubeconfig", controlplane.kubeconfig]) == 0
     out = capsys.readouterr().out.splitlines()
     assert quotas_in(core, a) == {}
     assert set(quotas_in(core, b)) == {"team"}
     assert quotas_in(core, c) == c_before
     assert [line for line in out if line.startswith("deleted resourcequota ") and c in line] == []
+    assert [line for line in out if line.startswith(f"deleted resourcequota {a}/dynquota ")]
     assert out[-1].startswith("deleted ")
     assert out[-1].endswith(" managed quotas (0 already gone, 0 replaced meanwhile and left alone)")
+
+
+# -- a few hundred namespaces, exact counts (private control plane) ----------------------------
+
+SCALE = 300  # namespaces with a managed quota
+REPLACED = 10  # of them: the quota replaced after the list by a new labelled object
+FOREIGN = 10  # of them: the managed quota replaced after the list by a user's unlabelled one
+QPS = 200.0
+
+
+async def _create_scale_bed(kubeconfig: str, prefix: str) -> None:
+    """``SCALE`` namespaces, each with a managed quota; every tenth also gets a labelled quota
+    of another name (never a managed quota)."""
+    async with await kubernetes_asyncio.config.new_client_from_config(
+        config_file=kubeconfig
+    ) as api:
+        core: Any = kubernetes_asyncio.client.CoreV1Api(api)
+        gate = asyncio.Semaphore(16)
+
+        async def one(i: int) -> None:
+            ns = f"{prefix}-{i:04d}"
+            async with gate:
+                await core.create_namespace({"metadata": {"name": ns}})
+                await core.create_namespaced_resource_quota(ns, quota("dynquota", "10", MANAGED))
+                if i % 10 == 0:
+                    await core.create_namespaced_resource_quota(ns, quota("team", "5", MANAGED))
+
+        await asyncio.gather(*(one(i) for i in range(SCALE)))
+
+
+async def _delete(kubeconfig: str, listed: list[ListedQuota], **kwargs: Any) -> Any:
+    async with await kubernetes_asyncio.config.new_client_from_config(
+        config_file=kubeconfig
+    ) as api:
+        return await delete_managed_quotas(api, listed, **kwargs)
+
+
+async def _list(kubeconfig: str) -> list[ListedQuota]:
+    async with await kubernetes_asyncio.config.new_client_from_config(
+        config_file=kubeconfig
+    ) as api:
+        return await list_managed_quotas(api, page_size=100)
+
+
+@pytest.fixture(scope="module")
+def private_cp() -> Iterator[LocalControlPlane]:
+    with LocalControlPlane() as cp:
+        yield cp
+
+
+def test_a_few_hundred_namespaces_exact_counts(
+    private_cp: LocalControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cp = private_cp
+    api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
+    core = kubernetes.client.CoreV1Api(api)
+    prefix = f"dq-scale-{uuid.uuid4().hex[:4]}"
+    asyncio.run(_create_scale_bed(cp.kubeconfig, prefix))
+    listed = asyncio.run(_list(cp.kubeconfig))  # pages of 100: the continue path too
+    assert len(listed) == SCALE
+    assert len({q.namespace for q in listed}) == SCALE
+    # After the list: REPLACED quotas become new managed objects, FOREIGN ones users' own.
+    replaced = [f"{prefix}-{i:04d}" for i in range(1, 1 + REPLACED)]
+    foreign = [f"{prefix}-{i:04d}" for i in range(101, 101 + FOREIGN)]
+    for ns in replaced + foreign:
+        core.delete_namespaced_resource_quota("dynquota", ns)
+        labels = MANAGED if ns in replaced else None
+        core.create_namespaced_resource_quota(ns, quota("dynquota", "7", labels))
+    kept = {ns: quotas_in(core, ns) for ns in replaced + foreign}
+    teams = {
+        f"{prefix}-{i:04d}": quotas_in(core, f"{prefix}-{i:04d}")["team"]
+        for i in range(0, SCALE, 10)
+    }
+    progress: list[tuple[int, int]] = []
+
+    started = time.monotonic()
+    report = asyncio.run(
+        _delete(
+            cp.kubeconfig,
+            listed,
+            qps=QPS,
+            concurrency=16,
+            on_progress=lambda r, total: progress.append((r.done, total)),
+            progress_interval=0.5,
+        )
+    )
+    elapsed = time.monotonic() - started
+
+    assert len(report.deleted) == SCALE - REPLACED - FOREIGN
+    assert sorted(report.replaced) == sorted(replaced + foreign)
+    assert (report.gone, report.failed, report.left) == ([], {}, [])
+    assert progress[-1] == (SCALE, SCALE)
+    # rate-limited: SCALE deletes start at most QPS per second, evenly spaced
+    assert elapsed >= (SCALE - 1) / QPS
+    for ns, before in kept.items():
+        assert quotas_in(core, ns) == before, ns  # the replacing objects, uid and all
+    for ns, team in teams.items():
+        assert quotas_in(core, ns)["team"] == team, ns  # labelled, other name: untouched
+    deleted = set(report.deleted)
+    assert [q for q in core.list_resource_quota_for_all_namespaces().items if
+            q.metadata.namespace in deleted and q.metadata.name == "dynquota"] == []  # fmt: skip
+
+    # The command finds the REPLACED new managed objects (and nothing else) and deletes them.
+    capsys.readouterr()
+    assert main(["cleanup", "--yes", "--qps", str(QPS), "--kubeconfig", cp.kubeconfig]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0] == f"deleting {REPLACED} managed quotas at {QPS:g}/s, 16 in parallel; deadline 31 s"
+    )
+    assert out[-2].startswith(f"progress: {REPLACED}/{REPLACED} in ")
+    assert out[-2].endswith(f": {REPLACED} deleted, 0 already gone, 0 replaced, 0 failed")
+    assert out[-1] == (
+        f"deleted {REPLACED} managed quotas (0 already gone, 0 replaced meanwhile and left alone)"
+    )
+    for ns in foreign:
+        assert quotas_in(core, ns) == kept[ns]
+    assert asyncio.run(_list(cp.kubeconfig)) == []
+    api.close()
+
+
+def test_the_deadline_stops_the_deletes_and_says_what_is_left(
+    private_cp: LocalControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cp = private_cp
+    api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
+    core = kubernetes.client.CoreV1Api(api)
+    names = [f"dq-late-{uuid.uuid4().hex[:4]}-{i}" for i in range(20)]
+    for ns in names:
+        core.create_namespace({"metadata": {"name": ns}})
+        core.create_namespaced_resource_quota(ns, quota("dynquota", "10", MANAGED))
+    listed = asyncio.run(_list(cp.kubeconfig))
+    assert len(listed) == len(names)
+    # 2 per second for 1.2 s: deletes start at 0, 0.5 and 1.0 s; at least 15 are left
+    report = asyncio.run(_delete(cp.kubeconfig, listed, qps=2.0, concurrency=1, deadline=1.2))
+    assert report.done + len(report.left) == len(names)
+    assert 1 <= report.done <= 4
+    assert sorted(report.deleted + report.left) == sorted(names)
+    remaining = {q.namespace for q in asyncio.run(_list(cp.kubeconfig))}
+    assert remaining.isdisjoint(report.deleted)
+    assert len(remaining) >= len(names) - 4
+
+    # The command's deadline: one clear line, exit 2, and the next run continues.
+    with pytest.raises(SystemExit) as exc:
+        main(["cleanup", "--yes", "--qps", "2", "--concurrency", "1", "--deadline", "1",
+              "--kubeconfig", cp.kubeconfig])  # fmt: skip
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dynquota: error: deadline of 1 s passed with ")
+    assert err.rstrip().endswith("or give more time with --deadline")
+    assert main(["cleanup", "--yes", "--qps", "100", "--kubeconfig", cp.kubeconfig]) == 0
+    assert asyncio.run(_list(cp.kubeconfig)) == []
+    api.close()

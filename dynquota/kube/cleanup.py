@@ -1,0 +1,253 @@
+"""Deleting every managed quota in bulk: the uninstall cleanup behind ``dynquota cleanup`` (I/O).
+
+The cleanup runs once, with the operator stopped, over every managed namespace of the
+cluster: thousands of deletes. Done one by one with a pause after each, its rate was
+``1 / (pause + latency)``, below the limit, and a fixed deadline failed it beyond a few
+thousand namespaces. Here:
+
+- **parallel**: at most ``concurrency`` deletes in flight, so the request latency does not
+  lower the rate;
+- **rate-limited**: at most ``qps`` deletes start per second, evenly spaced (aiolimiter's
+  leaky bucket with a capacity of one request, so there is no burst);
+- **safe**: each delete carries the listed object's ``uid`` as a precondition, so a quota
+  replaced since the list (a user's own quota of the same name, or a new object) is never
+  deleted by mistake (409, left alone); 404 (already gone) is not an error;
+- **bounded**: a deadline derived from the count, :func:`deadline_for`
+  (``ceil(count / qps) + DEADLINE_MARGIN`` seconds); every request also has the short
+  request timeout of :mod:`dynquota.kube.timeouts`.
+
+A refusal for lack of rights (401, 403) stops everything at once (every other delete would be
+refused the same way); other failures (429, 5xx, no answer) are recorded per namespace and
+left to the caller's next round (``dynquota cleanup`` lists again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from aiolimiter import AsyncLimiter
+from kubernetes_asyncio import client
+
+from dynquota.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
+from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR, call_api
+
+__all__ = [
+    "DEADLINE_MARGIN",
+    "CleanupReport",
+    "ListedQuota",
+    "Outcome",
+    "deadline_for",
+    "delete_managed_quotas",
+    "list_managed_quotas",
+]
+
+DEADLINE_MARGIN: Final = 30.0
+"""Seconds added to ``count / qps`` for the deadline: the last requests' latency (at most the
+10 s request timeout each) and a slow start."""
+
+Outcome = Literal["deleted", "gone", "replaced", "failed"]
+"""What happened to one listed quota (see :class:`CleanupReport`)."""
+
+
+@dataclass(frozen=True)
+class ListedQuota:
+    """A managed quota as listed: its ``namespace`` and ``uid`` (the delete's precondition)."""
+
+    namespace: str
+    uid: str
+
+
+@dataclass
+class CleanupReport:
+    """What :func:`delete_managed_quotas` did, as namespace names.
+
+    ``deleted``: the listed quota was deleted. ``gone``: it no longer existed (404).
+    ``replaced``: a quota named ``dynquota`` exists there but is another object (its uid
+    differs from the listed one), so the uid precondition refused the delete (409) and it was
+    left alone. ``failed``: namespace -> error of a delete that failed otherwise (429, 5xx,
+    no answer). ``left``: quotas not attempted, or whose delete was cut short, when the
+    deadline passed (their outcome is unknown; the next list tells). ``seconds``: wall time.
+    """
+
+    deleted: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    left: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def done(self) -> int:
+        """Quotas with a known outcome (deleted, gone, replaced or failed)."""
+        return len(self.deleted) + len(self.gone) + len(self.replaced) + len(self.failed)
+
+    def add(self, other: CleanupReport) -> None:
+        """Append ``other``'s namespaces (and time) to this report; ``left`` is replaced."""
+        self.deleted += other.deleted
+        self.gone += other.gone
+        self.replaced += other.replaced
+        self.failed.update(other.failed)
+        self.left = list(other.left)
+        self.seconds += other.seconds
+
+
+def deadline_for(count: int, qps: float) -> float:
+    """Seconds that deleting ``count`` quotas at ``qps`` per second may take:
+    ``ceil(count / qps) + DEADLINE_MARGIN``. Raises ``ValueError`` if ``qps <= 0``."""
+    if qps <= 0:
+        raise ValueError(f"qps must be positive: {qps!r}")
+    return math.ceil(count / qps) + DEADLINE_MARGIN
+
+
+def _limiter(qps: float) -> AsyncLimiter:
+    # capacity 1, leaking qps per second: starts evenly spaced, no burst (also below 1/s)
+    return AsyncLimiter(1, 1.0 / qps)
+
+
+async def list_managed_quotas(
+    api_client: client.ApiClient, page_size: int = 500
+) -> list[ListedQuota]:
+    """Every managed quota in the cluster: ResourceQuotas named ``dynquota`` labelled
+    ``app.kubernetes.io/managed-by=dynquota`` (label and field selectors), paginated by
+    ``page_size``. A consistent read (no ``resourceVersion``: never the watch cache).
+
+    Raises: ``ApiError`` (e.g. ``ForbiddenError``) / ``TransportError``.
+    """
+    core: Any = client.CoreV1Api(api_client)
+    found: list[ListedQuota] = []
+    token = ""
+    while True:
+        kwargs: dict[str, Any] = {
+            "label_selector": MANAGED_SELECTOR,
+            "field_selector": f"metadata.name={MANAGED_QUOTA_NAME}",
+            "limit": page_size,
+        }
+        if token:
+            kwargs["_continue"] = token
+        page = await call_api(
+            "list",
+            "resourcequotas",
+            lambda t, kw=kwargs: core.list_resource_quota_for_all_namespaces(  # type: ignore[misc]
+                **kw, _request_timeout=t
+            ),
+        )
+        for item in page.items or []:
+            found.append(ListedQuota(item.metadata.namespace, item.metadata.uid))
+        token = (page.metadata._continue if page.metadata is not None else None) or ""
+        if not token:
+            return found
+
+
+async def delete_managed_quotas(
+    api_client: client.ApiClient,
+    quotas: Sequence[ListedQuota],
+    *,
+    qps: float,
+    concurrency: int = 16,
+    deadline: float | None = None,
+    on_result: Callable[[ListedQuota, Outcome, str], None] | None = None,
+    on_progress: Callable[[CleanupReport, int], None] | None = None,
+    progress_interval: float = 5.0,
+) -> CleanupReport:
+    """Delete each of ``quotas`` with its ``uid`` as precondition, in parallel and
+    rate-limited (see the module docstring).
+
+    Args:
+        api_client: a configured ``kubernetes_asyncio.client.ApiClient`` (not closed here).
+        quotas: as listed by :func:`list_managed_quotas`.
+        qps: at most this many deletes start per second (> 0).
+        concurrency: at most this many deletes in flight (>= 1).
+        deadline: seconds for all of them; default :func:`deadline_for` the count. When it
+            passes, the deletes in flight are cancelled and the rest is not attempted:
+            ``report.left`` names them.
+        on_result: called with ``(quota, outcome, detail)`` after each delete (``detail``: the
+            error of a failure, else ``""``).
+        on_progress: called with ``(report so far, len(quotas))`` every ``progress_interval``
+            seconds while deleting, and once at the end.
+
+    Returns: a :class:`CleanupReport`.
+
+    Raises:
+        ApiError: 401 or 403 (the other deletes are cancelled; those done stay done).
+        ValueError: ``qps <= 0`` or ``concurrency < 1``.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1: {concurrency!r}")
+    budget = deadline_for(len(quotas), qps) if deadline is None else deadline
+    limiter = _limiter(qps)
+    core: Any = client.CoreV1Api(api_client)
+    report = CleanupReport()
+    pending = deque(quotas)
+    in_flight: dict[int, ListedQuota] = {}
+    fatal: list[ApiError] = []
+    started = time.monotonic()
+
+    def record(quota: ListedQuota, outcome: Outcome, detail: str = "") -> None:
+        if outcome == "failed":
+            report.failed[quota.namespace] = detail
+        else:
+            getattr(report, outcome).append(quota.namespace)
+        if on_result is not None:
+            on_result(quota, outcome, detail)
+
+    async def delete(quota: ListedQuota) -> None:
+        body = {"preconditions": {"uid": quota.uid}}
+        try:
+            await call_api(
+                "delete",
+                "resourcequotas",
+                lambda t: core.delete_namespaced_resource_quota(
+                    MANAGED_QUOTA_NAME, quota.namespace, body=body, _request_timeout=t
+                ),
+            )
+        except NotFoundError:
+            record(quota, "gone")
+        except ConflictError:
+            record(quota, "replaced")
+        except ApiError as exc:
+            if exc.status in (401, 403):
+                fatal.append(exc)
+                return
+            record(quota, "failed", str(exc))
+        except KubeError as exc:
+            record(quota, "failed", str(exc))
+        else:
+            record(quota, "deleted")
+
+    async def worker(slot: int) -> None:
+        while pending and not fatal:
+            await limiter.acquire()
+            if not pending or fatal:
+                return
+            quota = pending.popleft()
+            in_flight[slot] = quota
+            await delete(quota)
+            del in_flight[slot]  # not on cancellation: the deadline's report names it
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(progress_interval)
+            report.seconds = time.monotonic() - started
+            if on_progress is not None:
+                on_progress(report, len(quotas))
+
+    reporter = asyncio.create_task(progress())
+    try:
+        async with asyncio.timeout(budget):
+            await asyncio.gather(*(worker(i) for i in range(min(concurrency, len(quotas)))))
+    except TimeoutError:
+        report.left = [q.namespace for q in in_flight.values()] + [q.namespace for q in pending]
+    finally:
+        reporter.cancel()
+        report.seconds = time.monotonic() - started
+    if fatal:
+        raise fatal[0]
+    if on_progress is not None:
+        on_progress(report, len(quotas))
+    return report
