@@ -7,8 +7,8 @@ thousand namespaces. Here:
 
 - **parallel**: at most ``concurrency`` deletes in flight, so the request latency does not
   lower the rate;
-- **rate-limited**: at most ``qps`` deletes start per second, evenly spaced (aiolimiter's
-  leaky bucket with a capacity of one request, so there is no burst);
+- **rate-limited**: at most ``qps`` deletes start per second on average (aiolimiter's leaky
+  bucket, sized to a tenth of a second's deletes: a burst is at most ``qps / 10``, at least 1);
 - **safe**: each delete carries the listed object's ``uid`` as a precondition, so a quota
   replaced since the list (a user's own quota of the same name, or a new object) is never
   deleted by mistake (409, left alone); 404 (already gone) is not an error;
@@ -106,8 +106,10 @@ def deadline_for(count: int, qps: float) -> float:
 
 
 def _limiter(qps: float) -> AsyncLimiter:
-    # capacity 1, leaking qps per second: starts evenly spaced, no burst (also below 1/s)
-    return AsyncLimiter(1, 1.0 / qps)
+    # a bucket of a tenth of a second's deletes (at least one), leaking qps per second: the
+    # average is qps, a burst at most qps / 10 (a bucket of one loses rate to timer wake-ups)
+    capacity = max(1.0, qps / 10)
+    return AsyncLimiter(capacity, capacity / qps)
 
 
 async def list_managed_quotas(
