@@ -357,7 +357,14 @@ def test_cleanup_hook(helm: Path) -> None:
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "dq-dynquota-cleanup"
     (container,) = pod["containers"]
-    assert container["command"] == ["dynquota", "cleanup", "--yes", "--scale-down", "dq-dynquota"]
+    assert container["command"] == [
+        "dynquota", "cleanup", "--yes", "--scale-down", "dq-dynquota", "--qps", "20"
+    ]  # fmt: skip
+    assert [e["name"] for e in container["env"]] == [
+        "DYNQUOTA_NAMESPACE", "DYNQUOTA_LOG_LEVEL", "DYNQUOTA_LOG_FORMAT"
+    ]  # fmt: skip
+    # 120 s to stop the operator + 30 s margin + 60 s to start + ceil(10000 namespaces / 20)
+    assert job["spec"]["activeDeadlineSeconds"] == 710
     for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
         hook = one(objs, kind, "dq-dynquota-cleanup")
         assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
@@ -382,6 +389,25 @@ def test_cleanup_hook(helm: Path) -> None:
     ]
     off = render(helm, "--set", "cleanupOnUninstall.enabled=false")
     assert [k for k in kinds(off) if "cleanup" in k] == []
+
+
+@pytest.mark.parametrize(
+    ("values", "qps", "deadline"),
+    [
+        (["--set", "cleanupOnUninstall.deleteQPS=200"], "200", 210 + 50),
+        (["--set", "cleanupOnUninstall.deleteQPS=200",
+          "--set", "cleanupOnUninstall.maxNamespaces=50001"], "200", 210 + 251),
+        (["--set-json", "operator.killSwitchDeleteQPS=7.5"], "7.5", 210 + 1334),
+        (["--set", "cleanupOnUninstall.activeDeadlineSeconds=900"], "20", 900),
+    ],
+)  # fmt: skip
+def test_cleanup_hook_deadline_follows_the_rate_and_the_count(
+    helm: Path, values: list[str], qps: str, deadline: int
+) -> None:
+    job = one(render(helm, *values), "Job")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"][-2:] == ["--qps", qps]
+    assert job["spec"]["activeDeadlineSeconds"] == deadline
 
 
 # -- the ci/ scenarios ------------------------------------------------------------------------

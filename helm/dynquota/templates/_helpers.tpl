@@ -77,3 +77,24 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "dynquota.cleanupName"
 {{- define "dynquota.leaderElection" -}}
 {{- if gt (int .Values.replicaCount) 1 }}true{{ else }}false{{ end }}
 {{- end }}
+
+{{/*
+The uninstall hook's delete rate: cleanupOnUninstall.deleteQPS, or (0) operator.killSwitchDeleteQPS.
+*/}}
+{{- define "dynquota.cleanupQPS" -}}
+{{- $c := .Values.cleanupOnUninstall -}}
+{{- if $c.deleteQPS }}{{ $c.deleteQPS }}{{ else }}{{ .Values.operator.killSwitchDeleteQPS }}{{ end -}}
+{{- end }}
+
+{{/*
+The uninstall hook Job's activeDeadlineSeconds: the value if set, else 120 s (stopping the
+operator: `dynquota cleanup --timeout`) + 30 s (the command's margin over count / qps) + 60 s
+(starting the pod, listing) + ceil(maxNamespaces / qps). See docs/chart.md.
+*/}}
+{{- define "dynquota.cleanupDeadline" -}}
+{{- $c := .Values.cleanupOnUninstall -}}
+{{- if $c.activeDeadlineSeconds }}{{ $c.activeDeadlineSeconds }}{{ else -}}
+{{- $qps := float64 (include "dynquota.cleanupQPS" .) -}}
+{{- add 210 (ceil (divf $c.maxNamespaces $qps) | int) -}}
+{{- end -}}
+{{- end }}
