@@ -3,7 +3,8 @@
 - ``dynquota run``: the operator (flags override the ``DYNQUOTA_*`` environment, see
   :class:`dynquota.settings.Settings`);
 - ``dynquota plan``: a read-only table per namespace and resource: usage, status.used, hard,
-  target, next action and why;
+  target, next action and why, with the running release's settings (found in the cluster);
+  the namespaces not managed or not enforced, and why; the other quotas of each namespace;
 - ``dynquota override NAMESPACE [--off]``: request (or cancel) the tenant override on the
   namespace's managed quota;
 - ``dynquota kill-switch on|off|status``: the admin kill switch on ``kube-system``;
@@ -282,31 +283,96 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """Print what the operator would do now (read-only)."""
-    from dynquota.operator.plan import compute_plan, format_table, read_cluster
+    """Print what the operator would do now (read-only), with the running release's settings.
 
-    settings = Settings()
+    The settings come from the release's operator Deployment
+    (:mod:`dynquota.operator.release`: found by the chart's labels, narrowed by ``--release``
+    and ``--release-namespace``); with ``--local``, or when no release is found (said on the
+    first line), from the local ``DYNQUOTA_*`` environment. ``--operator-namespace``
+    overrides the operator's own namespace either way.
+
+    Raises:
+        UserError: several releases match, RBAC refusal, unreachable API, CRD missing.
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    from dynquota.operator.plan import build_plan, format_plan, read_cluster
+    from dynquota.operator.release import (
+        ReleaseNotFoundError,
+        describe,
+        find_release,
+        release_settings,
+    )
+
     api = _guard("connecting", lambda: _sync_client(args.kubeconfig))
+    header: list[str] = []
+    source: dict[str, Any] = {}
     with api:
+        if args.local:
+            settings = Settings()
+            header.append("settings: the local environment (--local, DYNQUOTA_*)")
+            source = {"from": "local"}
+        else:
+            try:
+                deployment = find_release(api, args.release, args.release_namespace)
+            except ReleaseNotFoundError as exc:
+                settings = Settings()
+                header.append(
+                    f"settings: no dynquota release found ({exc}): using the local environment "
+                    "(DYNQUOTA_*) instead; --release/--release-namespace to name one"
+                )
+                source = {"from": "local", "why": str(exc)}
+            except ValueError as exc:
+                raise UserError(str(exc)) from exc
+            except Exception as exc:
+                error = explain(exc, "listing deployments (to find the release's settings)")
+                if error is None:
+                    raise
+                forbidden = isinstance(exc, ApiException) and exc.status == 403
+                hint = " (or plan with --local settings)" if forbidden else ""
+                raise UserError(f"{error}{hint}") from exc
+            else:
+                release = _guard(
+                    "reading the release's settings", lambda: release_settings(api, deployment)
+                )
+                settings = release.settings
+                header.append(
+                    f"settings: release {release.name}, Deployment "
+                    f"{release.namespace}/{release.deployment} (container {release.container})"
+                )
+                header += [f"settings: {note}" for note in release.notes]
+                source = {
+                    "from": "release",
+                    "release": release.name,
+                    "deployment": f"{release.namespace}/{release.deployment}",
+                    "notes": release.notes,
+                }
+        if args.operator_namespace:
+            settings = settings.model_copy(update={"namespace": args.operator_namespace})
+        header.append(f"settings: {describe(settings)}")
         snapshot = _guard(
             "reading the cluster (dynamicquotapolicies...)", lambda: read_cluster(api)
         )
-    rows = compute_plan(
-        snapshot,
-        operator_namespace=args.operator_namespace or settings.namespace,
-        override_ttl=settings.override_ttl,
-        excluded=frozenset(
-            ns["metadata"]["name"]
-            for ns in snapshot.namespaces
-            if settings.excluded(ns["metadata"]["name"])
-        ),
-    )
+    plan = build_plan(snapshot, settings)
     if args.namespace:
-        rows = [r for r in rows if r.namespace in args.namespace]
+        plan = plan.only(args.namespace)
     if args.output == "json":
-        print(json.dumps([r.__dict__ for r in rows], indent=2))
+        document = {
+            "settings": {
+                **source,
+                "dryRun": settings.dry_run,
+                "namespace": settings.namespace,
+                "excludeNamespaces": settings.exclude_namespaces,
+                "includeNamespaces": settings.include_namespaces,
+                "overrideTTLSeconds": settings.override_ttl,
+            },
+            "rows": [r.__dict__ for r in plan.rows],
+            "notManaged": [n.__dict__ for n in plan.not_managed],
+            "otherQuotas": [{**q.__dict__, "hard": dict(q.hard)} for q in plan.other_quotas],
+        }
+        print(json.dumps(document, indent=2))
     else:
-        print(format_table(rows))
+        print(format_plan(plan, [*header, ""]))
     return 0
 
 
@@ -686,6 +752,15 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("-n", "--namespace", action="append", help="only these namespaces")
     plan.add_argument(
         "--operator-namespace", default="", help="the operator's namespace (excluded)"
+    )
+    plan.add_argument(
+        "--release", help="the Helm release whose settings to use (default: the only one)"
+    )
+    plan.add_argument("--release-namespace", help="the namespace of that release")
+    plan.add_argument(
+        "--local",
+        action="store_true",
+        help="use the local DYNQUOTA_* environment instead of the release's settings",
     )
     plan.add_argument("-o", "--output", choices=("table", "json"), default="table")
     plan.set_defaults(handler=cmd_plan)

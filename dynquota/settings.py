@@ -8,12 +8,21 @@ precedence over the environment. The Helm chart renders these variables.
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
-__all__ = ["SYSTEM_NAMESPACES", "Settings", "parse_duration_seconds"]
+__all__ = ["ENV_PREFIX", "SYSTEM_NAMESPACES", "Settings", "parse_duration_seconds"]
+
+ENV_PREFIX = "DYNQUOTA_"
+"""Prefix of the environment variables read by :class:`Settings`."""
 
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 """Namespaces never managed, whatever the settings say."""
@@ -54,7 +63,7 @@ class Settings(BaseSettings):
     ``pydantic.ValidationError`` on a malformed value.
     """
 
-    model_config = SettingsConfigDict(env_prefix="DYNQUOTA_", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     dry_run: bool = Field(False, description="compute and report decisions, write no quota")
     namespace: str = Field(
@@ -144,6 +153,27 @@ class Settings(BaseSettings):
         )
         return self
 
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> tuple[Settings, list[str]]:
+        """Settings from exactly the ``DYNQUOTA_*`` variables of ``env`` (e.g. a Deployment's
+        container env), as the operator would read them, *without* the process environment.
+
+        Names are matched case-insensitively, like the environment source. Returns the
+        settings and the names of ``DYNQUOTA_*`` variables that are no setting (ignored; the
+        operator would refuse them). Raises ``pydantic.ValidationError`` on a malformed value.
+        """
+        values: dict[str, str] = {}
+        unknown: list[str] = []
+        for name, value in env.items():
+            if not name.upper().startswith(ENV_PREFIX):
+                continue
+            field = name[len(ENV_PREFIX) :].lower()
+            if field in cls.model_fields:
+                values[field] = value
+            else:
+                unknown.append(name)
+        return _ExplicitSettings(**values), unknown  # type: ignore[arg-type]
+
     def excluded(self, namespace: str) -> bool:
         """Whether ``namespace`` is never managed (system, own, excluded or not included)."""
         if namespace in SYSTEM_NAMESPACES or namespace in self.exclude_namespaces:
@@ -151,3 +181,18 @@ class Settings(BaseSettings):
         if self.namespace and namespace == self.namespace:
             return True
         return bool(self.include_namespaces) and namespace not in self.include_namespaces
+
+
+class _ExplicitSettings(Settings):
+    """:class:`Settings` read from the constructor's arguments only (no environment)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)

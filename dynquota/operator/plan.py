@@ -1,10 +1,15 @@
 """``dynquota plan``: what the operator would do now, per namespace and resource (read-only).
 
 :func:`read_cluster` reads, with the official sync ``kubernetes`` client and never writing,
-everything a decision needs: the ``kube-system`` kill switch, namespaces, policies, the
-ResourceQuotas named ``dynquota``, and metadata-only lists of non-terminal pods and of
-ConfigMaps (counted with :mod:`dynquota.usage`'s quota semantics). :func:`compute_plan` then
-runs :func:`dynquota.policy.decide` for each namespace.
+everything a decision needs: the ``kube-system`` kill switch, namespaces, policies, every
+ResourceQuota, and metadata-only lists of non-terminal pods and of ConfigMaps (counted with
+:mod:`dynquota.usage`'s quota semantics). :func:`build_plan` then decides each namespace with
+the operator's own code, given the operator's :class:`~dynquota.settings.Settings` (the
+running release's, see :mod:`dynquota.operator.release`): :func:`dynquota.policy.govern` with
+``Settings.excluded`` (as ``Operator.governance`` does) and :func:`dynquota.policy.decide`
+with the global dry-run flag and the override TTL. It also says why each namespace is not
+managed or not enforced, and lists the other (non-dynquota) ResourceQuotas of each namespace:
+admission checks a create against every quota of the namespace, so the lowest limit wins.
 
 The plan has no usage history: it takes the peak as the current usage ``U``, and assumes the
 operator has been running for longer than every cooldown. The operator itself may therefore
@@ -17,15 +22,18 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.policy import (
     KILL_SWITCH,
+    MANAGED_LABEL,
     OVERRIDE_EXPIRES_AT,
+    SYSTEM_NAMESPACES,
     TRACKED_RESOURCES,
+    Governance,
     NamespaceInfo,
     QuotaState,
     decide,
@@ -36,9 +44,24 @@ from dynquota.policy import (
     validate_policy,
 )
 from dynquota.quantity import QuantityError, parse_quantity
+from dynquota.settings import Settings
 from dynquota.usage import POD_FIELD_SELECTOR, charge
 
-__all__ = ["ClusterSnapshot", "PlanRow", "compute_plan", "format_table", "read_cluster"]
+__all__ = [
+    "ClusterSnapshot",
+    "NotManaged",
+    "OtherQuota",
+    "Plan",
+    "PlanRow",
+    "build_plan",
+    "compute_plan",
+    "format_plan",
+    "format_table",
+    "read_cluster",
+]
+
+REQUEST_TIMEOUT = 30.0
+"""Seconds per request of :func:`read_cluster` (a list page included)."""
 
 _LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
@@ -79,6 +102,45 @@ def _count(text: object) -> int | None:
         return None
 
 
+@dataclass(frozen=True)
+class NotManaged:
+    """A namespace dynquota does not manage, or manages without enforcing (dry run), and
+    ``why`` (``excluded: ...``, ``opted out: ...``, ``no policy matches ...``, ``dry run:
+    ...``)."""
+
+    namespace: str
+    why: str
+
+
+@dataclass(frozen=True)
+class OtherQuota:
+    """A ResourceQuota in ``namespace`` that is not dynquota's managed quota: ``name`` and
+    its ``spec.hard`` (quantity strings as stored)."""
+
+    namespace: str
+    name: str
+    hard: Mapping[str, str]
+
+
+@dataclass
+class Plan:
+    """The whole plan: ``rows`` (namespaces the operator sizes, freezes or removes a quota
+    from), ``not_managed`` and ``other_quotas``, each sorted by namespace."""
+
+    rows: list[PlanRow]
+    not_managed: list[NotManaged]
+    other_quotas: list[OtherQuota]
+
+    def only(self, namespaces: Iterable[str]) -> Plan:
+        """The plan restricted to ``namespaces``."""
+        keep = set(namespaces)
+        return Plan(
+            [r for r in self.rows if r.namespace in keep],
+            [n for n in self.not_managed if n.namespace in keep],
+            [q for q in self.other_quotas if q.namespace in keep],
+        )
+
+
 def compute_plan(
     snapshot: ClusterSnapshot,
     *,
@@ -87,26 +149,56 @@ def compute_plan(
     override_ttl: int = 7 * 24 * 3600,
     excluded: frozenset[str] = frozenset(),
 ) -> list[PlanRow]:
-    """Decide every namespace of ``snapshot`` as the operator would at ``now`` (default: the
-    clock). Excluded namespaces (system, the operator's own, terminating) are left out.
-    Pure apart from reading the clock when ``now`` is omitted."""
+    """The rows of :func:`build_plan` for settings given piecemeal: the operator's own
+    namespace, the override TTL (seconds) and the namespaces its settings exclude. Pure apart
+    from reading the clock when ``now`` is omitted."""
+    exclude = sorted(excluded)
+    settings = Settings.from_environment(
+        {
+            "DYNQUOTA_NAMESPACE": operator_namespace,
+            "DYNQUOTA_OVERRIDE_TTL": str(override_ttl),
+            "DYNQUOTA_EXCLUDE_NAMESPACES": ",".join(exclude),
+        }
+    )[0]
+    return build_plan(snapshot, settings, now=now).rows
+
+
+def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | None = None) -> Plan:
+    """Decide every namespace of ``snapshot`` as an operator running with ``settings`` would
+    at ``now`` (default: the clock), with the operator's own code (module docstring).
+
+    Namespaces the operator leaves alone (system, its own, terminating) and those it does not
+    manage (excluded by the settings, opted out, no policy matches) are in ``not_managed``,
+    with the reason, and in ``rows`` only when a managed quota would be deleted there;
+    namespaces in dry run are in both (``rows`` say what would be written). Pure apart from
+    reading the clock when ``now`` is omitted.
+    """
     when = time.time() if now is None else now
     annotations = (snapshot.kube_system.get("metadata") or {}).get("annotations") or {}
     kill_switch = parse_kill_switch(annotations.get(KILL_SWITCH)).engaged
     policies = [validate_policy(p) for p in snapshot.policies]
     quotas: dict[str, QuotaSnapshot] = {}
+    others: list[OtherQuota] = []
     for obj in snapshot.quotas:
         read = QuotaSnapshot.from_object(obj)
         if read.name == MANAGED_QUOTA_NAME:
             quotas[read.namespace] = read
+        if not read.managed:
+            others.append(OtherQuota(read.namespace, read.name, dict(read.spec_hard)))
+    others.sort(key=lambda q: (q.namespace, q.name))
     rows: list[PlanRow] = []
+    not_managed: list[NotManaged] = []
     for obj in sorted(snapshot.namespaces, key=lambda o: str(o["metadata"]["name"])):
         meta = obj.get("metadata") or {}
         name = str(meta["name"])
         info = NamespaceInfo(
             name, dict(meta.get("labels") or {}), bool(meta.get("deletionTimestamp"))
         )
-        governance = govern(info, policies, operator_namespace, name in excluded)
+        # as Operator.governance: the settings' verdict, then the policies
+        governance = govern(info, policies, settings.namespace, settings.excluded(name))
+        why = _not_managed_why(info, governance, settings)
+        if why is not None:
+            not_managed.append(NotManaged(name, why))
         if governance.kind == "excluded":
             continue
         found = quotas.get(name)
@@ -126,6 +218,8 @@ def compute_plan(
                 )
             continue
         quota = found
+        if governance.kind == "unmanaged" and quota is None and kill_switch is not None:
+            continue  # nothing to do: said in not_managed
         usage: dict[str, int] = {}
         for resource in TRACKED_RESOURCES:
             used = quota.used_int(resource) if quota is not None else None
@@ -147,7 +241,8 @@ def compute_plan(
             kill_switch=kill_switch,
             now=when,
             started_at=0.0,
-            override_ttl=override_ttl,
+            dry_run=settings.dry_run,
+            override_ttl=settings.override_ttl,
         )
         by_resource = {c.resource: c.reason for c in decision.changes}
         general = "; ".join(decision.notes) or governance.reason
@@ -157,21 +252,81 @@ def compute_plan(
             general += f"; override until {quota.annotations[OVERRIDE_EXPIRES_AT]}"
         for warning in decision.warnings:
             general += f"; warning: {warning}"
+        written = (
+            "dry run, not written: " if decision.dry_run and decision.action != "nothing" else ""
+        )
         for resource in TRACKED_RESOURCES:
             profile = governance.profiles.get(resource)
+            goal = target(usage[resource], profile) if profile is not None else None
+            hard_now = quota.hard_int(resource) if quota is not None else None
             rows.append(
                 PlanRow(
                     name,
                     resource,
                     snapshot.tally.get((name, resource), 0),
                     quota.used_int(resource) if quota is not None else None,
-                    quota.hard_int(resource) if quota is not None else None,
-                    target(usage[resource], profile) if profile is not None else None,
+                    hard_now,
+                    goal,
                     decision.action,
-                    by_resource.get(resource, general),
+                    written
+                    + by_resource.get(resource, general)
+                    + _lower_limits(others, name, resource, goal or hard_now),
                 )
             )
-    return rows
+    return Plan(rows, not_managed, others)
+
+
+def _not_managed_why(
+    namespace: NamespaceInfo, governance: Governance, settings: Settings
+) -> str | None:
+    """Why ``namespace`` is not managed or not enforced, or ``None`` (managed and enforced,
+    or frozen: the table says so)."""
+    name = namespace.name
+    if governance.kind == "excluded":
+        if namespace.terminating:
+            return "excluded: being deleted (its quota is left to the namespace controller)"
+        if name in SYSTEM_NAMESPACES:
+            return "excluded: system namespace (always excluded)"
+        if settings.namespace and name == settings.namespace:
+            return "excluded: the release's own namespace"
+        return f"excluded: {governance.reason}"
+    if governance.kind == "unmanaged":
+        if name in settings.exclude_namespaces:
+            return "excluded: listed in excludeNamespaces"
+        if settings.include_namespaces and name not in settings.include_namespaces:
+            return "excluded: not in includeNamespaces"
+        if namespace.labels.get(MANAGED_LABEL, "").lower() == "false":
+            return f"opted out: labelled {MANAGED_LABEL}={namespace.labels[MANAGED_LABEL]}"
+        return governance.reason
+    if governance.kind == "managed" and settings.dry_run:
+        return "dry run: operator.dryRun=true (decisions reported, no quota written)"
+    if governance.kind == "managed" and governance.dry_run:
+        return (
+            f"dry run: policy {governance.policy} has spec.dryRun=true (decisions reported, "
+            "no quota written)"
+        )
+    return None
+
+
+def _lower_limits(
+    others: Iterable[OtherQuota], namespace: str, resource: str, limit: int | None
+) -> str:
+    """``; lower limit in quota Q: pods=5 (the lowest limit wins)`` for each other quota of
+    ``namespace`` whose limit on ``resource`` (or ``count/<resource>``) is below ``limit``."""
+    if limit is None:
+        return ""
+    notes = ""
+    for other in others:
+        if other.namespace != namespace:
+            continue
+        for key in (resource, f"count/{resource}"):
+            found = _count(other.hard.get(key)) if key in other.hard else None
+            if found is not None and found < limit:
+                notes += (
+                    f"; lower limit in quota {other.name}: {key}={other.hard[key]} "
+                    "(the lowest limit wins)"
+                )
+    return notes
 
 
 def format_table(rows: list[PlanRow]) -> str:
@@ -194,6 +349,48 @@ def format_table(rows: list[PlanRow]) -> str:
     )
 
 
+def format_plan(plan: Plan, header: Iterable[str] = ()) -> str:
+    """The plan as text: ``header`` lines, the table of :func:`format_table`, then the
+    namespaces not managed or not enforced (``NAMESPACE  WHY``) and the other quotas
+    (``NAMESPACE  QUOTA  HARD``, keys sorted), each section only when it has lines."""
+    parts = [*header, format_table(plan.rows)]
+    if plan.not_managed:
+        parts += [
+            "",
+            f"not managed or not enforced ({len(plan.not_managed)} namespaces):",
+            _columns([("NAMESPACE", "WHY"), *((n.namespace, n.why) for n in plan.not_managed)]),
+        ]
+    if plan.other_quotas:
+        parts += [
+            "",
+            "other quotas (not dynquota's; admission checks a create against every quota of "
+            "the namespace: the lowest limit wins):",
+            _columns(
+                [
+                    ("NAMESPACE", "QUOTA", "HARD"),
+                    *(
+                        (
+                            q.namespace,
+                            q.name,
+                            ", ".join(f"{k}={v}" for k, v in sorted(q.hard.items())) or "-",
+                        )
+                        for q in plan.other_quotas
+                    ),
+                ]
+            ),
+        ]
+    return "\n".join(parts)
+
+
+def _columns(table: list[tuple[str, ...]]) -> str:
+    """Aligned columns, two spaces apart; the last column is not padded."""
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line[:-1])) + "  " + line[-1]
+        for line in table
+    )
+
+
 def _get(api: Any, path: str, query: list[tuple[str, str]], accept: str) -> Any:
     """One GET through the sync client's low-level API; the decoded JSON body.
 
@@ -207,7 +404,7 @@ def _get(api: Any, path: str, query: list[tuple[str, str]], accept: str) -> Any:
         header_params={"Accept": accept},
         auth_settings=["BearerToken"],
     )
-    response = api.call_api(method, url, header_params=headers)
+    response = api.call_api(method, url, header_params=headers, _request_timeout=REQUEST_TIMEOUT)
     data = response.read()
     if not 200 <= response.status < 300:
         raise ApiException(http_resp=response)
@@ -237,14 +434,8 @@ def read_cluster(api: Any, now: float | None = None) -> ClusterSnapshot:
     kube_system = _get(api, "/api/v1/namespaces/kube-system", [], plain)
     namespaces = list(_pages(api, "/api/v1/namespaces", [], plain))
     policies = list(_pages(api, "/apis/dynquota.io/v1alpha1/dynamicquotapolicies", [], plain))
-    quotas = list(
-        _pages(
-            api,
-            "/api/v1/resourcequotas",
-            [("fieldSelector", f"metadata.name={MANAGED_QUOTA_NAME}")],
-            plain,
-        )
-    )
+    # every quota, not only dynquota's: the others limit the namespace too
+    quotas = list(_pages(api, "/api/v1/resourcequotas", [], plain))
     tally: Counter[tuple[str, str]] = Counter()
     for resource, query in (
         ("pods", [("fieldSelector", POD_FIELD_SELECTOR)]),

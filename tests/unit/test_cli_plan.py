@@ -112,3 +112,71 @@ def test_table_format() -> None:
         "NAMESPACE", "RESOURCE", "TALLY", "STATUS.USED", "HARD", "TARGET", "NEXT", "WHY"
     ]  # fmt: skip
     assert lines[3].split()[:7] == ["team-b", "pods", "6", "-", "-", "10", "create"]
+
+
+def test_build_plan_says_why_a_namespace_is_not_managed() -> None:
+    from dynquota.operator.plan import NotManaged, OtherQuota, build_plan
+    from dynquota.settings import Settings
+
+    snap = snapshot()
+    selector = {"matchLabels": {"x": "y"}}
+    spec = {**POLICY["spec"], "namespaceSelector": selector}  # type: ignore[dict-item]
+    snap.policies = [{**POLICY, "spec": spec}]
+    snap.namespaces = [
+        ns("kube-system"),
+        ns("dq-system", x="y"),
+        ns("team-a", x="y"),
+        ns("team-b", x="y"),
+        ns("team-d", x="y", **{"dynquota.io/managed": "FALSE"}),
+        ns("team-e"),
+        ns("team-f", x="y"),
+        ns("team-c", x="y"),
+        {"metadata": {"name": "team-g", "deletionTimestamp": "2027-01-15T07:00:00Z"}},
+    ]
+    snap.quotas = [
+        *snap.quotas,
+        {
+            "metadata": {"name": "team", "namespace": "team-f"},
+            "spec": {"hard": {"count/pods": "4", "configmaps": "900"}},
+        },
+    ]
+    settings, _ = Settings.from_environment(
+        {
+            "DYNQUOTA_NAMESPACE": "dq-system",
+            "DYNQUOTA_EXCLUDE_NAMESPACES": "team-b",
+            "DYNQUOTA_INCLUDE_NAMESPACES": "team-a,team-b,team-d,team-e,team-f,team-g,team-x",
+        }
+    )
+    plan = build_plan(snap, settings, now=NOW)
+    assert plan.not_managed == [
+        NotManaged("dq-system", "excluded: the release's own namespace"),
+        NotManaged("kube-system", "excluded: system namespace (always excluded)"),
+        NotManaged("team-b", "excluded: listed in excludeNamespaces"),
+        NotManaged("team-c", "excluded: not in includeNamespaces"),
+        NotManaged("team-d", "opted out: labelled dynquota.io/managed=FALSE"),
+        NotManaged("team-e", "no policy matches this namespace"),
+        NotManaged(
+            "team-g", "excluded: being deleted (its quota is left to the namespace controller)"
+        ),
+    ]
+    assert plan.other_quotas == [
+        OtherQuota("team-c", "dynquota", {"pods": "3"}),
+        OtherQuota("team-f", "team", {"configmaps": "900", "count/pods": "4"}),
+    ]
+    # team-c: its unlabelled quota named dynquota is reported (and left alone), as the operator does
+    assert {r.namespace for r in plan.rows} == {"team-a", "team-c", "team-f"}
+    (f_pods,) = [r for r in plan.rows if (r.namespace, r.resource) == ("team-f", "pods")]
+    assert f_pods.why == (
+        "create pods 10: usage 0, buffer 40%, at minimum 10; lower limit in quota team: "
+        "count/pods=4 (the lowest limit wins)"
+    )
+    dry, _ = Settings.from_environment({"DYNQUOTA_DRY_RUN": "true"})
+    plan = build_plan(snap, dry, now=NOW)
+    assert (
+        NotManaged("team-f", "dry run: operator.dryRun=true (decisions reported, no quota written)")
+        in plan.not_managed
+    )
+    (f_pods,) = [r for r in plan.rows if (r.namespace, r.resource) == ("team-f", "pods")]
+    assert (f_pods.next, f_pods.why.split(":")[0]) == ("create", "dry run, not written")
+    text = format_table(plan.rows)
+    assert text.splitlines()[0].startswith("NAMESPACE")
