@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup controlplane kwok toxiproxy promtool image image-test alerts test unit integration \
-	lint bench bench-admission bench-scale soak demo clean
+	lint bench bench-admission bench-cleanup bench-scale soak demo clean
 
 setup: $(STAMP)
 
@@ -69,6 +69,10 @@ bench: setup controlplane kwok
 
 bench-admission: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench -k admission
+
+# `dynquota cleanup` over 5,000 managed namespaces (DYNQUOTA_CLEANUP_BENCH_NAMESPACES, _RUNS).
+bench-cleanup: setup controlplane
+	$(PY) -m pytest -m bench -s tests/bench/test_cleanup_bench.py
 
 # Chaos soak (not in `make test`): two replicas, 200 namespaces, random faults; 30 minutes
 # unless SOAK_SECONDS says otherwise. Prints a table; exits non-zero on any invariant violation.
