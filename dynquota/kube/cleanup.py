@@ -17,8 +17,9 @@ thousand namespaces. Here:
   request timeout of :mod:`dynquota.kube.timeouts`.
 
 A refusal for lack of rights (401, 403) stops everything at once (every other delete would be
-refused the same way); other failures (429, 5xx, no answer) are recorded per namespace and
-left to the caller's next round (``dynquota cleanup`` lists again).
+refused the same way); a delete that fails with 429, 5xx or no answer is tried again after a
+backoff (:data:`TRANSIENT_ATTEMPTS` in all), then recorded per namespace and left to the
+caller's next round (``dynquota cleanup`` lists again); other refusals are recorded at once.
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ from typing import Any, Final, Literal
 from aiolimiter import AsyncLimiter
 from kubernetes_asyncio import client
 
+from dynquota.kube.backoff import Backoff
 from dynquota.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR, call_api
 
 __all__ = [
     "DEADLINE_MARGIN",
+    "TRANSIENT_ATTEMPTS",
     "CleanupReport",
     "ListedQuota",
     "Outcome",
@@ -50,6 +53,10 @@ __all__ = [
 DEADLINE_MARGIN: Final = 30.0
 """Seconds added to ``count / qps`` for the deadline: the last requests' latency (at most the
 10 s request timeout each) and a slow start."""
+
+TRANSIENT_ATTEMPTS: Final = 3
+"""Attempts of one delete that fails with 429, 5xx or no answer (backoff 0.5 s, then 1 s,
+jittered) before it is recorded as failed (and left to the next round's list)."""
 
 Outcome = Literal["deleted", "gone", "replaced", "failed"]
 """What happened to one listed quota (see :class:`CleanupReport`)."""
@@ -200,27 +207,35 @@ async def delete_managed_quotas(
 
     async def delete(quota: ListedQuota) -> None:
         body = {"preconditions": {"uid": quota.uid}}
-        try:
-            await call_api(
-                "delete",
-                "resourcequotas",
-                lambda t: core.delete_namespaced_resource_quota(
-                    MANAGED_QUOTA_NAME, quota.namespace, body=body, _request_timeout=t
-                ),
-            )
-        except NotFoundError:
-            record(quota, "gone")
-        except ConflictError:
-            record(quota, "replaced")
-        except ApiError as exc:
-            if exc.status in (401, 403):
-                fatal.append(exc)
-                return
-            record(quota, "failed", str(exc))
-        except KubeError as exc:
-            record(quota, "failed", str(exc))
-        else:
-            record(quota, "deleted")
+        backoff = Backoff(initial=0.5, maximum=4.0)
+        while True:
+            try:
+                await call_api(
+                    "delete",
+                    "resourcequotas",
+                    lambda t: core.delete_namespaced_resource_quota(
+                        MANAGED_QUOTA_NAME, quota.namespace, body=body, _request_timeout=t
+                    ),
+                )
+            except NotFoundError:
+                record(quota, "gone")
+            except ConflictError:
+                record(quota, "replaced")
+            except KubeError as exc:
+                if isinstance(exc, ApiError) and exc.status in (401, 403):
+                    fatal.append(exc)
+                    return
+                retryable = not isinstance(exc, ApiError) or exc.retryable
+                if retryable and backoff.failures + 1 < TRANSIENT_ATTEMPTS:
+                    # 429 (API Priority and Fairness), 5xx, no answer: wait, then take a
+                    # new slot from the limiter like any other request
+                    await asyncio.sleep(backoff.next_delay())
+                    await limiter.acquire()
+                    continue
+                record(quota, "failed", str(exc))
+            else:
+                record(quota, "deleted")
+            return
 
     async def worker(slot: int) -> None:
         while pending and not fatal:
