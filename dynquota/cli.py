@@ -630,7 +630,8 @@ async def _cleanup_quotas(args: argparse.Namespace, qps: float) -> int:
         print(
             f"progress: {report.done}/{total} in {report.seconds:.1f} s ({rate:.1f}/s): "
             f"{len(report.deleted)} deleted, {len(report.gone)} already gone, "
-            f"{len(report.replaced)} replaced, {len(report.failed)} failed",
+            f"{len(report.replaced)} replaced, {len(report.failed)} failed"
+            + (f" ({report.retries} retries)" if report.retries else ""),
             flush=True,
         )
 

@@ -80,6 +80,7 @@ class CleanupReport:
     left alone. ``failed``: namespace -> error of a delete that failed otherwise (429, 5xx,
     no answer). ``left``: quotas not attempted, or whose delete was cut short, when the
     deadline passed (their outcome is unknown; the next list tells). ``seconds``: wall time.
+    ``retries``: deletes tried again after a 429, 5xx or no answer.
     """
 
     deleted: list[str] = field(default_factory=list)
@@ -88,6 +89,7 @@ class CleanupReport:
     failed: dict[str, str] = field(default_factory=dict)
     left: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    retries: int = 0
 
     @property
     def done(self) -> int:
@@ -102,6 +104,7 @@ class CleanupReport:
         self.failed.update(other.failed)
         self.left = list(other.left)
         self.seconds += other.seconds
+        self.retries += other.retries
 
 
 def deadline_for(count: int, qps: float) -> float:
@@ -163,6 +166,7 @@ async def delete_managed_quotas(
     on_result: Callable[[ListedQuota, Outcome, str], None] | None = None,
     on_progress: Callable[[CleanupReport, int], None] | None = None,
     progress_interval: float = 5.0,
+    on_retry: Callable[[ListedQuota, int, str], None] | None = None,
 ) -> CleanupReport:
     """Delete each of ``quotas`` with its ``uid`` as precondition, in parallel and
     rate-limited (see the module docstring).
@@ -179,6 +183,8 @@ async def delete_managed_quotas(
             error of a failure, else ``""``).
         on_progress: called with ``(report so far, len(quotas))`` every ``progress_interval``
             seconds while deleting, and once at the end.
+        on_retry: called with ``(quota, failed attempts so far, error)`` before a delete that
+            failed with 429, 5xx or no answer is tried again.
 
     Returns: a :class:`CleanupReport`.
 
@@ -229,7 +235,11 @@ async def delete_managed_quotas(
                 if retryable and backoff.failures + 1 < TRANSIENT_ATTEMPTS:
                     # 429 (API Priority and Fairness), 5xx, no answer: wait, then take a
                     # new slot from the limiter like any other request
-                    await asyncio.sleep(backoff.next_delay())
+                    delay = backoff.next_delay()
+                    report.retries += 1
+                    if on_retry is not None:
+                        on_retry(quota, backoff.failures, str(exc))
+                    await asyncio.sleep(delay)
                     await limiter.acquire()
                     continue
                 record(quota, "failed", str(exc))

@@ -14,11 +14,13 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes
 import kubernetes_asyncio
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.cli import main
@@ -28,6 +30,8 @@ from dynquota.kube.cleanup import (
     list_managed_quotas,
 )
 from dynquota.testing.controlplane import LocalControlPlane
+from dynquota.testing.toxiproxy import Toxiproxy
+from dynquota.testing.wait import wait_until
 
 MANAGED = {"app.kubernetes.io/managed-by": "dynquota"}
 
@@ -286,4 +290,101 @@ def test_the_deadline_stops_the_deletes_and_says_what_is_left(
     assert err.rstrip().endswith("or give more time with --deadline")
     assert main(["cleanup", "--yes", "--qps", "100", "--kubeconfig", cp.kubeconfig]) == 0
     assert asyncio.run(_list(cp.kubeconfig)) == []
+    api.close()
+
+
+def _kubeconfig_via(cp: LocalControlPlane, server: str, token: str, path: Path) -> str:
+    """A kubeconfig for ``server`` (the apiserver, or a proxy in front of it) with ``token``."""
+    config = yaml.safe_load(Path(cp.kubeconfig).read_text())
+    config["clusters"][0]["cluster"]["server"] = server
+    config["users"][0]["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def _admin_token(cp: LocalControlPlane) -> str:
+    config = yaml.safe_load(Path(cp.kubeconfig).read_text())
+    token: str = config["users"][0]["user"]["token"]
+    return token
+
+
+def test_a_delete_without_an_answer_is_tried_again(
+    private_cp: LocalControlPlane, tmp_path: Path
+) -> None:
+    """Through Toxiproxy, disabled at first: the first delete gets no answer (connection
+    refused); the retry, after the proxy is enabled again, succeeds."""
+    cp = private_cp
+    api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
+    core = kubernetes.client.CoreV1Api(api)
+    names = [f"dq-retry-{uuid.uuid4().hex[:4]}-{i}" for i in range(5)]
+    for ns in names:
+        core.create_namespace({"metadata": {"name": ns}})
+        core.create_namespaced_resource_quota(ns, quota("dynquota", "10", MANAGED))
+    listed = sorted(asyncio.run(_list(cp.kubeconfig)), key=lambda q: q.namespace)
+    assert [q.namespace for q in listed] == sorted(names)
+    retried: list[tuple[str, int]] = []
+    with Toxiproxy(log_path=tmp_path / "toxiproxy.log") as toxiproxy:
+        proxy = toxiproxy.proxy("cleanup", f"127.0.0.1:{cp.apiserver_port}")
+        proxied = _kubeconfig_via(cp, proxy.url, _admin_token(cp), tmp_path / "proxied")
+        proxy.set_enabled(False)
+
+        def on_retry(q: ListedQuota, attempts: int, error: str) -> None:
+            assert error.startswith("delete resourcequotas: "), error
+            retried.append((q.namespace, attempts))
+            proxy.set_enabled(True)
+
+        report = asyncio.run(_delete(proxied, listed, qps=50.0, concurrency=1, on_retry=on_retry))
+    assert retried == [(listed[0].namespace, 1)]
+    assert (sorted(report.deleted), report.failed, report.retries) == (sorted(names), {}, 1)
+    assert asyncio.run(_list(cp.kubeconfig)) == []
+    api.close()
+
+
+def test_a_refused_delete_stops_the_cleanup(
+    private_cp: LocalControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A principal that may list managed quotas but not delete them: the first 403 ends the
+    command (exit 2, one line), nothing is deleted."""
+    cp = private_cp
+    api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
+    core = kubernetes.client.CoreV1Api(api)
+    rbac = kubernetes.client.RbacAuthorizationV1Api(api)
+    names = [f"dq-403-{uuid.uuid4().hex[:4]}-{i}" for i in range(3)]
+    for ns in names:
+        core.create_namespace({"metadata": {"name": ns}})
+        core.create_namespaced_resource_quota(ns, quota("dynquota", "10", MANAGED))
+    sa = f"list-only-{uuid.uuid4().hex[:4]}"
+    core.create_namespaced_service_account("default", {"metadata": {"name": sa}})
+    rbac.create_cluster_role(
+        {"metadata": {"name": sa},
+         "rules": [{"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]}]}
+    )  # fmt: skip
+    rbac.create_cluster_role_binding(
+        {"metadata": {"name": sa},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": sa},
+         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}]}
+    )  # fmt: skip
+    token = core.create_namespaced_service_account_token(
+        sa, "default", {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    path = _kubeconfig_via(cp, cp.server, token, tmp_path / "list-only")
+    user = f"system:serviceaccount:default:{sa}"
+    wait_until(
+        lambda: cp.kubectl("auth", "can-i", "list", "resourcequotas", "-A", f"--as={user}")
+        .strip() == "yes",
+        "the list-only ClusterRole in effect",
+    )  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["cleanup", "--yes", "--concurrency", "1", "--kubeconfig", path])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "dynquota: error: deleting managed quotas: insufficient RBAC permissions (403): "
+        f'resourcequotas "dynquota" is forbidden: User "{user}" cannot delete resource '
+        '"resourcequotas" in API group "" in the namespace '
+    ), err
+    assert {q.namespace for q in asyncio.run(_list(cp.kubeconfig))} >= set(names)
+    for ns in names:
+        core.delete_namespaced_resource_quota("dynquota", ns)
     api.close()
