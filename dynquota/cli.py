@@ -338,13 +338,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 settings = release.settings
                 header.append(
                     f"settings: release {release.name}, Deployment "
-                    f"{release.namespace}/{release.deployment} (container {release.container})"
+                    f"{release.namespace}/{release.deployment} (container {release.container}; "
+                    f"{release.ready}/{release.replicas} replicas ready"
+                    + ("" if release.ready else ": no operator runs now, nothing is written")
+                    + ")"
                 )
                 header += [f"settings: {note}" for note in release.notes]
                 source = {
                     "from": "release",
                     "release": release.name,
                     "deployment": f"{release.namespace}/{release.deployment}",
+                    "replicas": release.replicas,
+                    "readyReplicas": release.ready,
                     "notes": release.notes,
                 }
         if args.operator_namespace:

@@ -54,7 +54,9 @@ class Release:
 
     ``name``: the release (label ``app.kubernetes.io/instance``); ``namespace`` and
     ``deployment``: where it runs; ``container``: the container read; ``settings``: as the
-    operator reads them; ``notes``: what could not be resolved or was ignored, one line each.
+    operator reads them; ``notes``: what could not be resolved or was ignored, one line each;
+    ``replicas`` and ``ready``: the Deployment's ``spec.replicas`` and
+    ``status.readyReplicas`` (0 ready: no operator runs now, nothing is decided).
     """
 
     name: str
@@ -63,6 +65,8 @@ class Release:
     container: str
     settings: Settings
     notes: list[str] = field(default_factory=list)
+    replicas: int = 0
+    ready: int = 0
 
 
 def find_release(
@@ -197,6 +201,8 @@ def release_settings(api: Any, deployment: Mapping[str, Any]) -> Release:
         container=str(container.get("name") or ""),
         settings=settings,
         notes=notes,
+        replicas=int((deployment.get("spec") or {}).get("replicas") or 0),
+        ready=int((deployment.get("status") or {}).get("readyReplicas") or 0),
     )
 
 

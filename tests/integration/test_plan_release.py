@@ -119,7 +119,7 @@ def test_plan_reads_the_release_settings_and_says_why(
 
     assert lines[:4] == [
         f"settings: release {RELEASE}, Deployment {RELEASE_NS}/{RELEASE}-dynquota (container "
-        "operator)",
+        "operator; 0/1 replicas ready: no operator runs now, nothing is written)",
         "settings: DYNQUOTA_LOG_LEVEL not resolved (secretKeyRef: plan reads no Secrets): its "
         "default is used",
         f"settings: dryRun=false, own namespace {RELEASE_NS}, excludeNamespaces={excluded}, "
@@ -173,6 +173,8 @@ def test_plan_reads_the_release_settings_and_says_why(
         "from": "release",
         "release": RELEASE,
         "deployment": f"{RELEASE_NS}/{RELEASE}-dynquota",
+        "replicas": 1,
+        "readyReplicas": 0,
         "notes": [
             "DYNQUOTA_LOG_LEVEL not resolved (secretKeyRef: plan reads no Secrets): its "
             "default is used"
