@@ -359,6 +359,16 @@ def tenant_ns(release: Release, namespace: str) -> str:
         "alice may patch resourcequotas/dynquota (aggregated into admin)",
     )
     create_as(cp, release.operator, namespace, managed_quota({"pods": "3", "configmaps": "50"}))
+    # The apiserver compiles the admission policies in the background after the install: wait
+    # until a spec change is refused. A server-side dry run, so the probe never changes the
+    # quota (a landed probe would make every later one a no-op, which the policy admits).
+    wait_until(
+        lambda: alice(
+            cp, "patch", "resourcequota", "dynquota", "-n", namespace, "--type=merge",
+            "--dry-run=server", "-p", '{"spec":{"hard":{"pods":"4"}}}',
+        ).stderr.count("denied request: dynquota: spec of the managed quota is set") == 1,
+        "the managed-quota admission policy in effect",
+    )  # fmt: skip
     return namespace
 
 
