@@ -156,7 +156,7 @@ def plan(c: Cluster, ns: str) -> dict[tuple[str, str], dict[str, Any]]:
         capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    return {(r["namespace"], r["resource"]): r for r in json.loads(done.stdout)}
+    return {(r["namespace"], r["resource"]): r for r in json.loads(done.stdout)["rows"]}
 
 
 def dry_run_events(c: Cluster, ns: str) -> list[tuple[str, str]]:
