@@ -183,6 +183,11 @@ def test_install_creates_every_object(release: Release, api_client: Any) -> None
         f"     helm upgrade {release.name} <chart> -n {ns} --reuse-values "
         "--set defaultPolicy.dryRun=false\n"
     ) in notes
+    # the uninstall hook's bound (210 + 10000 namespaces / 20 per second), for helm's --timeout
+    assert (
+        "(pre-delete hook, at most\n710 s for 10000 namespaces): give Helm that long, "
+        "`helm uninstall ... --timeout 710s`."
+    ) in notes
 
 
 def test_operator_pod_is_admitted_under_restricted_pod_security(
