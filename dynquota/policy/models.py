@@ -182,6 +182,19 @@ class OverrideSettings(BaseModel):
     def _interval(cls, value: int | None) -> int:
         return 0 if value is None else value
 
+    @classmethod
+    def of(
+        cls, allowed: bool = True, ttl: int | None = None, min_interval: int = 0
+    ) -> OverrideSettings:
+        """Validated settings from numbers (durations in whole seconds).
+
+        Raises ``pydantic.ValidationError`` like validation from a policy would.
+        """
+        body: dict[str, object] = {"allowed": allowed, "minInterval": format_duration(min_interval)}
+        if ttl is not None:
+            body["ttl"] = format_duration(ttl)
+        return cls.model_validate(body)
+
     def to_crd(self) -> dict[str, bool | str]:
         """The settings as CRD JSON (camelCase keys, duration strings; ``ttl`` omitted when
         it is the operator's)."""
