@@ -88,6 +88,7 @@ def test_tenant_at_the_limit_sees_the_line_and_the_warning(
     )
     written, content = line.split(": ", 1)
     assert content == event.message
+    assert written <= event.message.split("next automatic raise at ")[1][:20]
     raise_at = op_cluster.quota(ns).metadata.annotations["dynquota.io/last-upscale.pods"]
     assert event.message.startswith(
         "pods at its limit (used 10 of hard 10): next automatic raise at "
