@@ -426,12 +426,15 @@ class Operator:
 
     def _ours(self, deleted: QuotaSnapshot) -> bool:
         """Whether a deletion was dynquota's own, by whichever replica made it: the kill
-        switch is engaged, or the namespace is not managed (opted out, no policy). A replica
-        records only its own deletes, so after a leader change it could otherwise report its
-        peer's deletes as someone else's (``QuotaRecreated``)."""
-        if self.kill_switch:
+        switch is engaged, the namespace is not managed (opted out, no policy), or it is in
+        dry run (its quota released). A replica records only its own deletes, so after a
+        leader change it could otherwise report its peer's deletes as someone else's
+        (``QuotaRecreated``)."""
+        if self.kill_switch or self.settings.dry_run:
             return True
         governance = self.governance(deleted.namespace)
+        if governance is not None and governance.kind == "managed" and governance.dry_run:
+            return True
         return governance is not None and governance.kind in ("unmanaged", "excluded")
 
     def on_policy(self, event_type: str | None, obj: Mapping[str, Any]) -> None:

@@ -169,3 +169,16 @@ async def test_overrides_active_is_per_namespace_and_disallowed_policy_refuses()
     assert sample(world, "dynquota_overrides_active", namespace="team-a") == 1
     world.op.on_namespace("DELETED", namespace("team-a", rv=5))
     assert sample(world, "dynquota_overrides_active", namespace="team-a") is None
+
+
+async def test_a_peers_release_is_not_taken_for_someone_elses_delete(world: World) -> None:
+    """A standby sees the leader's release as a DELETED event: when it later leads and the
+    namespace enforces again, the create is a plain Resized, not QuotaRecreated."""
+    await setup_team(world, pods=14, dry_run=True)
+    world.quotas.put("team-a", {"pods": "20", "configmaps": "50"})
+    gone = dict(world.quotas.objects.pop("team-a"))
+    world.op.on_quota("DELETED", gone)  # deleted by the (other) leader, not by this replica
+    world.op.on_policy(None, policy(dry_run=False, generation=2))
+    await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a")]
+    assert world.events.reasons("team-a") == ["Resized"]
