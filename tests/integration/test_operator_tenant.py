@@ -7,6 +7,7 @@ The operator runs in-process as the chart's ServiceAccount (see test_operator.py
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -117,6 +118,9 @@ def test_tenant_at_the_limit_sees_the_line_and_the_warning(
     assert "kubectl -n" in events
     yaml = op_cluster.cp.kubectl("get", "resourcequota", "dynquota", "-n", ns, "-o", "yaml")
     assert "dynquota.io/message" in yaml
+    described = op_cluster.cp.kubectl("describe", "namespace", ns)
+    assert re.search(r"\n\s*pods\s+10\s+10\n", described)  # Used/Hard of the quota...
+    assert "QuotaAtLimit" not in described  # ... but not its Events
 
 
 def test_policy_that_disallows_the_override_refuses_it(
