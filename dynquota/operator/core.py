@@ -1077,9 +1077,17 @@ class Operator:
         except NotFoundError:
             return Applied(outcome=Outcome(retry=True), result="retry")
         except ApiError as exc:
-            if exc.retryable:
+            if exc.retryable or _namespace_terminating(exc):
                 return Applied(outcome=Outcome(retry=True), result="retry")
             log.error("release of the quota in %s refused: %s", namespace, exc)
+            await self._warn_once(
+                ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid),
+                QUOTA_WRITE_FAILED,
+                f"release (delete) of the managed quota refused by the apiserver "
+                f"({exc.status} {exc.reason}): {exc.message}",
+                key=namespace,
+                logged=True,
+            )
             return Applied(outcome=Outcome(), result="invalid")
         if not deleted:
             return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")

@@ -165,8 +165,8 @@ class Event:
     """A Kubernetes Event to post on the managed quota: ``type`` Normal/Warning, ``reason``
     (Normal: ``Resized``, ``OverrideGranted``, ``OverrideExpired``; Warning:
     ``OverrideRejected``, ``UsageAboveMaximum``, ``QuotaAtLimit``, ``StateRepaired``,
-    ``ManualEditReverted``, ``QuotaRecreated``) and ``message``. ``cause``: what a recurring Warning is about (a
-    resource name, or ``""`` for the whole quota); a caller posting Warnings of
+    ``ManualEditReverted``, ``QuotaRecreated``) and ``message``. ``cause``: what a recurring
+    Warning is about (a resource name, a rule, or ``""`` for the whole quota); a caller posting Warnings of
     :data:`RECURRING_REASONS` once per hour keys them on ``(namespace, reason, cause)``, never
     on the message (which changes with usage and with what a tenant writes)."""
 

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from test_operator_reconcile import T0, World, namespace, policy, setup_team
 
+from dynquota.kube.errors import ApiError
+
 RELEASED = (
     "policy p is in dry run (spec.dryRun): dynquota enforces nothing in this namespace: the "
     "managed ResourceQuota dynquota was released (deleted); it would set configmaps=50, "
@@ -182,3 +184,24 @@ async def test_a_peers_release_is_not_taken_for_someone_elses_delete(world: Worl
     await world.reconcile("team-a")
     assert world.quotas.writes == [("create", "team-a")]
     assert world.events.reasons("team-a") == ["Resized"]
+
+
+async def test_a_refused_release_is_reported_not_retried_in_a_loop(world: World) -> None:
+    await setup_team(world, pods=14, dry_run=True)
+    world.quotas.put("team-a", {"pods": "20", "configmaps": "50"})
+
+    async def refused(ns: str, uid: str | None = None) -> bool:
+        raise ApiError(403, "Forbidden", "denied by policy")
+
+    world.quotas.delete = refused  # type: ignore[method-assign]
+    outcome = await world.reconcile("team-a")
+    assert not outcome.retry
+    assert "team-a" in world.quotas.objects
+    assert world.events.posted[-1] == (
+        "team-a",
+        "Warning",
+        "QuotaWriteFailed",
+        "release (delete) of the managed quota refused by the apiserver (403 Forbidden): "
+        "denied by policy",
+    )
+    assert sample(world, "dynquota_reconciles_total", result="invalid") == 1
