@@ -166,9 +166,10 @@ class Event:
     (Normal: ``Resized``, ``OverrideGranted``, ``OverrideExpired``; Warning:
     ``OverrideRejected``, ``UsageAboveMaximum``, ``QuotaAtLimit``, ``StateRepaired``,
     ``ManualEditReverted``, ``QuotaRecreated``) and ``message``. ``cause``: what a recurring
-    Warning is about (a resource name, a rule, or ``""`` for the whole quota); a caller posting Warnings of
-    :data:`RECURRING_REASONS` once per hour keys them on ``(namespace, reason, cause)``, never
-    on the message (which changes with usage and with what a tenant writes)."""
+    Warning is about (a resource name, a rule, or ``""`` for the whole quota); a caller
+    posting Warnings of :data:`RECURRING_REASONS` once per hour keys them on ``(namespace,
+    reason, cause)``, never on the message (which changes with usage and with what a tenant
+    writes)."""
 
     type: EventType
     reason: str
