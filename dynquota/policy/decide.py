@@ -989,7 +989,10 @@ class _Sizer:
                 when = f"next automatic raise at {format_time(raise_at)}"
             else:
                 kind = "no-buffer"
-                when = f"no automatic raise (bufferPercent {profile.buffer_percent})"
+                when = (
+                    f"no automatic raise (its target is {target(used, profile)}: bufferPercent "
+                    f"{profile.buffer_percent}, minimum {profile.minimum})"
+                )
             part = (
                 f"{resource} at its limit (used {used} of hard {hard}): {when}; "
                 f"{self._override_hint(override, kind)}"

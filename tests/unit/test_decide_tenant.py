@@ -186,3 +186,15 @@ def test_help_url_and_namespace_in_the_line() -> None:
         "kubectl -n shop annotate resourcequota dynquota dynquota.io/override=max (every "
         "resource to its policy maximum for 1h). Help: https://wiki/q"
     )
+
+
+def test_line_when_the_target_equals_usage() -> None:
+    """minimum 0 and no pods: hard 0, and nothing will raise it by itself."""
+    none = ResourceProfile.of(40, 0, 1000, 300, 3600)
+    governance = Governance.managed("default", {**DEFAULT_PROFILES, "pods": none})
+    d = run(settled(0, pods_profile=none), T0 + 10, pods=0, governance=governance)
+    assert d.set_annotations[MSG].startswith(
+        f"{ts(10)}: pods at its limit (used 0 of hard 0): no automatic raise (its target is 0: "
+        "bufferPercent 40, minimum 0); for more room now: kubectl -n NS annotate"
+    )
+    assert [e.cause for e in d.events if e.reason == "QuotaAtLimit"] == ["pods:no-buffer"]
