@@ -423,6 +423,9 @@ def cmd_override(args: argparse.Namespace) -> int:
         note = f" (already granted until {expires})" if expires else ""
         print(
             f"override requested in {args.namespace}: every tracked resource to its maximum{note}"
+            f" for the configured TTL; the grant (or why not) is an Event: kubectl -n "
+            f"{args.namespace} get events --field-selector involvedObject.name="
+            f"{MANAGED_QUOTA_NAME}"
         )
     return 0
 
@@ -772,7 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.set_defaults(handler=cmd_plan)
 
     override = commands.add_parser(
-        "override", help="request the tenant override (lasts the operator's TTL, 168h by default)"
+        "override",
+        help="request the tenant override (it lasts the configured TTL: the governing policy's "
+        "spec.override.ttl, else the operator's overrideTTL)",
     )
     override.add_argument("namespace")
     override.add_argument("--off", action="store_true", help="cancel the override")

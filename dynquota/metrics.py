@@ -15,8 +15,9 @@ dynquota_drift                              gauge   namespace, resource (tally -
 dynquota_usage_above_maximum                gauge   namespace, resource (1 when U > maximum)
 dynquota_resizes_total                      counter direction (up/down), reason
 dynquota_quota_writes_total                 counter verb (create/patch/delete)
-dynquota_quota_deletions_total              counter cause (kill-switch/unmanaged)
-dynquota_overrides_active                   gauge   -
+dynquota_quota_deletions_total              counter cause (kill-switch/unmanaged/dry-run)
+dynquota_overrides_active                   gauge   namespace (1 while its override is active;
+                                                    no series otherwise)
 dynquota_kill_switch_engaged                gauge   -
 dynquota_kill_switch_state                  gauge   state (engaged/released/unknown: 1 for
                                                     the current one; unknown: nothing written)
@@ -96,12 +97,16 @@ class Metrics:
         )
         self.quota_deletions = Counter(
             "dynquota_quota_deletions",
-            "Managed quotas deleted by dynquota (kill switch, namespace no longer managed)",
+            "Managed quotas deleted by dynquota (kill switch, namespace no longer managed, "
+            "released by dry run)",
             ("cause",),
             registry=r,
         )
         self.overrides_active = Gauge(
-            "dynquota_overrides_active", "Managed quotas under a tenant override", registry=r
+            "dynquota_overrides_active",
+            "1 per namespace whose managed quota is under a tenant override (no series otherwise)",
+            ("namespace",),
+            registry=r,
         )
         self.kill_switch = Gauge(
             "dynquota_kill_switch_engaged", "1 while the kill switch is engaged", registry=r

@@ -65,7 +65,11 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
-    dry_run: bool = Field(False, description="compute and report decisions, write no quota")
+    dry_run: bool = Field(
+        False,
+        description="enforce nothing: compute and report decisions; the only write is the "
+        "release (delete, rate-limited) of managed quotas that exist",
+    )
     namespace: str = Field(
         "", description="the operator's own namespace: excluded; holds the leader-election Lease"
     )
@@ -73,6 +77,12 @@ class Settings(BaseSettings):
     probe_port: int = Field(8081, ge=0, le=65535, description="liveness /healthz; 0: off")
     override_ttl: int = Field(
         168 * 3600, description="tenant override lifetime, seconds (accepts 168h, 90m, ...)"
+    )
+    tenant_help_url: str = Field(
+        "",
+        max_length=512,
+        description="help page for tenants, appended to the line on a quota at its limit and "
+        "to its QuotaAtLimit Warning; empty: none",
     )
     leader_election: bool = Field(False, description="gate every write on a Lease")
     lease_name: str = Field("dynquota", description="name of the coordination.k8s.io Lease")

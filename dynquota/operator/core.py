@@ -83,6 +83,7 @@ KILL_SWITCH_RELEASED = "KillSwitchReleased"
 KILL_SWITCH_INVALID = "KillSwitchInvalid"
 MANAGED_LABEL_IGNORED = "ManagedLabelIgnored"
 QUOTA_REMOVED = "QuotaRemoved"
+QUOTA_RELEASED = "QuotaReleased"
 POLICY_INVALID = "PolicyInvalid"
 POLICY_API_VERSION = "dynquota.io/v1alpha1"
 POLICY_KIND = "DynamicQuotaPolicy"
@@ -425,12 +426,15 @@ class Operator:
 
     def _ours(self, deleted: QuotaSnapshot) -> bool:
         """Whether a deletion was dynquota's own, by whichever replica made it: the kill
-        switch is engaged, or the namespace is not managed (opted out, no policy). A replica
-        records only its own deletes, so after a leader change it could otherwise report its
-        peer's deletes as someone else's (``QuotaRecreated``)."""
-        if self.kill_switch:
+        switch is engaged, the namespace is not managed (opted out, no policy), or it is in
+        dry run (its quota released). A replica records only its own deletes, so after a
+        leader change it could otherwise report its peer's deletes as someone else's
+        (``QuotaRecreated``)."""
+        if self.kill_switch or self.settings.dry_run:
             return True
         governance = self.governance(deleted.namespace)
+        if governance is not None and governance.kind == "managed" and governance.dry_run:
+            return True
         return governance is not None and governance.kind in ("unmanaged", "excluded")
 
     def on_policy(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
@@ -510,7 +514,8 @@ class Operator:
         self.simulated.pop(namespace, None)
         self.views.pop(namespace, None)
         self._overrides.discard(namespace)
-        self.metrics.overrides_active.set(len(self._overrides))
+        with contextlib.suppress(KeyError):
+            self.metrics.overrides_active.remove(namespace)
         self.metrics.forget_namespace(namespace, TRACKED_RESOURCES)
 
     # -- kill switch ---------------------------------------------------------------------------
@@ -828,10 +833,24 @@ class Operator:
             now = self.clock()
             decision = self._decide(namespace, governance, current, now, dry_run)
             if decision.dry_run:
-                self.simulated[namespace] = apply_decision(
+                simulated = apply_decision(
                     self._quota_for_decision(namespace, current, dry_run), decision
                 )
-                written, result = current, "dry-run"
+                written = current
+                if current is not None and governance.kind in ("managed", "unmanaged"):
+                    # dry run enforces nothing: the managed quota is released (deleted)
+                    applied = await self._release(namespace, governance, simulated, current)
+                    if applied.conflict:
+                        gave_up = attempt == CONFLICT_RETRIES
+                        self.metrics.write_conflicts.labels(
+                            "gave-up" if gave_up else "retried"
+                        ).inc()
+                        continue
+                    if applied.outcome is not None:
+                        return applied.outcome, applied.result
+                    written = None
+                self.simulated[namespace] = simulated
+                result = "dry-run"
                 break
             if decision.action == "delete" and self.kill_switch and self._sweeping:
                 return Outcome(), "ok"  # the kill-switch sweep deletes it (and logs it)
@@ -890,6 +909,8 @@ class Operator:
             dry_run=self.settings.dry_run,
             override_ttl=self.settings.override_ttl,
             previously_managed=namespace in self._deleted_by_others,
+            namespace=namespace,
+            help_url=self.settings.tenant_help_url,
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)
         return decision
@@ -1017,6 +1038,68 @@ class Operator:
             return Applied(outcome=Outcome(), result="invalid")
         raise AssertionError(f"unknown action {decision.action!r}")
 
+    async def _release(
+        self,
+        namespace: str,
+        governance: Governance,
+        simulated: QuotaState | None,
+        current: QuotaSnapshot,
+    ) -> Applied:
+        """Release the managed quota of a namespace in dry run: delete it (uid precondition,
+        the shared delete rate limit, the same hold rules as any delete), count it in
+        ``dynquota_quota_deletions_total{cause="dry-run"}`` and post a ``QuotaReleased``
+        Event saying who is in dry run and what dynquota would set (``simulated``)."""
+        if self.settings.dry_run:
+            who = "the operator is in dry run (operator.dryRun)"
+        else:
+            who = f"policy {governance.policy} is in dry run (spec.dryRun)"
+        hard = {
+            r: v.ceil() if not isinstance(v, int) else v
+            for r, v in (simulated.hard.items() if simulated is not None else ())
+            if r in TRACKED_RESOURCES
+        }
+        would = (
+            "it would set " + ", ".join(f"{r}={v}" for r, v in sorted(hard.items()))
+            if hard and governance.kind == "managed"
+            else f"it would manage no quota here ({governance.reason})"
+        )
+        why = f"{who}: dynquota enforces nothing in this namespace"
+        release = Decision("delete", notes=(why,))
+        if not self.gate.is_leader:
+            return Applied(outcome=Outcome(), result="standby")
+        held = self.hold_reason(release)
+        if held is not None:
+            return self._hold(namespace, release, held)
+        try:
+            deleted = await self._delete_managed(namespace, current.uid, "dry-run", why)
+        except ConflictError:
+            return Applied(conflict=True)
+        except NotFoundError:
+            return Applied(outcome=Outcome(retry=True), result="retry")
+        except ApiError as exc:
+            if exc.retryable or _namespace_terminating(exc):
+                return Applied(outcome=Outcome(retry=True), result="retry")
+            log.error("release of the quota in %s refused: %s", namespace, exc)
+            await self._warn_once(
+                ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid),
+                QUOTA_WRITE_FAILED,
+                f"release (delete) of the managed quota refused by the apiserver "
+                f"({exc.status} {exc.reason}): {exc.message}",
+                key=namespace,
+                logged=True,
+            )
+            return Applied(outcome=Outcome(), result="invalid")
+        if not deleted:
+            return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
+        await self._emit(
+            ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid),
+            "Normal",
+            QUOTA_RELEASED,
+            f"{why}: the managed ResourceQuota {MANAGED_QUOTA_NAME} was released (deleted); "
+            f"{would}. Leaving dry run creates it again from current usage",
+        )
+        return Applied(None)
+
     async def _apply_delete(
         self, namespace: str, governance: Governance, current: QuotaSnapshot | None
     ) -> Applied:
@@ -1137,9 +1220,11 @@ class Operator:
             )
         if active:
             self._overrides.add(namespace)
+            self.metrics.overrides_active.labels(namespace).set(1)
         else:
             self._overrides.discard(namespace)
-        self.metrics.overrides_active.set(len(self._overrides))
+            with contextlib.suppress(KeyError):
+                self.metrics.overrides_active.remove(namespace)
         ref = ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, quota.uid if quota else "")
         for event in decision.events:
             if event.type != "Warning":

@@ -20,14 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from dynquota.policy.durations import format_duration
-from dynquota.policy.models import TRACKED_RESOURCES, ResourceProfile
+from dynquota.policy.models import TRACKED_RESOURCES, OverrideSettings, ResourceProfile
 from dynquota.policy.selection import MANAGED_LABEL, Governance
 from dynquota.policy.state import (
     ANNOTATION_PREFIX,
     OVERRIDE,
+    OVERRIDE_ENDED_AT,
     OVERRIDE_EXPIRES_AT,
     OVERRIDE_GRANTED_AT,
     POLICY,
+    TENANT_MESSAGE,
     format_time,
     hard_key,
     last_change_key,
@@ -40,7 +42,9 @@ from dynquota.quantity import Quantity, QuantityError, parse_quantity
 
 __all__ = [
     "DEFAULT_OVERRIDE_TTL",
+    "QUOTA_AT_LIMIT",
     "RECURRING_REASONS",
+    "TENANT_MESSAGE_REFRESH",
     "Action",
     "Change",
     "ChangeKind",
@@ -80,8 +84,13 @@ STATE_REPAIRED: Final = "StateRepaired"
 FUTURE_STAMP_ALLOWANCE: Final = 300
 MANUAL_EDIT_REVERTED: Final = "ManualEditReverted"
 QUOTA_RECREATED: Final = "QuotaRecreated"
+QUOTA_AT_LIMIT: Final = "QuotaAtLimit"
+TENANT_MESSAGE_REFRESH: Final = 3600
+"""Seconds a tenant line (``dynquota.io/message``) stays after its namespace left the limit
+when no other write removes it first: removing it needs a write of its own, so a namespace
+flapping at its limit costs at most one such write per hour."""
 
-RECURRING_REASONS: Final = frozenset({OVERRIDE_REJECTED, USAGE_ABOVE_MAXIMUM})
+RECURRING_REASONS: Final = frozenset({OVERRIDE_REJECTED, USAGE_ABOVE_MAXIMUM, QUOTA_AT_LIMIT})
 """Reasons of Warnings that :func:`decide` repeats on every decision while their cause lasts
 (the caller posts them once per cause); every other Event reports one occurrence."""
 
@@ -155,11 +164,12 @@ class Change:
 class Event:
     """A Kubernetes Event to post on the managed quota: ``type`` Normal/Warning, ``reason``
     (Normal: ``Resized``, ``OverrideGranted``, ``OverrideExpired``; Warning:
-    ``OverrideRejected``, ``UsageAboveMaximum``, ``StateRepaired``, ``ManualEditReverted``,
-    ``QuotaRecreated``) and ``message``. ``cause``: what a recurring Warning is about (a
-    resource name, or ``""`` for the whole quota); a caller posting Warnings of
-    :data:`RECURRING_REASONS` once per hour keys them on ``(namespace, reason, cause)``, never
-    on the message (which changes with usage and with what a tenant writes)."""
+    ``OverrideRejected``, ``UsageAboveMaximum``, ``QuotaAtLimit``, ``StateRepaired``,
+    ``ManualEditReverted``, ``QuotaRecreated``) and ``message``. ``cause``: what a recurring
+    Warning is about (a resource name, a rule, or ``""`` for the whole quota); a caller
+    posting Warnings of :data:`RECURRING_REASONS` once per hour keys them on ``(namespace,
+    reason, cause)``, never on the message (which changes with usage and with what a tenant
+    writes)."""
 
     type: EventType
     reason: str
@@ -273,6 +283,19 @@ def apply_decision(quota: QuotaState | None, decision: Decision) -> QuotaState |
 
 def _text(value: Quantity | int | None) -> str | None:
     return None if value is None else str(value)
+
+
+def _split_message(text: str | None) -> tuple[int | None, str | None]:
+    """``(written at, content)`` of a tenant line ``<RFC 3339>: <content>``; a line without a
+    valid time gives ``(None, text)``."""
+    if text is None:
+        return None, None
+    stamp, sep, content = text.partition(": ")
+    if sep:
+        written = _parse_time_or_none(stamp)
+        if written is not None:
+            return written, content
+    return None, text
 
 
 def _parse_record(raw: str | None) -> int | None:
@@ -475,6 +498,8 @@ def decide(
     dry_run: bool = False,
     override_ttl: int = DEFAULT_OVERRIDE_TTL,
     previously_managed: bool = False,
+    namespace: str = "",
+    help_url: str = "",
 ) -> Decision:
     """Decide the managed quota of one namespace. Pure.
 
@@ -490,11 +515,15 @@ def decide(
         started_at: when the operator started (seconds since the epoch): no downscale before
             ``started_at + downscaleCooldown``, since peak history before it is lost.
         dry_run: the global dry-run flag (a policy's ``dryRun`` is in ``governance``).
-        override_ttl: tenant override lifetime, seconds.
+        override_ttl: the operator's tenant override lifetime, seconds (a policy's
+            ``spec.override.ttl`` replaces it).
         previously_managed: with ``quota=None``, the namespace had a managed quota that
             someone else deleted (not dynquota: the kill switch and opting out are not
             re-creations): the create is reported as a ``QuotaRecreated`` Warning instead of a
             ``Resized`` Event. Ignored when ``quota`` is given.
+        namespace: the namespace's name, for the override command in the tenant line.
+        help_url: the admin's help page for tenants (``""``: none), appended to the tenant
+            line and its ``QuotaAtLimit`` Warnings.
 
     Returns:
         A :class:`Decision`; ``dry_run`` set when it must not be written.
@@ -518,8 +547,11 @@ def decide(
         return Decision("delete", notes=(f"not managed: {governance.reason}",), dry_run=dry_run)
     if governance.kind == "frozen":
         return _nothing(f"frozen: {governance.reason}", dry_run, _frozen_events(governance, quota))
-    sizer = _Sizer(governance, usage, peak, quota, t, started_at, override_ttl)
+    ttl = governance.override.ttl or override_ttl
+    sizer = _Sizer(governance, usage, peak, quota, t, started_at, ttl)
     sizer.recreated = quota is None and previously_managed
+    sizer.namespace = namespace
+    sizer.help_url = help_url
     return sizer.run(dry_run or governance.dry_run)
 
 
@@ -554,6 +586,13 @@ class _Sizer:
         self.pending: list[int] = []
         self.edits: list[str] = []
         self.recreated = False
+        self.rules: OverrideSettings = governance.override
+        self.namespace = ""
+        self.help_url = ""
+        self.next_grant: int | None = None
+        self.limits: dict[str, tuple[int, int, ResourceProfile, int]] = {}
+        """Per resource: usage, the hard limit after this decision, the profile and the
+        last upscale stamp after it (for the tenant line)."""
 
     # -- annotation helpers -------------------------------------------------------------------
 
@@ -601,6 +640,7 @@ class _Sizer:
             )
             self.events.extend(override_events)
             self.notes.extend(override_notes)
+            override = self._govern_override(override)
         profiles = self.governance.profiles
         recorded_policy = self.annotations.get(POLICY)
         policy_renamed = recorded_policy is not None and recorded_policy != self.policy
@@ -633,6 +673,7 @@ class _Sizer:
                 )
             )
         self._summarise_events(override)
+        self._tenant_message(override, dry_run)
         requeue = min(self.pending) if self.pending else None
         if self.quota is None:
             action: Action = "create"
@@ -804,6 +845,7 @@ class _Sizer:
             self.pending.append(override.expires_at)
 
         self.hard[resource] = desired
+        self.limits[resource] = (used, desired, profile, last_upscale)
         self._put_time(last_upscale_key(resource), last_upscale)
         self._put_time(last_change_key(resource), last_change)
         if _parse_record(self.annotations.get(hard_key(resource))) != desired:
@@ -831,6 +873,154 @@ class _Sizer:
             for key in (OVERRIDE, OVERRIDE_GRANTED_AT, OVERRIDE_EXPIRES_AT):
                 if key in self.annotations:
                     self.remove.add(key)
+            if self.rules.min_interval > 0 or OVERRIDE_ENDED_AT in self.annotations:
+                end = self.now
+                if override.mode == "expire" and override.expires_at is not None:
+                    end = min(end, override.expires_at)
+                self._put_time(OVERRIDE_ENDED_AT, end)
+
+    # -- governed override (spec.override) and the tenant line ----------------------------------
+
+    def _grant_ready_at(self) -> int | None:
+        """When ``spec.override.minInterval`` allows the next grant, or ``None`` (no interval,
+        or no previous end recorded; a stamp in the future is not honoured)."""
+        if self.rules.min_interval <= 0:
+            return None
+        ended = _parse_time_or_none(self.annotations.get(OVERRIDE_ENDED_AT))
+        if ended is None or ended > self.now + FUTURE_STAMP_ALLOWANCE:
+            return None
+        return ended + self.rules.min_interval
+
+    def _govern_override(self, override: _Override) -> _Override:
+        """Apply the policy's ``spec.override`` rules to the override read from the quota: a
+        request the rules refuse is not granted (``OverrideRejected``, cause naming the rule);
+        an active override under a policy that no longer allows overrides ends now."""
+        rules = self.rules
+        stale = OVERRIDE_GRANTED_AT in self.annotations or OVERRIDE_EXPIRES_AT in self.annotations
+        if override.mode == "grant":
+            if not rules.allowed:
+                self.events.append(
+                    Event(
+                        "Warning",
+                        OVERRIDE_REJECTED,
+                        f"{OVERRIDE}=max not granted: policy {self.policy} does not allow "
+                        "overrides (spec.override.allowed: false); ask the platform team",
+                        cause="override.allowed",
+                    )
+                )
+                if stale:  # malformed state of an earlier grant: end it
+                    return _Override("expire", ended="override ended (not allowed by policy)")
+                return _Override("none")
+            ready = self._grant_ready_at()
+            if ready is not None and self.now < ready:
+                self.next_grant = ready
+                self.pending.append(ready)
+                self.events.append(
+                    Event(
+                        "Warning",
+                        OVERRIDE_REJECTED,
+                        f"{OVERRIDE}=max not granted before {format_time(ready)}: policy "
+                        f"{self.policy} allows a new override "
+                        f"{format_duration(rules.min_interval)} after the previous one ended "
+                        "(spec.override.minInterval); the request stays and is granted then",
+                        cause="override.minInterval",
+                    )
+                )
+                if stale:
+                    return _Override("expire", ended="override ended (malformed state)")
+                return _Override("none")
+        elif override.mode == "active" and not rules.allowed:
+            return _Override(
+                "expire",
+                override.granted_at,
+                override.expires_at,
+                ended=f"override ended: policy {self.policy} does not allow overrides "
+                "(spec.override.allowed: false)",
+            )
+        return override
+
+    def _override_hint(self, override: _Override, kind: str) -> str:
+        """What a tenant at the limit can do, for one resource whose situation is ``kind``."""
+        if override.mode in ("grant", "active"):
+            return "the override is active: ask the platform team for a higher maximum"
+        if kind == "maximum":
+            return "ask the platform team for a policy with a higher maximum"
+        if not self.rules.allowed:
+            return f"overrides are not allowed by policy {self.policy}: ask the platform team"
+        if self.next_grant is not None:
+            return f"the override can be granted again at {format_time(self.next_grant)}"
+        ns = self.namespace or "NS"
+        return (
+            f"for more room now: kubectl -n {ns} annotate resourcequota dynquota "
+            f"{OVERRIDE}=max (every resource to its policy maximum for "
+            f"{format_duration(self.ttl)})"
+        )
+
+    def _tenant_message(self, override: _Override, dry_run: bool) -> None:
+        """The tenant line (``dynquota.io/message``) and ``QuotaAtLimit`` Warnings for the
+        resources whose usage reached their hard limit after this decision.
+
+        The line is ``<RFC 3339 when written>: <what>``; it is rewritten only when its
+        content changes (never at rest), and once no resource is at its limit it is removed
+        with the next write, or by a write of its own :data:`TENANT_MESSAGE_REFRESH` seconds
+        after it was written (a namespace flapping at its limit writes it at most that often).
+        """
+        parts: list[str] = []
+        help_text = f" Help: {self.help_url}" if self.help_url else ""
+        for resource, (used, hard, profile, last_upscale) in self.limits.items():
+            if used < hard:
+                continue
+            if override.mode in ("grant", "active"):
+                kind = "override"
+                until = format_time(override.expires_at or self.now)
+                when = f"the policy maximum under the override (active until {until})"
+            elif used > profile.maximum:
+                kind = "maximum"
+                when = (
+                    f"above the maximum {profile.maximum} of policy {self.policy}: held at "
+                    "usage, no automatic raise"
+                )
+            elif hard >= profile.maximum:
+                kind = "maximum"
+                when = f"the maximum of policy {self.policy}: no automatic raise"
+            elif target(used, profile) > hard:
+                kind = "cooldown"
+                raise_at = max(last_upscale + profile.upscale_cooldown, self.now)
+                when = f"next automatic raise at {format_time(raise_at)}"
+            else:
+                kind = "no-buffer"
+                when = (
+                    f"no automatic raise (its target is {target(used, profile)}: bufferPercent "
+                    f"{profile.buffer_percent}, minimum {profile.minimum})"
+                )
+            part = (
+                f"{resource} at its limit (used {used} of hard {hard}): {when}; "
+                f"{self._override_hint(override, kind)}"
+            )
+            parts.append(part)
+            if not dry_run:
+                self.events.append(
+                    Event(
+                        "Warning",
+                        QUOTA_AT_LIMIT,
+                        part + "." + help_text,
+                        cause=f"{resource}:{kind}",
+                    )
+                )
+        existing = self.annotations.get(TENANT_MESSAGE)
+        written_at, old_content = _split_message(existing)
+        if parts:
+            content = "; ".join(parts) + "." + help_text
+            if content != old_content:
+                self.set[TENANT_MESSAGE] = f"{format_time(self.now)}: {content}"
+            return
+        if existing is None or self.quota is None:
+            return
+        refresh_at = None if written_at is None else written_at + TENANT_MESSAGE_REFRESH
+        if self.set or self.remove or self.changes or refresh_at is None or self.now >= refresh_at:
+            self.remove.add(TENANT_MESSAGE)
+        else:
+            self.pending.append(refresh_at)
 
     def _summarise_events(self, override: _Override) -> None:
         by_kind: dict[str, list[Change]] = {}

@@ -26,6 +26,7 @@ __all__ = [
     "DynamicQuotaPolicySpec",
     "LabelSelector",
     "LabelSelectorRequirement",
+    "OverrideSettings",
     "PolicyInfo",
     "ResourceProfile",
     "describe_validation_error",
@@ -140,6 +141,68 @@ DEFAULT_PROFILES: Final[Mapping[str, ResourceProfile]] = {
     CONFIGMAPS: ResourceProfile.of(40, 50, 2000, 2 * 60, 6 * 3600),
 }
 """Built-in profiles: pods 40%/10/1000/5m/1h; configmaps 40%/50/2000/2m/6h."""
+
+
+class OverrideSettings(BaseModel):
+    """``spec.override`` of a policy: how the tenant override (``dynquota.io/override=max``)
+    is governed in the namespaces it governs.
+
+    Fields (CRD names in brackets): ``allowed`` bool (default true: a request is granted);
+    ``ttl`` whole seconds, ``None`` (omitted) for the operator's ``overrideTTL``, else 1 s ..
+    8760h; ``min_interval`` [minInterval] whole seconds (default 0), the least time between
+    the end of one override and the next grant. Durations are given as ``90s``/``5m``/
+    ``1h30m`` strings when validated from a policy. The defaults are the behaviour of
+    policies written before the field existed.
+    """
+
+    model_config = _STRICT
+
+    allowed: bool = True
+    ttl: int | None = None
+    min_interval: int = Field(default=0, alias="minInterval")
+
+    @field_validator("ttl", "min_interval", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> int | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError(f"must be a duration string like 90s, 5m or 1h30m, not {value!r}")
+        return parse_duration(value)
+
+    @field_validator("ttl")
+    @classmethod
+    def _positive(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("must be longer than 0s")
+        return value
+
+    @field_validator("min_interval")
+    @classmethod
+    def _interval(cls, value: int | None) -> int:
+        return 0 if value is None else value
+
+    @classmethod
+    def of(
+        cls, allowed: bool = True, ttl: int | None = None, min_interval: int = 0
+    ) -> OverrideSettings:
+        """Validated settings from numbers (durations in whole seconds).
+
+        Raises ``pydantic.ValidationError`` like validation from a policy would.
+        """
+        body: dict[str, object] = {"allowed": allowed, "minInterval": format_duration(min_interval)}
+        if ttl is not None:
+            body["ttl"] = format_duration(ttl)
+        return cls.model_validate(body)
+
+    def to_crd(self) -> dict[str, bool | str]:
+        """The settings as CRD JSON (camelCase keys, duration strings; ``ttl`` omitted when
+        it is the operator's)."""
+        body: dict[str, bool | str] = {"allowed": self.allowed}
+        if self.ttl is not None:
+            body["ttl"] = format_duration(self.ttl)
+        body["minInterval"] = format_duration(self.min_interval)
+        return body
 
 
 # -- label selectors (apimachinery pkg/apis/meta/v1/validation ValidateLabelSelector,
@@ -309,7 +372,9 @@ class DynamicQuotaPolicySpec(BaseModel):
     ``priority`` int32 (default 0), ``resources``: after validation always holds both
     ``pods`` and ``configmaps``, each listed profile's omitted fields and each unlisted resource
     taken from :data:`DEFAULT_PROFILES` (the CRD's documented defaulting); any other key is
-    refused. ``dry_run`` [dryRun] bool (default false).
+    refused. ``dry_run`` [dryRun] bool (default false). ``override``: the tenant override's
+    rules (:class:`OverrideSettings`; omitted: allowed, the operator's TTL, no minimum
+    interval).
     """
 
     model_config = _STRICT
@@ -320,8 +385,9 @@ class DynamicQuotaPolicySpec(BaseModel):
     priority: int = 0
     resources: dict[str, ResourceProfile] = Field(default_factory=lambda: dict(DEFAULT_PROFILES))
     dry_run: bool = Field(default=False, alias="dryRun")
+    override: OverrideSettings = Field(default_factory=OverrideSettings)
 
-    @field_validator("namespace_selector", mode="before")
+    @field_validator("namespace_selector", "override", mode="before")
     @classmethod
     def _null_selector(cls, value: object) -> object:
         return {} if value is None else value

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
-from dynquota.policy.models import PolicyInfo, ResourceProfile
+from dynquota.policy.models import OverrideSettings, PolicyInfo, ResourceProfile
 from dynquota.settings import SYSTEM_NAMESPACES
 
 __all__ = [
@@ -119,12 +119,13 @@ def policy_rank(name: str, priority: int) -> tuple[int, str]:
 class Governance:
     """The outcome of policy selection for one namespace.
 
-    ``kind``: ``managed`` (``policy`` governs with ``profiles`` per tracked resource and
-    ``dry_run`` from the policy), ``unmanaged`` (remove the managed quota), ``frozen`` (leave
-    the managed quota exactly as it is; ``policy`` names the invalid policy) or ``excluded``
-    (never touched). ``reason``: human-readable why. ``warning``: a Warning for the caller to
-    post on the Namespace (a ``dynquota.io/managed`` label value that has no effect while the
-    namespace stays managed or frozen; see :func:`managed_label_warning`), else ``None``.
+    ``kind``: ``managed`` (``policy`` governs with ``profiles`` per tracked resource,
+    ``dry_run`` and the ``override`` rules from the policy), ``unmanaged`` (remove the managed
+    quota), ``frozen`` (leave the managed quota exactly as it is; ``policy`` names the invalid
+    policy) or ``excluded`` (never touched). ``reason``: human-readable why. ``warning``: a
+    Warning for the caller to post on the Namespace (a ``dynquota.io/managed`` label value
+    that has no effect while the namespace stays managed or frozen; see
+    :func:`managed_label_warning`), else ``None``.
     """
 
     kind: GovernanceKind
@@ -133,13 +134,25 @@ class Governance:
     profiles: Mapping[str, ResourceProfile] = field(default_factory=dict)
     dry_run: bool = False
     warning: str | None = None
+    override: OverrideSettings = field(default_factory=OverrideSettings)
 
     @classmethod
     def managed(
-        cls, policy: str, profiles: Mapping[str, ResourceProfile], dry_run: bool = False
+        cls,
+        policy: str,
+        profiles: Mapping[str, ResourceProfile],
+        dry_run: bool = False,
+        override: OverrideSettings | None = None,
     ) -> Governance:
         """A namespace governed by ``policy`` (handy for callers and tests)."""
-        return cls("managed", f"governed by policy {policy}", policy, dict(profiles), dry_run)
+        return cls(
+            "managed",
+            f"governed by policy {policy}",
+            policy,
+            dict(profiles),
+            dry_run,
+            override=override if override is not None else OverrideSettings(),
+        )
 
 
 def govern(
@@ -201,4 +214,4 @@ def _select(namespace: NamespaceInfo, policies: Iterable[PolicyInfo]) -> Governa
         )
     if best is None or best.spec is None:
         return Governance("unmanaged", "no policy matches this namespace")
-    return Governance.managed(best.name, best.spec.resources, best.spec.dry_run)
+    return Governance.managed(best.name, best.spec.resources, best.spec.dry_run, best.spec.override)

@@ -17,6 +17,11 @@ Annotations on the managed ResourceQuota ``dynquota`` (all under ``dynquota.io/`
                                            the override
 ``dynquota.io/override-granted-at``        RFC 3339 UTC, written when granted
 ``dynquota.io/override-expires-at``        RFC 3339 UTC, granted-at + TTL at most
+``dynquota.io/override-ended-at``          RFC 3339 UTC, when the last override ended
+                                           (kept only under a policy ``minInterval``)
+``dynquota.io/message``                    for the tenant: one line written when a
+                                           resource reached its limit (what, when the
+                                           next raise can come, the override command)
 =========================================  =====================================================
 
 Timestamps are written as ``2026-11-30T03:30:00Z`` (UTC, whole seconds). Reading accepts RFC
@@ -38,9 +43,11 @@ __all__ = [
     "ANNOTATION_PREFIX",
     "KILL_SWITCH",
     "OVERRIDE",
+    "OVERRIDE_ENDED_AT",
     "OVERRIDE_EXPIRES_AT",
     "OVERRIDE_GRANTED_AT",
     "POLICY",
+    "TENANT_MESSAGE",
     "KillSwitchReading",
     "KillSwitchState",
     "bounded",
@@ -60,6 +67,8 @@ ANNOTATION_PREFIX: Final = "dynquota.io/"
 OVERRIDE: Final = "dynquota.io/override"
 OVERRIDE_GRANTED_AT: Final = "dynquota.io/override-granted-at"
 OVERRIDE_EXPIRES_AT: Final = "dynquota.io/override-expires-at"
+OVERRIDE_ENDED_AT: Final = "dynquota.io/override-ended-at"
+TENANT_MESSAGE: Final = "dynquota.io/message"
 POLICY: Final = "dynquota.io/policy"
 KILL_SWITCH: Final = "dynquota.io/kill-switch"
 

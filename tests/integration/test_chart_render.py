@@ -191,6 +191,7 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
         "DYNQUOTA_METRICS_PORT": "8080",
         "DYNQUOTA_PROBE_PORT": "8081",
         "DYNQUOTA_OVERRIDE_TTL": "168h",
+        "DYNQUOTA_TENANT_HELP_URL": "",
         "DYNQUOTA_LEADER_ELECTION": "false",
         "DYNQUOTA_WATCH_TIMEOUT_SECONDS": "300",
         "DYNQUOTA_LIVENESS_MARGIN_SECONDS": "60",
@@ -526,6 +527,12 @@ def test_dry_run_values(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "matchExpressions": [{"key": "dynquota.io/tier", "operator": "NotIn", "values": ["system"]}]
     }
     assert [k for k in kinds(objs) if "cleanup" in k] == []
+
+
+def test_tenant_help_url_reaches_the_settings(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = "https://wiki.example.com/quotas"
+    deployment = one(render(helm, "--set", f"operator.tenantHelpURL={url}"), "Deployment")
+    assert settings_from(deployment, monkeypatch).tenant_help_url == url
 
 
 # -- every rendered object is accepted by the real apiserver --------------------------------

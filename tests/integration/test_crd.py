@@ -390,3 +390,36 @@ def test_label_keys_longer_than_the_operator_accepts_are_refused(
         GROUP, VERSION, PLURAL, policy({"namespaceSelector": selector})
     )
     assert validate_policy(created).valid
+
+
+def test_override_settings_are_stored_with_their_defaults(
+    policies: kubernetes.client.CustomObjectsApi,
+) -> None:
+    created = policies.create_cluster_custom_object(
+        GROUP, VERSION, PLURAL, policy({"override": {}})
+    )
+    assert created["spec"]["override"] == {"allowed": True, "minInterval": "0s"}
+    spec = {"override": {"allowed": False, "ttl": "24h", "minInterval": "8760h"}}
+    created = policies.create_cluster_custom_object(GROUP, VERSION, PLURAL, policy(spec))
+    assert created["spec"]["override"] == spec["override"]
+    info = validate_policy(created)
+    assert info.spec is not None
+    assert (info.spec.override.allowed, info.spec.override.ttl) == (False, 86400)
+    assert info.spec.override.min_interval == 8760 * 3600
+
+
+def test_bad_override_settings_are_refused(policies: kubernetes.client.CustomObjectsApi) -> None:
+    assert refusal(policies, {"override": {"ttl": "0s"}}) == (
+        'spec.override.ttl: Invalid value: "0s": must be longer than 0s'
+    )
+    assert refusal(policies, {"override": {"ttl": "8761h"}}) == (
+        'spec.override.ttl: Invalid value: "8761h": must be at most 8760h (365 days)'
+    )
+    assert refusal(policies, {"override": {"minInterval": "1d"}}) == (
+        'spec.override.minInterval: Invalid value: "1d": spec.override.minInterval in body '
+        "should match '^([0-9]+h)?([0-9]+m)?([0-9]+s)?$'"
+    )
+    assert refusal(policies, {"override": {"allowed": "no"}}).startswith(
+        '[spec.override.allowed: Invalid value: "string": spec.override.allowed in body must '
+        'be of type boolean: "string", '
+    )

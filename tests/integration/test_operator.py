@@ -242,7 +242,10 @@ def test_override_raises_to_maximum_then_expires_back_to_sizing(
     event = op_cluster.wait_event(ns, "OverrideGranted")
     assert event.message.startswith("override granted until ")
     assert event.message.endswith(": pods 10->50, configmaps 20->200")
-    wait_until(lambda: op.sample("dynquota_overrides_active") == 1, "overrides_active 1")
+    wait_until(
+        lambda: op.sample("dynquota_overrides_active", {"namespace": ns}) == 1,
+        "overrides_active 1",
+    )
     # the limit is really lifted: 40 pods fit
     op_cluster.create_pods(ns, 40)
     # expiry: back to T(peak) — the 43 pods are the peak now
@@ -254,7 +257,10 @@ def test_override_raises_to_maximum_then_expires_back_to_sizing(
     expired = op_cluster.wait_event(ns, "OverrideExpired")
     assert "override expired at" in expired.message
     assert "override-expired configmaps 200->20" in expired.message
-    wait_until(lambda: op.sample("dynquota_overrides_active") == 0, "overrides_active 0")
+    wait_until(
+        lambda: op.sample("dynquota_overrides_active", {"namespace": ns}) == 0,
+        "overrides_active 0",
+    )
     # a new request after expiry is granted again
     op_cluster.delete_pods(ns, 43)
     op_cluster.core.patch_namespaced_resource_quota(

@@ -74,7 +74,11 @@ def test_plan_override_and_kill_switch_commands(
 
     code, out, _ = run_cli(["override", ns, "--kubeconfig", admin], capsys)
     assert code == 0
-    assert out.strip() == (f"override requested in {ns}: every tracked resource to its maximum")
+    assert out.strip() == (
+        f"override requested in {ns}: every tracked resource to its maximum for the configured "
+        f"TTL; the grant (or why not) is an Event: kubectl -n {ns} get events "
+        "--field-selector involvedObject.name=dynquota"
+    )
     op_cluster.wait_hard(ns, {"pods": "100", "configmaps": "200"})
     code, out, _ = run_cli(["override", ns, "--off", "--kubeconfig", admin], capsys)
     assert code == 0

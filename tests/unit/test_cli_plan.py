@@ -79,8 +79,10 @@ def test_plan_rows_say_what_and_why() -> None:
     ]
     a = table[("team-a", "pods")]
     # U = max(tally 24, status.used 25); T(25) = 35 > H 20, but the cooldown runs until 08:03
-    assert (a.tally, a.status_used, a.hard, a.target, a.next) == (24, 25, 20, 35, "nothing")
-    assert a.why.endswith("next check at 2027-01-15T08:03:00Z")
+    # ... and usage is above hard: the operator writes the tenant line (a patch)
+    assert (a.tally, a.status_used, a.hard, a.target, a.next) == (24, 25, 20, 35, "patch")
+    assert "next check at 2027-01-15T08:03:00Z" in a.why
+    assert "warning: pods at its limit (used 25 of hard 20)" in a.why
     b = table[("team-b", "pods")]
     assert (b.tally, b.status_used, b.hard, b.target, b.next) == (6, None, None, 10, "create")
     assert b.why == "create pods 10: usage 6, buffer 40%, at minimum 10"

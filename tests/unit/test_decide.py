@@ -233,14 +233,26 @@ def test_create_ignores_cooldowns_and_start() -> None:
 # -- upscale ----------------------------------------------------------------------------------
 
 
+LINE_14 = (
+    "pods at its limit (used 14 of hard 14): next automatic raise at 2026-11-30T00:05:00Z; "
+    "for more room now: kubectl -n NS annotate resourcequota dynquota dynquota.io/override=max "
+    "(every resource to its policy maximum for 168h)."
+)
+
+
 def test_upscale_waits_for_cooldown_then_applies() -> None:
     quota = settled(14, at=0)
+    # at its limit during the cooldown: the tenant line is the only write (once)
     d = run(quota, T0 + 100, pods=14)
-    assert d.action == "nothing"
+    assert d.action == "patch"
     assert d.requeue_at == T0 + 300
     assert d.changes == ()
+    assert d.set_annotations == {"dynquota.io/message": f"{ts(100)}: {LINE_14}"}
+    assert d.events == (Event("Warning", "QuotaAtLimit", LINE_14, cause="pods:cooldown"),)
+    assert d.events[0].cause == "pods:cooldown"
+    quota = apply_decision(quota, d)
     d = run(quota, T0 + 299.99, pods=14)
-    assert (d.action, d.requeue_at) == ("nothing", T0 + 300)
+    assert (d.action, d.requeue_at) == ("nothing", T0 + 300)  # no write at rest
     d = run(quota, T0 + 300, pods=14)
     assert d.action == "patch"
     assert d.reasons == ("upscale pods 14->20: usage 14, buffer 40%",)
@@ -250,7 +262,8 @@ def test_upscale_waits_for_cooldown_then_applies() -> None:
         "dynquota.io/last-change.pods": ts(300),
         "dynquota.io/hard.pods": "20",
     }
-    assert d.remove_annotations == frozenset()
+    # the line goes in the same patch as the resize
+    assert d.remove_annotations == frozenset({"dynquota.io/message"})
     assert d.requeue_at is None
     assert d.merge_patch() == {
         "metadata": {
@@ -258,6 +271,7 @@ def test_upscale_waits_for_cooldown_then_applies() -> None:
                 "dynquota.io/last-upscale.pods": ts(300),
                 "dynquota.io/last-change.pods": ts(300),
                 "dynquota.io/hard.pods": "20",
+                "dynquota.io/message": None,
             }
         },
         "spec": {"hard": {PODS: "20", CONFIGMAPS: "50"}},
@@ -383,7 +397,9 @@ def test_hard_above_maximum_is_lowered_at_once_but_never_below_usage() -> None:
         "policy pods 1500->1200: policy default, peak 1200 over 1h, buffer 40%, minimum 10, "
         "maximum 1000, held at usage 1200 (never below usage)",
     )
-    assert d.warnings == ("usage of pods 1200 is above the maximum 1000 of policy default",)
+    assert [e.message for e in d.events if e.reason == "UsageAboveMaximum"] == [
+        "usage of pods 1200 is above the maximum 1000 of policy default"
+    ]
     assert (
         Event(
             "Warning",
@@ -536,7 +552,7 @@ def test_quota_without_state_is_adopted_once() -> None:
 
 def test_malformed_stamp_is_repaired_and_cooldown_restarts() -> None:
     quota = settled(14, extra={"dynquota.io/last-upscale.pods": "last tuesday"})
-    d = run(quota, T0 + 1000, pods=14)
+    d = run(quota, T0 + 1000, pods=13)
     assert d.action == "patch"
     assert d.changes == ()
     assert d.set_annotations == {"dynquota.io/last-upscale.pods": ts(1000)}
@@ -1334,9 +1350,9 @@ def test_dry_run_decisions_are_always_flagged(pods: int, configmaps: int, offset
 def test_cooldown_stamp_far_in_the_future_is_repaired_not_honoured() -> None:
     """A stamp past the clock-skew allowance would pin H until then: it restarts now."""
     quota = settled(10, extra={"dynquota.io/last-upscale.pods": "2099-01-01T00:00:00Z"})
-    d = run(quota, T0 + 1000, pods=10)
+    d = run(quota, T0 + 1000, pods=9)
     assert d.action == "patch"
-    assert d.changes == ()  # T(10) = 14 > 10, but the cooldown restarts now
+    assert d.changes == ()  # T(9) = 13 > 10, but the cooldown restarts now
     assert d.set_annotations == {"dynquota.io/last-upscale.pods": ts(1000)}
     message = (
         "state of pods repaired: dynquota.io/last-upscale.pods malformed: in the future "
@@ -1348,7 +1364,7 @@ def test_cooldown_stamp_far_in_the_future_is_repaired_not_honoured() -> None:
 
 def test_cooldown_stamp_within_the_skew_allowance_is_honoured() -> None:
     quota = settled(10, at=1000 + FUTURE_STAMP_ALLOWANCE)  # a replica's clock 5 min ahead
-    d = run(quota, T0 + 1000, pods=10)
+    d = run(quota, T0 + 1000, pods=9)
     assert d.action == "nothing"
     assert d.events == ()
     assert d.requeue_at == T0 + 1000 + FUTURE_STAMP_ALLOWANCE + 300

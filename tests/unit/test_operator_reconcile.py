@@ -294,6 +294,11 @@ async def test_fixed_point_means_no_write_and_restart_too(world: World) -> None:
     assert world.quotas.writes == [("create", "team-a")]
 
 
+def sample(world: World, name: str, **labels: str) -> float | None:
+    """A sample of the operator's registry (``None``: no such series)."""
+    return world.op.metrics.registry.get_sample_value(name, labels)
+
+
 async def test_upscale_waits_for_the_cooldown_then_steps(world: World) -> None:
     await setup_team(world, pods=14)
     await world.reconcile("team-a")  # hard 20 at T0
@@ -302,10 +307,18 @@ async def test_upscale_waits_for_the_cooldown_then_steps(world: World) -> None:
     outcome = await world.reconcile("team-a")
     assert world.quotas.hard("team-a")["pods"] == "20"
     assert outcome.requeue_at == T0 + 60  # exactly at lastUpscale + upscaleCooldown
+    # usage 20 of hard 20: the tenant line is written once during the cooldown
+    assert world.quotas.writes == [("create", "team-a"), ("patch", "team-a")]
+    assert world.quotas.annotations("team-a")["dynquota.io/message"].startswith(
+        "2027-01-15T08:00:10Z: pods at its limit (used 20 of hard 20): next automatic raise at "
+        "2027-01-15T08:01:00Z; for more room now: kubectl -n team-a annotate resourcequota "
+        "dynquota dynquota.io/override=max (every resource to its policy maximum for 168h)."
+    )
     world.clock.now = T0 + 60
     await world.reconcile("team-a")
     assert world.quotas.hard("team-a")["pods"] == "28"
-    assert world.quotas.writes == [("create", "team-a"), ("patch", "team-a")]
+    assert world.quotas.writes == [("create", "team-a"), ("patch", "team-a"), ("patch", "team-a")]
+    assert "dynquota.io/message" not in world.quotas.annotations("team-a")  # with the resize
     assert world.events.posted[-1][2:] == (
         "Resized",
         "upscale pods 20->28: usage 20, buffer 40%",
@@ -621,7 +634,7 @@ async def test_override_grants_maximum_then_expires_to_the_peak_target() -> None
     assert ann["dynquota.io/override-expires-at"] == "2027-01-15T08:02:05Z"
     assert outcome.requeue_at == T0 + 125
     assert world.events.reasons("team-a")[-1] == "OverrideGranted"
-    assert world.op.metrics.overrides_active._value.get() == 1
+    assert sample(world, "dynquota_overrides_active", namespace="team-a") == 1
     world.clock.now = T0 + 125
     await world.reconcile("team-a")
     ann = world.quotas.annotations("team-a")
@@ -629,7 +642,8 @@ async def test_override_grants_maximum_then_expires_to_the_peak_target() -> None
     assert "dynquota.io/override" not in ann
     assert "dynquota.io/override-granted-at" not in ann
     assert world.events.reasons("team-a")[-1] == "OverrideExpired"
-    assert world.op.metrics.overrides_active._value.get() == 0
+    # the series exists only while the override is active
+    assert sample(world, "dynquota_overrides_active", namespace="team-a") is None
 
 
 async def test_malformed_override_is_a_warning_posted_once_and_no_change(world: World) -> None:
