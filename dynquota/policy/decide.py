@@ -760,6 +760,7 @@ class _Sizer:
         t_used, t_peak = target(used, profile), target(peak, profile)
         desired: int
         kind: ChangeKind | None = None
+        repair = False
         why = ""
         if override.mode in ("grant", "active"):
             desired = profile.maximum
@@ -793,7 +794,18 @@ class _Sizer:
                 desired = t_used
                 kind, why = "upscale", f"usage {used}, {buffer}{_clamp_note(used, profile)}"
             else:
-                self.pending.append(ready_at)
+                if t_used > max(used, base):  # after a repair, only the buffer is left to wait
+                    self.pending.append(ready_at)
+                if used > base:
+                    # Objects admitted before the quota was in force (or charged late,
+                    # kubernetes#123434) put usage above hard: every create is refused, even a
+                    # replacement. Raise to usage at once, without restarting the cooldown; the
+                    # buffer still waits for it.
+                    desired, kind, repair = used, "upscale", True
+                    why = f"usage {used} above hard {base}, raised to usage at once"
+                    why += " (never below usage)"
+                    if t_used > used:
+                        why += f"; the buffer waits for the cooldown until {format_time(ready_at)}"
         elif t_peak < base:
             desired = base
             ready_at = max(
@@ -818,7 +830,9 @@ class _Sizer:
         if base is not None and desired == base:
             kind = None
         if kind is not None:
-            if base is None or desired > base:
+            if repair:
+                pass  # the cooldown keeps running: the buffer still waits for it
+            elif base is None or desired > base:
                 last_upscale = last_change = now
             else:
                 last_change = now

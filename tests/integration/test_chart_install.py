@@ -307,6 +307,39 @@ def test_leases_only_with_two_replicas_and_only_in_own_namespace(release: Releas
     # ReplicaSets ignores `replicas` upstream. The uninstall test stages that state itself.
 
 
+def test_an_upgrade_never_switches_the_default_policys_enforcement_by_itself(
+    release: Release,
+) -> None:
+    """`defaultPolicy.dryRun` unset: audit on install (checked above), the live value on an
+    upgrade that takes the chart's defaults; an explicit value always wins."""
+    cp, ns, chart = release.cp, release.namespace, str(CHART)
+    tag = release.name.removeprefix("dqt")
+    install_args = (
+        "--set", f"defaultPolicy.name={release.policy}",
+        "--set", f"defaultPolicy.namespaceSelector.matchLabels.dqtest={tag}",
+    )  # fmt: skip
+
+    def live_dry_run() -> object:
+        policy = json.loads(cp.kubectl("get", "dynamicquotapolicy", release.policy, "-o", "json"))
+        return policy["spec"]["dryRun"]
+
+    try:
+        release.helm("upgrade", release.name, chart, "-n", ns, "--reuse-values",
+                     "--set", "defaultPolicy.dryRun=false")  # fmt: skip
+        assert live_dry_run() is False
+        # No --reuse-values, no dryRun: the chart's defaults, as a plain `helm upgrade` sends them.
+        release.helm("upgrade", release.name, chart, "-n", ns, *install_args)
+        assert live_dry_run() is False
+        release.helm("upgrade", release.name, chart, "-n", ns, *install_args,
+                     "--set", "defaultPolicy.dryRun=true")  # fmt: skip
+        assert live_dry_run() is True
+        release.helm("upgrade", release.name, chart, "-n", ns, *install_args)
+        assert live_dry_run() is True
+    finally:
+        release.helm("upgrade", release.name, chart, "-n", ns, *install_args,
+                     "--set", "defaultPolicy.dryRun=true")  # fmt: skip
+
+
 def cleanup_allowed(release: Release) -> list[tuple[str, ...]]:
     """What `dynquota cleanup --yes --scale-down <fullname>` needs, and the hook's RBAC grants."""
     ns, deployment = release.namespace, f"deployments.apps/{release.fullname}"

@@ -174,11 +174,13 @@ def test_values_default_policy_is_valid_and_equals_the_built_in_profiles() -> No
             "spec": {
                 "namespaceSelector": policy["namespaceSelector"],
                 "priority": policy["priority"],
-                "dryRun": policy["dryRun"],
+                # null: the template renders true on install or the live value (a boolean).
+                "dryRun": True if policy["dryRun"] is None else policy["dryRun"],
                 "resources": policy["resources"],
             },
         }
     )
+    assert policy["dryRun"] is None
     assert info.reason is None
     assert info.valid
 

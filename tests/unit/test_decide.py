@@ -1278,6 +1278,14 @@ def test_invariants_over_random_histories(
             assert new >= pods  # never below usage
             if change.kind == "create":
                 last_upscale = last_change = t
+            elif (
+                change.kind == "upscale" and t - (last_upscale or t) < pods_profile.upscale_cooldown
+            ):
+                # within the cooldown only a hard below usage is raised, to usage exactly, and
+                # the cooldown is not restarted
+                assert change.old is not None and int(change.old) < pods
+                assert new == max(pods, min(peak[PODS], new))
+                assert new == pods or new == peak[PODS]
             elif change.kind == "upscale":
                 assert last_upscale is not None
                 assert t - last_upscale >= pods_profile.upscale_cooldown
@@ -1437,3 +1445,28 @@ def test_a_namespace_above_the_maximum_at_install_is_held_at_usage() -> None:
     # the window passes with usage lower: it follows the peak down, never below it
     d = run(quota, T0 + 7200, pods=1200, peak={PODS: 1200})
     assert d.hard[PODS] == 1200
+
+
+def test_usage_above_hard_during_the_cooldown_is_raised_to_usage_at_once() -> None:
+    """A burst admitted before the new quota was in force leaves usage above hard: every create
+    (a replacement too) is refused until the cooldown ends, so hard goes to usage at once; the
+    buffer still waits for the cooldown, which does not restart."""
+    quota = settled(14, at=0)
+    d = run(quota, T0 + 100, pods=17)
+    assert d.action == "patch"
+    assert d.hard == {PODS: 17, CONFIGMAPS: 50}
+    assert d.reasons == (
+        f"upscale pods 14->17: usage 17 above hard 14, raised to usage at once (never below "
+        f"usage); the buffer waits for the cooldown until {ts(300)}",
+    )
+    assert "dynquota.io/last-upscale.pods" not in d.set_annotations
+    assert "dynquota.io/last-change.pods" not in d.set_annotations
+    assert d.set_annotations["dynquota.io/hard.pods"] == "17"
+    assert d.requeue_at == T0 + 300
+    quota = apply_decision(quota, d)
+    # at usage, still in the cooldown: no further write but the tenant line
+    d = run(quota, T0 + 200, pods=17)
+    assert d.changes == ()
+    # the cooldown ends on its first schedule: the buffer is added
+    d = run(quota, T0 + 300, pods=17)
+    assert d.reasons == ("upscale pods 17->24: usage 17, buffer 40%",)

@@ -93,7 +93,10 @@ def test_documented_defaults_match_scalar_values(values_table: list[str], refere
         value = paths[key]
         if isinstance(value, dict | list):
             continue
-        shown = '""' if value == "" else str(value).lower() if isinstance(value, bool) else value
+        shown = (
+            '""' if value == "" else "null" if value is None
+            else str(value).lower() if isinstance(value, bool) else value
+        )  # fmt: skip
         if f"`{shown}`" not in rows[key]:
             wrong.append(f"{key}: values.yaml {shown!r}, docs {rows[key].strip()!r}")
     assert wrong == []

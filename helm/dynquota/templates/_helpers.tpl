@@ -98,3 +98,22 @@ operator: `dynquota cleanup --timeout`) + 30 s (the command's margin over count 
 {{- add 210 (ceil (divf $c.maxNamespaces $qps) | int) -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+The default policy's dryRun: the value when set (true/false); unset (null): the live policy's
+spec.dryRun on an upgrade (an upgrade never switches enforcement by itself), true on a first
+install or where lookup sees no cluster (helm template). See docs/upgrade.md.
+*/}}
+{{- define "dynquota.defaultPolicyDryRun" -}}
+{{- $v := .Values.defaultPolicy.dryRun -}}
+{{- if kindIs "bool" $v -}}
+{{- $v -}}
+{{- else -}}
+{{- $live := lookup "dynquota.io/v1alpha1" "DynamicQuotaPolicy" "" .Values.defaultPolicy.name -}}
+{{- if $live -}}
+{{- $live.spec.dryRun | default false -}}
+{{- else -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end }}
