@@ -63,7 +63,7 @@ def explain(exc: BaseException, what: str = "") -> UserError | None:
     import urllib3
     import yaml
 
-    from dynquota.kube.errors import ApiError, ForbiddenError, NotFoundError, TransportError
+    from dynquota._k8s.errors import ApiError, ForbiddenError, NotFoundError, TransportError
 
     prefix = f"{what}: " if what else ""
     if isinstance(exc, yaml.YAMLError):
@@ -187,7 +187,7 @@ def _unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` says the apiserver is not reachable (yet): no answer, 429 or 5xx."""
     import aiohttp
 
-    from dynquota.kube.errors import ApiError, TransportError
+    from dynquota._k8s.errors import ApiError, TransportError
 
     if isinstance(exc, ApiError):
         return exc.status in (0, 429) or exc.status >= 500
@@ -197,7 +197,7 @@ def _unreachable(exc: BaseException) -> bool:
 def _refused_for_now(exc: BaseException) -> bool:
     """Whether ``exc`` is a 401, 403 or 404 (RBAC, credentials or the CRD): fatal if it
     lasts, but what an apiserver answers for a few seconds after a restart."""
-    from dynquota.kube.errors import ApiError
+    from dynquota._k8s.errors import ApiError
 
     return isinstance(exc, ApiError) and exc.status in (401, 403, 404)
 
@@ -214,7 +214,7 @@ async def _preflight(settings: Settings, attempts: int | None = None, delay: flo
     an apiserver restart its authorizer and CRD caches answer exactly that for a few seconds
     (an operator that exited then would crash-loop through the incident it exists for).
     """
-    from dynquota.kube.backoff import Backoff
+    from dynquota._k8s.backoff import Backoff
     from dynquota.kube.client import new_api_client
     from dynquota.kube.cluster import ClusterClient
 

@@ -175,7 +175,7 @@ class Metrics:
         )
 
     def observe_api(self, verb: str, resource: str, status: int) -> None:
-        """Count one API call (an :data:`~dynquota.kube.quotas.ApiCallObserver`).
+        """Count one API call (an :data:`~dynquota._k8s.request.ApiCallObserver`).
 
         ``status``: the HTTP code, 200 on success, 0 without an answer. A 404 (an expected
         not-found read or delete) counts in ``dynquota_api_not_found_total``, not as an error.

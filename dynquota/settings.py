@@ -151,8 +151,8 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _lease_durations(self) -> Settings:
         # imported here: the elector pulls in the Kubernetes client
+        from dynquota._k8s.timeouts import LEASE_REQUEST_TIMEOUT, REQUEST_TIMEOUT
         from dynquota.kube.leader import check_durations
-        from dynquota.kube.timeouts import LEASE_REQUEST_TIMEOUT, REQUEST_TIMEOUT
 
         check_durations(
             self.lease_duration_seconds,

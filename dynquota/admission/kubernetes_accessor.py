@@ -2,52 +2,120 @@
 
 Port of ``quotaAccessor`` (kubernetes/kubernetes ``staging/src/k8s.io/apiserver/pkg/
 admission/plugin/resourcequota/resource_access.go``) over kubernetes_asyncio. The informer
-is a plain list+watch of ResourceQuotas (all namespaces, or one): paginated list, watch with
-bookmarks from the list's resourceVersion, resumed from the last seen resourceVersion, and a
-relist on ``410 Gone``/``Expired``. Status writes send the whole object with its
-resourceVersion, so the apiserver refuses a stale one with 409 Conflict.
+is :class:`QuotaInformer`, a :class:`~dynquota._k8s.reflector.Reflector` of ResourceQuotas
+(all namespaces, or one): paginated list, watch with bookmarks from the list's
+resourceVersion, resumed from the last seen resourceVersion, a relist on ``410 Gone`` (by
+status code or by an ``Expired``/``Gone`` reason in a watch ``ERROR`` event), backoff with
+jitter on other errors. Status writes send the whole object with its resourceVersion, so the
+apiserver refuses a stale one with 409 Conflict.
 
-Every request has a timeout from :mod:`dynquota.kube.timeouts` (a leaf module depending only
-on aiohttp): lists and writes 10 s in total (3 s connect), watches a socket-read timeout of
-their ``timeoutSeconds`` + 30 s and no total.
+Every request has a timeout from :mod:`dynquota._k8s.timeouts`: lists and writes 10 s in
+total (3 s connect), watches a socket-read timeout of their ``timeoutSeconds`` + 30 s and no
+total. This module imports only :mod:`dynquota._k8s` and :mod:`dynquota.quantity` (through
+the package), never the operator's layers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
 
-from dynquota.kube import timeouts
+from dynquota._k8s import timeouts
+from dynquota._k8s.errors import ApiError, ConflictError, KubeError, TransportError
+from dynquota._k8s.reflector import Collection, Reflector
+from dynquota._k8s.request import call_json
+from dynquota._k8s.watch import DELETED
 
 from .accessor import CachingQuotaAccessor
-from .errors import QuotaAccessError, QuotaConflictError
+from .errors import InvalidObjectError, QuotaAccessError, QuotaConflictError
 from .types import ResourceQuota
 
-__all__ = ["KubernetesQuotaAccessor"]
-
-log = logging.getLogger(__name__)
+__all__ = ["KubernetesQuotaAccessor", "QuotaInformer"]
 
 
-class _ExpiredError(Exception):
-    """The watch's resourceVersion is too old (410 Gone): relist."""
+def _quota(obj: Mapping[str, Any]) -> ResourceQuota:
+    item = dict(obj)
+    item.setdefault("apiVersion", "v1")  # list items carry no apiVersion/kind
+    item.setdefault("kind", "ResourceQuota")
+    return ResourceQuota.from_object(item)
 
 
-async def _error_from(resp: Any, what: str) -> QuotaAccessError:
-    text = await resp.text()
-    message, reason = text.strip(), ""
-    with contextlib.suppress(ValueError):
-        status = json.loads(text)
-        message = str(status.get("message", message))
-        reason = str(status.get("reason", ""))
-    if resp.status == 409:
-        return QuotaConflictError(message)
-    return QuotaAccessError(f"{what}: {resp.status} {reason}: {message}", resp.status, reason)
+def _access_error(exc: KubeError, what: str) -> QuotaAccessError:
+    """The admission error of a failed request: 409 is :class:`QuotaConflictError`."""
+    if isinstance(exc, ConflictError):
+        return QuotaConflictError(exc.message)
+    if isinstance(exc, ApiError):
+        return QuotaAccessError(
+            f"{what}: {exc.status} {exc.reason}: {exc.message}", exc.status, exc.reason
+        )
+    return QuotaAccessError(f"{what}: {exc}", 0)
+
+
+class QuotaInformer(Reflector[ResourceQuota]):
+    """ResourceQuotas by namespace and name, kept by list+watch of ``source``.
+
+    ``informer_lag`` (seconds, 0: none) holds each watch event back before it is applied,
+    for tests and benchmarks that need a lagging informer; :meth:`cancel_delayed` drops the
+    events still held. Other arguments: see :class:`~dynquota._k8s.reflector.Reflector`.
+    """
+
+    def __init__(self, source: Collection, *, informer_lag: float = 0.0, **options: Any) -> None:
+        super().__init__(source, name="resourcequotas", **options)
+        self.informer_lag = informer_lag
+        self.store: dict[str, dict[str, ResourceQuota]] = {}
+        self._delayed: set[asyncio.TimerHandle] = set()
+
+    def convert(self, obj: Mapping[str, Any]) -> ResourceQuota:
+        """The quota of one listed object.
+
+        Raises ``TransportError`` for one that cannot be measured (the reflector retries with
+        backoff: a quota is never dropped from the store, which would admit too much).
+        """
+        try:
+            return _quota(obj)
+        except InvalidObjectError as exc:
+            raise TransportError(f"resourcequotas: {exc}") from exc
+
+    def replace(self, items: list[ResourceQuota]) -> None:
+        """Swap in a full list."""
+        store: dict[str, dict[str, ResourceQuota]] = {}
+        for quota in items:
+            store.setdefault(quota.namespace, {})[quota.name] = quota
+        self.store = store
+
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """Apply one event, after ``informer_lag`` seconds if set."""
+        quota = self.convert(obj)
+        if self.informer_lag <= 0:
+            self._apply(event_type, quota)
+            return
+        handle: asyncio.TimerHandle | None = None
+
+        def later() -> None:
+            assert handle is not None
+            self._delayed.discard(handle)
+            self._apply(event_type, quota)
+
+        handle = asyncio.get_running_loop().call_later(self.informer_lag, later)
+        self._delayed.add(handle)
+
+    def cancel_delayed(self) -> None:
+        """Drop the events still held back by ``informer_lag``."""
+        for handle in self._delayed:
+            handle.cancel()
+        self._delayed.clear()
+
+    def _apply(self, event_type: str, quota: ResourceQuota) -> None:
+        names = self.store.setdefault(quota.namespace, {})
+        if event_type == DELETED:
+            names.pop(quota.name, None)
+        else:
+            names[quota.name] = quota
 
 
 class KubernetesQuotaAccessor(CachingQuotaAccessor):
@@ -61,11 +129,14 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
         namespace: watch one namespace only (default: all namespaces).
         watch_timeout: seconds of one watch request before it is renewed.
         request_timeout: seconds in total for one list page or write (default 10, see
-            :mod:`dynquota.kube.timeouts`).
+            :mod:`dynquota._k8s.timeouts`).
         page_size: list page size (``limit``).
         informer_lag: seconds to hold back each watch event before the informer applies it
             (0: at once); for tests and benchmarks that need a lagging informer.
         **cache_options: see :class:`CachingQuotaAccessor`.
+
+    ``informer`` is the :class:`QuotaInformer` (its counters: ``lists``, ``relists``,
+    ``restarts``, ...).
     """
 
     def __init__(
@@ -80,17 +151,25 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
         **cache_options: Any,
     ) -> None:
         super().__init__(**cache_options)
+        self._api_client = api_client
         self._api: Any = client.CoreV1Api(api_client)
-        self._namespace = namespace
-        self._watch_timeout = watch_timeout
         self._request_timeout = request_timeout
         self._page_size = page_size
-        self._informer_lag = informer_lag
-        self._delayed: set[asyncio.TimerHandle] = set()
-        self._store: dict[str, dict[str, ResourceQuota]] = {}
-        self._synced = asyncio.Event()
+        path = (
+            "/api/v1/resourcequotas"
+            if namespace is None
+            else f"/api/v1/namespaces/{namespace}/resourcequotas"
+        )
+        self.informer = QuotaInformer(
+            self._collection(path),
+            informer_lag=informer_lag,
+            watch_timeout=watch_timeout,
+            page_size=page_size,
+        )
         self._task: asyncio.Task[None] | None = None
-        self.relists = 0
+
+    def _collection(self, path: str) -> Collection:
+        return Collection(self._api_client, path, request_timeout=self._request_timeout)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -102,9 +181,9 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
             TimeoutError: not synced within ``sync_timeout``.
         """
         if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
+            self._task = asyncio.ensure_future(self.informer.run())
         if sync_timeout is not None:
-            await asyncio.wait_for(self._synced.wait(), sync_timeout)
+            await self.informer.wait_synced(sync_timeout)
 
     async def stop(self) -> None:
         """Stop the informer (its cache is kept, and stops following the cluster)."""
@@ -113,162 +192,34 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for handle in self._delayed:
-            handle.cancel()
-        self._delayed.clear()
+        self.informer.cancel_delayed()
 
     # --- informer -------------------------------------------------------------------------
 
     @property
     def informer_synced(self) -> bool:
         """Whether the informer's first list has completed."""
-        return self._synced.is_set()
+        return self.informer.synced
 
     def informer_quotas(self, namespace: str) -> list[ResourceQuota]:
         """The informer's copies of ``namespace``'s quotas."""
-        return list(self._store.get(namespace, {}).values())
-
-    async def _run(self) -> None:
-        backoff = 0.5
-        while True:
-            try:
-                rv = await self._relist()
-                self._synced.set()
-                backoff = 0.5
-                while True:
-                    rv = await self._watch(rv)
-            except asyncio.CancelledError:
-                raise
-            except _ExpiredError:
-                log.info("resourcequota watch expired; relisting")
-            except Exception as e:
-                log.warning("resourcequota informer failed (%s); retrying in %.1f s", e, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
-
-    def _short_timeout(self) -> aiohttp.ClientTimeout:
-        if self._request_timeout is None:
-            return timeouts.short_timeout()
-        return aiohttp.ClientTimeout(
-            total=self._request_timeout,
-            sock_connect=min(timeouts.CONNECT_TIMEOUT, self._request_timeout),
-        )
-
-    def _list_call(self, **kwargs: Any) -> Any:
-        timeout = kwargs.pop("_request_timeout", None) or self._short_timeout()
-        if self._namespace is None:
-            return self._api.list_resource_quota_for_all_namespaces(
-                _preload_content=False, _request_timeout=timeout, **kwargs
-            )
-        return self._api.list_namespaced_resource_quota(
-            self._namespace, _preload_content=False, _request_timeout=timeout, **kwargs
-        )
-
-    async def _relist(self) -> str:
-        self.relists += 1
-        store: dict[str, dict[str, ResourceQuota]] = {}
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"limit": self._page_size}
-            if token:
-                kwargs["_continue"] = token
-            resp = await self._list_call(**kwargs)
-            async with resp:
-                if resp.status != 200:
-                    if resp.status == 410:
-                        raise _ExpiredError()
-                    raise await _error_from(resp, "listing resourcequotas")
-                page = await resp.json()
-            for item in page.get("items") or ():
-                item.setdefault("apiVersion", "v1")
-                item.setdefault("kind", "ResourceQuota")
-                q = ResourceQuota.from_object(item)
-                store.setdefault(q.namespace, {})[q.name] = q
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or None
-            if not token:
-                self._store = store
-                return str(meta.get("resourceVersion", ""))
-
-    async def _watch(self, rv: str) -> str:
-        resp = await self._list_call(
-            watch=True,
-            resource_version=rv,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout,
-            _request_timeout=timeouts.watch_timeout(self._watch_timeout),
-        )
-        async with resp:
-            if resp.status != 200:
-                if resp.status == 410:
-                    raise _ExpiredError()
-                raise await _error_from(resp, "watching resourcequotas")
-            async for line in resp.content:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise _ExpiredError()
-                    raise QuotaAccessError(
-                        f"watching resourcequotas: {obj.get('message')}",
-                        int(obj.get("code") or 0),
-                        str(obj.get("reason") or ""),
-                    )
-                rv = str((obj.get("metadata") or {}).get("resourceVersion", rv))
-                if kind == "BOOKMARK":
-                    continue
-                self._deliver(str(kind), ResourceQuota.from_object(obj))
-        return rv
-
-    def _deliver(self, kind: str, quota: ResourceQuota) -> None:
-        if self._informer_lag <= 0:
-            self._apply(kind, quota)
-            return
-        handle: asyncio.TimerHandle | None = None
-
-        def later() -> None:
-            assert handle is not None
-            self._delayed.discard(handle)
-            self._apply(kind, quota)
-
-        handle = asyncio.get_running_loop().call_later(self._informer_lag, later)
-        self._delayed.add(handle)
-
-    def _apply(self, kind: str, quota: ResourceQuota) -> None:
-        names = self._store.setdefault(quota.namespace, {})
-        if kind == "DELETED":
-            names.pop(quota.name, None)
-        else:
-            names[quota.name] = quota
+        return list(self.informer.store.get(namespace, {}).values())
 
     # --- API calls ------------------------------------------------------------------------
 
     async def list_quotas(self, namespace: str) -> list[ResourceQuota]:
-        """One live list of ``namespace``'s quotas.
+        """One live (consistent, paginated) list of ``namespace``'s quotas.
 
         Raises:
             QuotaAccessError: the API answered an error or could not be reached.
         """
+        what = f"listing resourcequotas in {namespace}"
+        collection = self._collection(f"/api/v1/namespaces/{namespace}/resourcequotas")
         try:
-            timeout = self._short_timeout()
-            async with asyncio.timeout(timeouts.deadline(timeout)):
-                resp = await self._api.list_namespaced_resource_quota(
-                    namespace, _preload_content=False, _request_timeout=timeout
-                )
-                async with resp:
-                    if resp.status != 200:
-                        raise await _error_from(resp, f"listing resourcequotas in {namespace}")
-                    page = await resp.json()
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise QuotaAccessError(f"listing resourcequotas in {namespace}: {e}", 0) from e
-        out = []
-        for item in page.get("items") or ():
-            item.setdefault("apiVersion", "v1")
-            item.setdefault("kind", "ResourceQuota")
-            out.append(ResourceQuota.from_object(item))
-        return out
+            items = await collection.list_all(self._page_size)
+        except KubeError as exc:
+            raise _access_error(exc, what) from exc
+        return [_quota(item) for item in items]
 
     async def write_quota_status(self, quota: ResourceQuota) -> ResourceQuota:
         """PUT ``resourcequotas/status`` with ``metadata.resourceVersion`` as precondition.
@@ -277,20 +228,28 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
             QuotaConflictError: 409, the resourceVersion is stale.
             QuotaAccessError: any other error (``status`` is the HTTP code, 0 if none).
         """
+        timeout = self._short_timeout()
         try:
-            timeout = self._short_timeout()
-            async with asyncio.timeout(timeouts.deadline(timeout)):
-                resp = await self._api.replace_namespaced_resource_quota_status(
+            obj = await call_json(
+                "update",
+                "resourcequotas/status",
+                lambda t: self._api.replace_namespaced_resource_quota_status(
                     quota.name,
                     quota.namespace,
                     quota.to_object(),
                     _preload_content=False,
-                    _request_timeout=timeout,
-                )
-                async with resp:
-                    if resp.status != 200:
-                        raise await _error_from(resp, f"writing status of quota {quota.key}")
-                    obj = await resp.json()
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise QuotaAccessError(f"writing status of quota {quota.key}: {e}", 0) from e
+                    _request_timeout=t,
+                ),
+                timeout=timeout,
+            )
+        except KubeError as exc:
+            raise _access_error(exc, f"writing status of quota {quota.key}") from exc
         return ResourceQuota.from_object(obj)
+
+    def _short_timeout(self) -> aiohttp.ClientTimeout:
+        if self._request_timeout is None:
+            return timeouts.short_timeout()
+        return aiohttp.ClientTimeout(
+            total=self._request_timeout,
+            sock_connect=min(timeouts.CONNECT_TIMEOUT, self._request_timeout),
+        )

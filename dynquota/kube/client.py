@@ -37,7 +37,7 @@ async def new_api_client(
     audit log tells replicas apart (``managedFields`` cannot: same manager and account).
 
     The client sets no timeout itself: every call site passes one from
-    :mod:`dynquota.kube.timeouts`.
+    :mod:`dynquota._k8s.timeouts`.
 
     Raises ``kubernetes_asyncio.config.ConfigException`` when no configuration is found.
     """

@@ -2,7 +2,7 @@
 
 Objects are returned as decoded JSON dicts (camelCase keys). The only write here is the
 policy's ``status`` subresource (a JSON merge-patch with ``fieldManager=dynquota``).
-Failures are raised as :mod:`dynquota.kube.errors` types.
+Failures are raised as :mod:`dynquota._k8s.errors` types.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from dynquota.kube.quotas import FIELD_MANAGER, ApiCallObserver, call_api
+from dynquota._k8s.paginate import ListPage, paginate
+from dynquota._k8s.request import ApiCallObserver, call_api
+from dynquota.kube.quotas import FIELD_MANAGER
 
 __all__ = ["POLICY_GROUP", "POLICY_PLURAL", "POLICY_VERSION", "ClusterClient"]
 
@@ -59,21 +61,21 @@ class ClusterClient:
         Raises ``ApiError`` (``GoneError`` if a continue token expired), ``TransportError``.
         """
         items: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"limit": page_size}
-            if token:
-                kwargs["_continue"] = token
-            page = await call_api(
+
+        async def fetch(token: str | None) -> ListPage:
+            model = await call_api(
                 "list",
                 "namespaces",
-                lambda t, kw=kwargs: self._core.list_namespace(**kw, _request_timeout=t),  # type: ignore[misc]
+                lambda t: self._core.list_namespace(
+                    limit=page_size, _continue=token, _request_timeout=t
+                ),
                 self._observer,
             )
-            items.extend(self._sanitize(item) for item in page.items or [])
-            token = page.metadata._continue if page.metadata is not None else None
-            if not token:
-                return items
+            return ListPage.from_model(model, self._sanitize)
+
+        async for page in paginate(fetch):
+            items.extend(page.items)
+        return items
 
     async def list_policies(self) -> list[dict[str, Any]]:
         """Every DynamicQuotaPolicy, read consistently (no ``resourceVersion`` sent: never

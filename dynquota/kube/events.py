@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from kubernetes_asyncio import client
 
-from dynquota.kube.errors import KubeError
-from dynquota.kube.quotas import ApiCallObserver, call_api
+from dynquota._k8s.errors import KubeError
+from dynquota._k8s.request import ApiCallObserver, call_api
 
 __all__ = ["COMPONENT", "EventRecorder", "ObjectRef"]
 

@@ -33,7 +33,7 @@ earlier and campaigns again.
 **Errors.** Every ``Exception`` in the loop is caught and logged (WARNING on the first failure
 and then at most every 30 s, saying what it means), and the campaign goes on.
 ``CancelledError`` ends it. Every Lease request has a request timeout
-(:data:`dynquota.kube.timeouts.LEASE_REQUEST_TIMEOUT`, 3 s), and durations must satisfy
+(:data:`dynquota._k8s.timeouts.LEASE_REQUEST_TIMEOUT`, 3 s), and durations must satisfy
 ``lease_duration >= renew_deadline + retry_period + request_timeout`` (15 >= 10 + 2 + 3 by
 default).
 
@@ -58,9 +58,9 @@ from typing import Any, Protocol
 import aiohttp
 from kubernetes_asyncio import client
 
-from dynquota.kube import timeouts
-from dynquota.kube.errors import ConflictError, KubeError, NotFoundError
-from dynquota.kube.quotas import ApiCallObserver, call_api
+from dynquota._k8s import timeouts
+from dynquota._k8s.errors import ConflictError, KubeError, NotFoundError
+from dynquota._k8s.request import ApiCallObserver, call_api
 
 __all__ = [
     "AlwaysLeader",
@@ -142,7 +142,7 @@ def check_durations(
 class LeaseApi(Protocol):
     """The Lease requests the elector makes (the adapter boundary; Leases as decoded JSON).
 
-    Each method raises :class:`~dynquota.kube.errors.KubeError` subclasses
+    Each method raises :class:`~dynquota._k8s.errors.KubeError` subclasses
     (``ConflictError`` on 409, ``TransportError`` on a timeout); the elector catches any
     ``Exception``.
     """

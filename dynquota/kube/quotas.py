@@ -9,23 +9,22 @@ Every write sends ``fieldManager=dynquota``. Quantities are compared numerically
 (``1k == 1000``, the apiserver canonicalises them), so a decision that changes nothing gives
 no patch at all (:func:`merge_patch`).
 
-Failures are raised as :mod:`dynquota.kube.errors` types (``ApiError`` subclasses carry the
+Failures are raised as :mod:`dynquota._k8s.errors` types (``ApiError`` subclasses carry the
 HTTP status; ``TransportError`` when there was no answer).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from dynquota.kube import timeouts
-from dynquota.kube.errors import KubeError, NotFoundError, TransportError, error_from_response
+from dynquota._k8s.errors import KubeError, NotFoundError
+from dynquota._k8s.paginate import ListPage, paginate
+from dynquota._k8s.request import ApiCallObserver, call_api
 from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -33,10 +32,8 @@ __all__ = [
     "MANAGED_BY_LABEL",
     "MANAGED_BY_VALUE",
     "MANAGED_QUOTA_NAME",
-    "ApiCallObserver",
     "QuotaClient",
     "QuotaSnapshot",
-    "call_api",
     "merge_patch",
     "quantities_equal",
 ]
@@ -51,50 +48,6 @@ FIELD_MANAGER = "dynquota"
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 
 _MERGE_PATCH = "application/merge-patch+json"
-
-ApiCallObserver = Callable[[str, str, int], None]
-"""``(verb, resource, http_status)`` called after every API call (status 0: no answer)."""
-
-T = TypeVar("T")
-
-
-async def call_api(
-    verb: str,
-    resource: str,
-    request: Callable[[aiohttp.ClientTimeout], Awaitable[T]],
-    observer: ApiCallObserver | None = None,
-    timeout: aiohttp.ClientTimeout | None = None,
-) -> T:
-    """Run one kubernetes_asyncio request with a timeout, translating its failures to
-    dynquota's errors.
-
-    ``request(t)`` must send its request with ``_request_timeout=t``; ``t`` is ``timeout``
-    (default :func:`dynquota.kube.timeouts.short_timeout`: 10 s total, 3 s connect). The
-    whole call is also bounded by ``asyncio.timeout`` (the total plus 1 s), which covers what
-    the ClientTimeout does not (e.g. refreshing credentials). ``observer`` (if any) hears
-    ``(verb, resource, status)``: 200 on success, 0 when there was no answer.
-
-    Raises:
-        ApiError: (or a subclass by status) the apiserver refused the request.
-        TransportError: connection, TLS or timeout failure.
-    """
-    client_timeout = timeout if timeout is not None else timeouts.short_timeout()
-    try:
-        async with asyncio.timeout(timeouts.deadline(client_timeout)):
-            result = await request(client_timeout)
-    except ApiException as exc:
-        body = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
-        error = error_from_response(int(exc.status or 0), body)
-        if observer is not None:
-            observer(verb, resource, error.status)
-        raise error from exc
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        if observer is not None:
-            observer(verb, resource, 0)
-        raise TransportError(f"{verb} {resource}: {exc!r}") from exc
-    if observer is not None:
-        observer(verb, resource, 200)
-    return result
 
 
 def quantities_equal(a: str | None, b: str | None) -> bool:
@@ -256,24 +209,25 @@ class QuotaClient:
         Raises: ``ApiError``/``TransportError`` (``GoneError`` if a continue token expired).
         """
         found: list[QuotaSnapshot] = []
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"label_selector": MANAGED_SELECTOR, "limit": page_size}
-            if token:
-                kwargs["_continue"] = token
-            page = await self._call(
+
+        async def fetch(token: str | None) -> ListPage:
+            model = await self._call(
                 "list",
-                lambda t, kw=kwargs: self._api.list_resource_quota_for_all_namespaces(  # type: ignore[misc]
-                    **kw, _request_timeout=t
+                lambda t: self._api.list_resource_quota_for_all_namespaces(
+                    label_selector=MANAGED_SELECTOR,
+                    limit=page_size,
+                    _continue=token,
+                    _request_timeout=t,
                 ),
             )
-            for item in page.items or []:
-                snapshot = self._snapshot(item)
+            return ListPage.from_model(model, self._sanitize)
+
+        async for page in paginate(fetch):
+            for item in page.items:
+                snapshot = QuotaSnapshot.from_object(item)
                 if snapshot.managed:
                     found.append(snapshot)
-            token = page.metadata._continue if page.metadata is not None else None
-            if not token:
-                return found
+        return found
 
     async def create(
         self, namespace: str, hard: Mapping[str, str], annotations: Mapping[str, str]

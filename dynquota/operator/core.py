@@ -35,13 +35,13 @@ from typing import Any, Protocol
 
 from cachetools import TTLCache
 
-from dynquota.kube.backoff import Backoff
-from dynquota.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
+from dynquota._k8s.backoff import Backoff
+from dynquota._k8s.errors import ApiError, ConflictError, KubeError, NotFoundError
+from dynquota._k8s.timeouts import REQUEST_TIMEOUT
+from dynquota._k8s.workqueue import Outcome, WorkQueue
 from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
-from dynquota.kube.timeouts import REQUEST_TIMEOUT
 from dynquota.metrics import Metrics
-from dynquota.operator.workqueue import Outcome, WorkQueue
 from dynquota.policy import (
     KILL_SWITCH,
     OVERRIDE,

@@ -35,10 +35,10 @@ import kopf
 from kopf._core.engines.peering import Identity
 from kubernetes_asyncio import client
 
-from dynquota.kube.backoff import Backoff
+from dynquota._k8s.backoff import Backoff
+from dynquota._k8s.errors import KubeError, NotFoundError
 from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import POLICY_GROUP, POLICY_PLURAL, POLICY_VERSION, ClusterClient
-from dynquota.kube.errors import KubeError, NotFoundError
 from dynquota.kube.events import EventRecorder
 from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.leader import AlwaysLeader, LeaderGate

@@ -23,7 +23,7 @@ import kubernetes_asyncio
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.kube.backoff import Backoff
+from dynquota._k8s.backoff import Backoff
 from dynquota.kube.informer import UsageWatcher
 from dynquota.quantity import parse_quantity
 from dynquota.testing.controlplane import LocalControlPlane

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio import client
 
-from dynquota.kube.errors import ConflictError
+from dynquota._k8s.errors import ConflictError
 from dynquota.kube.quotas import QuotaClient, QuotaSnapshot
 from dynquota.testing.wait import async_wait_until
 

@@ -14,6 +14,7 @@ import yaml
 from aiohttp import web
 
 import dynquota
+from dynquota._k8s.errors import ForbiddenError, NotFoundError, TransportError
 from dynquota.cli import (
     CRD_HINT,
     UserError,
@@ -23,7 +24,6 @@ from dynquota.cli import (
     main,
     settings_from_args,
 )
-from dynquota.kube.errors import ForbiddenError, NotFoundError, TransportError
 from dynquota.settings import Settings
 from dynquota.testing.wait import async_wait_until
 

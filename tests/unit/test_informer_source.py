@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from dynquota.kube.backoff import Backoff
-from dynquota.kube.errors import ApiError, GoneError, TransportError
+from dynquota._k8s.backoff import Backoff
+from dynquota._k8s.errors import ApiError, GoneError, TransportError
 from dynquota.kube.informer import (
     CONFIGMAPS_WATCH,
     PODS_WATCH,

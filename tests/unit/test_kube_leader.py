@@ -22,7 +22,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from dynquota.kube.errors import ConflictError, TransportError
+from dynquota._k8s.errors import ConflictError, TransportError
 from dynquota.kube.leader import AlwaysLeader, LeaderGate, LeaseRecord, check_durations
 from dynquota.settings import Settings
 

@@ -26,12 +26,13 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
+from dynquota._k8s import timeouts
+from dynquota._k8s.errors import KubeError, TransportError
+from dynquota._k8s.reflector import Collection
 from dynquota.admission.errors import QuotaAccessError
 from dynquota.admission.kubernetes_accessor import KubernetesQuotaAccessor
 from dynquota.admission.types import ResourceQuota
-from dynquota.kube import timeouts
 from dynquota.kube.cluster import ClusterClient
-from dynquota.kube.errors import KubeError, TransportError
 from dynquota.kube.events import EventRecorder, ObjectRef
 from dynquota.kube.informer import PODS_WATCH, KubeMetadataSource
 from dynquota.kube.leader import KubeLeaseApi
@@ -84,6 +85,12 @@ async def _drain(generator: Any) -> None:
         pass
 
 
+async def _watch_from(accessor: KubernetesQuotaAccessor, resource_version: str) -> None:
+    """One watch cycle of the accessor's informer from ``resource_version``."""
+    accessor.informer.resource_version = resource_version
+    await accessor.informer.watch_once()
+
+
 def drivers(api: client.ApiClient) -> dict[str, Callable[[], Awaitable[Any]]]:
     """One call of every public adapter method (and of the accessor's informer requests)."""
     quotas = QuotaClient(api)
@@ -91,6 +98,7 @@ def drivers(api: client.ApiClient) -> dict[str, Callable[[], Awaitable[Any]]]:
     events = EventRecorder(api)
     leases = KubeLeaseApi(api)
     source = KubeMetadataSource(api, PODS_WATCH)
+    collection = Collection(api, "/api/v1/namespaces/team/resourcequotas")
     accessor = KubernetesQuotaAccessor(api)
     return {
         "QuotaClient.get": lambda: quotas.get("team"),
@@ -109,12 +117,16 @@ def drivers(api: client.ApiClient) -> dict[str, Callable[[], Awaitable[Any]]]:
         "KubeLeaseApi.create": lambda: leases.create("ops", LEASE),
         "KubeLeaseApi.replace": lambda: leases.replace("ops", "dq", LEASE),
         "KubeMetadataSource.list_page": lambda: source.list_page(500, None),
+        "KubeMetadataSource.list_all": source.list_all,
         "KubeMetadataSource.watch": lambda: _drain(source.watch("1", 300)),
+        "Collection.list_page": lambda: collection.list_page(500, None),
+        "Collection.list_all": collection.list_all,
+        "Collection.watch": lambda: _drain(collection.watch("1", 300)),
         "KubernetesQuotaAccessor.list_quotas": lambda: accessor.list_quotas("team"),
         "KubernetesQuotaAccessor.get_quotas_live": lambda: accessor.get_quotas_live("team"),
         "KubernetesQuotaAccessor.write_quota_status": lambda: accessor.write_quota_status(QUOTA),
-        "KubernetesQuotaAccessor._relist": accessor._relist,
-        "KubernetesQuotaAccessor._watch": lambda: accessor._watch("1"),
+        "KubernetesQuotaAccessor._relist": accessor.informer.list_once,
+        "KubernetesQuotaAccessor._watch": lambda: _watch_from(accessor, "1"),
     }
 
 
@@ -124,11 +136,12 @@ ADAPTERS = (
     EventRecorder,
     KubeLeaseApi,
     KubeMetadataSource,
+    Collection,
     KubernetesQuotaAccessor,
 )
 # public methods that make no request of their own (lifecycle, pure helpers, reads of a cache)
 NO_REQUEST = {
-    "KubernetesQuotaAccessor.start",  # runs _relist/_watch, driven directly
+    "KubernetesQuotaAccessor.start",  # runs its informer, driven directly
     "KubernetesQuotaAccessor.stop",
     "KubernetesQuotaAccessor.get_quotas",  # cache first, then list_quotas
     "KubernetesQuotaAccessor.update_quota_status",  # write_quota_status + cache
@@ -185,8 +198,8 @@ async def test_watches_get_a_socket_read_timeout_of_their_server_timeout_plus_30
     async with RecordingApiClient() as api:
         with pytest.raises(TransportError):
             await _drain(KubeMetadataSource(api, PODS_WATCH).watch("7", 120))
-        with pytest.raises(aiohttp.ClientError):  # the accessor's informer loop retries it
-            await KubernetesQuotaAccessor(api, watch_timeout=120)._watch("7")
+        with pytest.raises(TransportError):  # the accessor's informer loop retries it
+            await _watch_from(KubernetesQuotaAccessor(api, watch_timeout=120), "7")
     for request in api.requests:
         timeout = request["timeout"]
         assert (timeout.total, timeout.sock_read, timeout.sock_connect) == (None, 150.0, 3.0)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from test_operator_reconcile import T0, FakeQuotas, World, namespace, policy, setup_team
 
-from dynquota.kube.errors import ApiError, NotFoundError
+from dynquota._k8s.errors import ApiError, NotFoundError
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.operator import core
 from dynquota.testing.wait import async_wait_until

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from dynquota.kube.errors import ApiError, ConflictError, NotFoundError
+from dynquota._k8s.errors import ApiError, ConflictError, NotFoundError
+from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import MANAGED_BY_LABEL, QuotaSnapshot
 from dynquota.operator.core import Operator
-from dynquota.operator.workqueue import Outcome
 from dynquota.settings import Settings
 from dynquota.testing.wait import async_wait_until
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dynquota.operator.workqueue import Outcome, WorkQueue
+from dynquota._k8s.workqueue import Outcome, WorkQueue
 from dynquota.testing.wait import async_wait_until
 
 

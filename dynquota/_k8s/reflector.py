@@ -1,0 +1,387 @@
+"""List+watch of one collection into a store: the one reflector (I/O).
+
+Follows client-go's ``Reflector.ListAndWatch`` (kubernetes/kubernetes
+``staging/src/k8s.io/client-go/tools/cache/reflector.go``):
+
+1. **List**, paginated (``limit``/``continue``, :func:`~dynquota._k8s.paginate.paginate`),
+   without ``resourceVersion``, so the list is a consistent read; the store is *replaced* by
+   its result (objects missing from it vanish).
+2. **Watch** from the list's ``resourceVersion`` with ``allowWatchBookmarks=true`` and a
+   finite ``timeoutSeconds``. When the server ends the stream (a completed *watch cycle*),
+   the next watch resumes from the last resourceVersion seen, bookmarks included.
+3. ``410 Gone`` — as an HTTP status, or as a watch ``ERROR`` event with code 410 or reason
+   ``Expired``/``Gone`` — means the resourceVersion was compacted away: relist and replace
+   (at once the first time, then with backoff while it repeats). An ``ERROR`` event's
+   ``Status`` never reaches the store.
+4. Connection errors, timeouts and other API errors back off exponentially with jitter
+   (:class:`~dynquota._k8s.backoff.Backoff`) and resume from the last resourceVersion.
+
+A :class:`Reflector` subclass is the store: it says how to keep a listed object
+(:meth:`Reflector.convert`, called page by page, so a list never holds raw pages),
+how to swap in a full list (:meth:`Reflector.replace`) and how to apply one event
+(:meth:`Reflector.apply`). The I/O sits behind :class:`ListerWatcher`; :class:`Collection`
+is the one for a real cluster (raw JSON over a collection path, any ``Accept``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+import aiohttp
+
+from dynquota._k8s import timeouts
+from dynquota._k8s.backoff import Backoff
+from dynquota._k8s.errors import GoneError, KubeError, TransportError, error_from_status
+from dynquota._k8s.paginate import ListPage, paginate
+from dynquota._k8s.request import TRANSPORT_ERRORS, open_get
+from dynquota._k8s.watch import ADDED, BOOKMARK, DELETED, ERROR, MODIFIED, json_lines
+
+__all__ = ["JSON", "Collection", "ListerWatcher", "Reflector"]
+
+log = logging.getLogger(__name__)
+
+JSON: Final = "application/json"
+_STORE_EVENTS: Final = frozenset({ADDED, MODIFIED, DELETED})
+
+T = TypeVar("T")
+
+
+class ListerWatcher(Protocol):
+    """Where a reflector gets its pages and watch events (the I/O adapter boundary)."""
+
+    async def list_page(self, limit: int, continue_token: str | None) -> ListPage:
+        """Fetch one list page of at most ``limit`` items.
+
+        Raises :class:`~dynquota._k8s.errors.GoneError` when ``continue_token`` expired,
+        other :class:`~dynquota._k8s.errors.ApiError` / ``TransportError`` on failure.
+        """
+        ...
+
+    def watch(
+        self, resource_version: str, timeout_seconds: int
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Watch from ``resource_version``; yields decoded events ``{"type", "object"}``.
+
+        Ends when the server ends the stream (after about ``timeout_seconds``). Raises
+        :class:`~dynquota._k8s.errors.GoneError` if the server answers 410,
+        ``ApiError``/``TransportError`` on other failures (also mid-stream). ``ERROR``
+        events are yielded as they are, for the reflector to judge.
+        """
+        ...
+
+
+class Collection:
+    """:class:`ListerWatcher` of one collection path over a kubernetes_asyncio ``ApiClient``.
+
+    Args:
+        api_client: the ``ApiClient`` (host, credentials; not closed here).
+        path: the collection, e.g. ``/api/v1/pods`` or ``/api/v1/namespaces/NS/resourcequotas``.
+        field_selector: sent with both list and watch, or ``None``.
+        list_accept, watch_accept: ``Accept`` headers (default ``application/json``; a
+            ``PartialObjectMetadata`` one asks for metadata only).
+        request_timeout, connect_timeout: seconds, override :mod:`dynquota._k8s.timeouts` for a
+            list page (a short call: 10 s total, 3 s connect) and the watch's connect.
+        read_margin: seconds a watch may stay silent beyond its ``timeoutSeconds`` (default
+            30) before the connection is deemed dead.
+
+    ``bytes_received`` counts response body bytes after decompression (list pages and watch
+    lines). Read-only: it only sends GETs.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        path: str,
+        *,
+        field_selector: str | None = None,
+        list_accept: str = JSON,
+        watch_accept: str = JSON,
+        request_timeout: float | None = None,
+        connect_timeout: float | None = None,
+        read_margin: float | None = None,
+    ) -> None:
+        self._api = api_client
+        self.path = path
+        self._field_selector = field_selector
+        self._list_accept = list_accept
+        self._watch_accept = watch_accept
+        self._request_timeout = request_timeout
+        self._connect_timeout = connect_timeout
+        self._read_margin = read_margin
+        self.bytes_received = 0
+
+    def _selector(self) -> list[tuple[str, str]]:
+        selector = self._field_selector
+        return [("fieldSelector", selector)] if selector else []
+
+    def _list_timeout(self) -> aiohttp.ClientTimeout:
+        total = timeouts.REQUEST_TIMEOUT if self._request_timeout is None else self._request_timeout
+        connect = (
+            timeouts.CONNECT_TIMEOUT if self._connect_timeout is None else self._connect_timeout
+        )
+        return aiohttp.ClientTimeout(total=total, sock_connect=min(connect, total))
+
+    def _watch_timeout(self, timeout_seconds: int) -> aiohttp.ClientTimeout:
+        default = timeouts.watch_timeout(timeout_seconds)
+        return aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=default.sock_connect
+            if self._connect_timeout is None
+            else self._connect_timeout,
+            sock_read=default.sock_read
+            if self._read_margin is None
+            else timeout_seconds + self._read_margin,
+        )
+
+    def _count(self, n: int) -> None:
+        self.bytes_received += n
+
+    async def list_page(self, limit: int, continue_token: str | None) -> ListPage:
+        """Fetch one page; see :meth:`ListerWatcher.list_page`."""
+        query = [("limit", str(limit)), *self._selector()]
+        if continue_token:
+            query.append(("continue", continue_token))
+        response = await open_get(
+            self._api, self.path, query, self._list_accept, self._list_timeout()
+        )
+        try:
+            body = await response.read()
+        except TRANSPORT_ERRORS as exc:
+            raise TransportError(f"reading list of {self.path}: {exc!r}") from exc
+        finally:
+            response.release()
+        self._count(len(body))
+        try:
+            decoded = json.loads(body)
+        except ValueError as exc:
+            raise TransportError(f"list of {self.path}: malformed JSON") from exc
+        return ListPage.from_body(decoded, self.path, size=len(body))
+
+    async def list_all(self, page_size: int = 500) -> list[dict[str, Any]]:
+        """Every item of the collection (a consistent, paginated read); raises as
+        :meth:`list_page` does."""
+        items: list[dict[str, Any]] = []
+        async for page in paginate(lambda token: self.list_page(page_size, token)):
+            items.extend(page.items)
+        return items
+
+    async def watch(
+        self, resource_version: str, timeout_seconds: int
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Stream watch events; see :meth:`ListerWatcher.watch`."""
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+            *self._selector(),
+        ]
+        response = await open_get(
+            self._api, self.path, query, self._watch_accept, self._watch_timeout(timeout_seconds)
+        )
+        async with contextlib.aclosing(json_lines(response, self.path, self._count)) as events:
+            async for event in events:
+                yield event
+
+
+class Reflector(Generic[T]):
+    """List+watch one :class:`ListerWatcher` into the store this subclass keeps.
+
+    Subclasses implement :meth:`convert`, :meth:`replace` and :meth:`apply` (and may
+    override :meth:`listed`). Run :meth:`run` as a task (it loops until cancelled). Health
+    and metrics, all plain attributes (times are seconds since the epoch from ``clock``,
+    counters are ints):
+
+    - ``synced`` — the first full list has been applied (stays true across relists; the
+      previous store serves until a relist completes); :meth:`wait_synced` awaits it.
+    - ``synced_at`` — when the last full list was applied.
+    - ``last_heard`` — when the server last sent anything (list page or watch line).
+    - ``last_watch_cycle`` — when a watch last ended normally at its ``timeoutSeconds``.
+    - ``resource_version`` — where the next watch resumes.
+    - ``lists`` (full lists applied), ``relists`` (lists forced by 410 Gone/Expired),
+      ``restarts`` (list/watch retries after other errors), ``watch_cycles``, ``events``
+      (ADDED/MODIFIED/DELETED received), ``bookmarks``, ``last_error`` (text or ``None``).
+
+    ``name`` labels log lines; ``watch_timeout`` is the watch's ``timeoutSeconds``;
+    ``page_size`` the list ``limit``.
+    """
+
+    def __init__(
+        self,
+        source: ListerWatcher,
+        *,
+        name: str,
+        watch_timeout: int = 300,
+        page_size: int = 500,
+        backoff: Backoff | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if watch_timeout < 1 or page_size < 1:
+            raise ValueError("watch_timeout and page_size must be >= 1")
+        self.source = source
+        self.name = name
+        self.watch_timeout = watch_timeout
+        self.page_size = page_size
+        self.backoff = backoff if backoff is not None else Backoff()
+        self.clock = clock
+        self.resource_version: str | None = None
+        self.synced = False
+        self.synced_at: float | None = None
+        self.last_heard: float | None = None
+        self.last_watch_cycle: float | None = None
+        self.lists = 0
+        self.relists = 0
+        self.restarts = 0
+        self.watch_cycles = 0
+        self.events = 0
+        self.bookmarks = 0
+        self.last_error: str | None = None
+        self._synced_event = asyncio.Event()
+        self._gone_streak = 0
+
+    # -- the store (subclasses) ---------------------------------------------------------------
+
+    def convert(self, obj: Mapping[str, Any]) -> T | None:
+        """What to keep of one listed object (``None``: skip it)."""
+        raise NotImplementedError
+
+    def replace(self, items: list[T]) -> None:
+        """Replace the whole store by a full list's converted ``items``."""
+        raise NotImplementedError
+
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """Apply one ``ADDED``/``MODIFIED``/``DELETED`` event about ``obj``."""
+        raise NotImplementedError
+
+    def listed(self) -> None:
+        """Called after a full list was applied and the reflector's state updated."""
+
+    # -- public -------------------------------------------------------------------------------
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        """Wait until the first full list is applied; raises ``TimeoutError`` after
+        ``timeout`` seconds (``None``: wait for ever)."""
+        async with asyncio.timeout(timeout):
+            await self._synced_event.wait()
+
+    def healthy(self, now: float, margin: float) -> bool:
+        """Whether a watch cycle (or a full list) completed within ``watch_timeout + margin``
+        seconds before ``now``. False before the first sync."""
+        if not self.synced:
+            return False
+        reference = max(self.last_watch_cycle or 0.0, self.synced_at or 0.0)
+        return now - reference <= self.watch_timeout + margin
+
+    async def run(self) -> None:
+        """List, then watch for ever; relist on 410, back off on other errors.
+
+        Returns never; cancel the task to stop. Run again after a cancel, it resumes
+        watching from ``resource_version`` (no list). Unexpected exceptions (bugs) propagate.
+        """
+        need_list = self.resource_version is None
+        while True:
+            try:
+                if need_list:
+                    await self.list_once()
+                    need_list = False
+                await self.watch_once()
+            except GoneError as exc:
+                need_list = True
+                self.relists += 1
+                self.last_error = str(exc)
+                log.info("%s: %s; relisting", self.name, exc)
+                if self._gone_streak:
+                    await asyncio.sleep(self.backoff.next_delay())
+                self._gone_streak += 1
+            except KubeError as exc:
+                self.restarts += 1
+                self.last_error = str(exc)
+                delay = self.backoff.next_delay()
+                log.warning(
+                    "%s: %s; retrying in %.1f s (failure %d)",
+                    self.name,
+                    exc,
+                    delay,
+                    self.backoff.failures,
+                )
+                await asyncio.sleep(delay)
+
+    async def list_once(self) -> None:
+        """One full paginated list, converted page by page, then :meth:`replace`.
+
+        Raises ``GoneError`` (an expired continue token), other ``KubeError``.
+        """
+        items: list[T] = []
+        page: ListPage | None = None
+        async for page in paginate(lambda token: self.source.list_page(self.page_size, token)):
+            self.last_heard = self.clock()
+            for obj in page.items:
+                item = self.convert(obj)
+                if item is not None:
+                    items.append(item)
+        if page is None or not page.resource_version:
+            raise TransportError(f"list of {self.name} carried no resourceVersion")
+        self.replace(items)
+        del items
+        self.resource_version = page.resource_version
+        self.lists += 1
+        self.synced_at = self.clock()
+        self.synced = True
+        self._synced_event.set()
+        self._succeeded()
+        self.listed()
+
+    async def watch_once(self) -> None:
+        """One watch cycle from ``resource_version`` (set by a list first).
+
+        Returns when the server ends the stream. Raises ``GoneError`` (HTTP 410 or an
+        ``ERROR`` event saying so), other ``KubeError``; ``RuntimeError`` before any list.
+        """
+        if self.resource_version is None:
+            raise RuntimeError(f"{self.name}: watch before the first list")
+        heard = False
+        async with contextlib.aclosing(
+            self.source.watch(self.resource_version, self.watch_timeout)
+        ) as stream:
+            async for event in stream:
+                self.last_heard = self.clock()
+                if not heard:
+                    heard = True
+                    self._succeeded()
+                self._handle(event)
+        self.watch_cycles += 1
+        self.last_watch_cycle = self.clock()
+        self._succeeded()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _succeeded(self) -> None:
+        self.backoff.reset()
+        self._gone_streak = 0
+
+    def _handle(self, event: Mapping[str, Any]) -> None:
+        event_type = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, Mapping):
+            raise TransportError(f"{self.name}: watch event without object: {event_type!r}")
+        if event_type == ERROR:
+            raise error_from_status(obj)
+        metadata = obj.get("metadata")
+        resource_version = (
+            metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+        )
+        if event_type == BOOKMARK:
+            self.bookmarks += 1
+        elif event_type in _STORE_EVENTS:
+            self.events += 1
+            self.apply(str(event_type), obj)
+        else:
+            log.warning("%s: unknown watch event type %r ignored", self.name, event_type)
+        if isinstance(resource_version, str) and resource_version:
+            self.resource_version = resource_version
