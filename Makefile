@@ -51,6 +51,8 @@ lint: setup
 	$(VENV)/bin/ruff check dynquota tests
 	$(VENV)/bin/ruff format --check dynquota tests
 	$(VENV)/bin/mypy
+	# the layer contracts of pyproject.toml ([tool.importlinter]; docs/architecture.md)
+	$(VENV)/bin/lint-imports --no-cache
 
 unit: setup
 	$(PY) -m pytest tests/unit

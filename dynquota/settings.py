@@ -19,13 +19,13 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from dynquota.policy.durations import parse_duration
+from dynquota.policy.selection import SYSTEM_NAMESPACES
+
 __all__ = ["ENV_PREFIX", "SYSTEM_NAMESPACES", "Settings", "parse_duration_seconds"]
 
 ENV_PREFIX = "DYNQUOTA_"
 """Prefix of the environment variables read by :class:`Settings`."""
-
-SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
-"""Namespaces never managed, whatever the settings say."""
 
 
 def parse_duration_seconds(value: str | int | float) -> int:
@@ -34,9 +34,6 @@ def parse_duration_seconds(value: str | int | float) -> int:
     A bare number (``3600`` or ``"3600"``) is taken as seconds. Raises ``ValueError`` for any
     other text (see :func:`dynquota.policy.durations.parse_duration`), or a duration of zero.
     """
-    # imported here: dynquota.policy imports this module
-    from dynquota.policy.durations import parse_duration
-
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, int | float):

@@ -31,7 +31,9 @@ from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from dynquota.policy.models import OverrideSettings, PolicyInfo, ResourceProfile
-from dynquota.settings import SYSTEM_NAMESPACES
+
+SYSTEM_NAMESPACES: Final = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+"""Namespaces never managed, whatever the settings say."""
 
 __all__ = [
     "MANAGED_LABEL",
