@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from aiolimiter import AsyncLimiter
 from cachetools import TTLCache
 
 from dynquota._k8s.backoff import Backoff
@@ -239,24 +240,6 @@ class NamespaceView:
     dry_run: bool = False
 
 
-class _RateLimiter:
-    """At most ``qps`` acquisitions per second (evenly spaced), shared by all callers."""
-
-    def __init__(self, qps: float) -> None:
-        self._interval = 1.0 / qps
-        self._next = 0.0
-        self._lock = asyncio.Lock()
-
-    async def acquire(self) -> None:
-        async with self._lock:
-            now = time.monotonic()
-            wait = self._next - now
-            if wait > 0:
-                await asyncio.sleep(wait)
-                now = time.monotonic()
-            self._next = max(now, self._next) + self._interval
-
-
 def _int_map(values: Mapping[str, str]) -> dict[str, int]:
     result: dict[str, int] = {}
     for key, text in values.items():
@@ -363,7 +346,8 @@ class Operator:
         )
         self._invalid_reported: dict[str, int] = {}
         """Policy name -> the generation whose ``PolicyInvalid`` Event was posted."""
-        self._delete_limiter = _RateLimiter(settings.kill_switch_delete_qps)
+        # one token per 1/qps seconds: deletes evenly spaced, never a burst
+        self._delete_limiter = AsyncLimiter(1, 1.0 / settings.kill_switch_delete_qps)
         self._overrides: set[str] = set()
         self._kill_task: asyncio.Task[None] | None = None
         self._sweeping = False
