@@ -28,14 +28,19 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
 from kopf._core.engines.peering import Identity
 from kubernetes_asyncio import client
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    wait_exponential_jitter,
+)
 
-from dynquota._k8s.backoff import Backoff
 from dynquota._k8s.errors import KubeError, NotFoundError
 from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import POLICY_GROUP, POLICY_PLURAL, POLICY_VERSION, ClusterClient
@@ -51,6 +56,47 @@ from dynquota.settings import Settings
 __all__ = ["Runtime", "build_registry", "connection_info", "kopf_settings", "run"]
 
 log = logging.getLogger("dynquota.operator")
+
+
+def _until_it_succeeds(
+    on_failure: Callable[[KubeError, float], None],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> AsyncRetrying:
+    """Retry a start-up read for as long as it fails with a ``KubeError`` (anything else
+    propagates), waiting 1 s doubling to 30 s plus up to 1 s of jitter between attempts
+    (``sleep``); ``on_failure(error, seconds until the next attempt)`` logs each failure."""
+
+    def before_sleep(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        assert isinstance(error, KubeError)
+        on_failure(error, delay)
+
+    return AsyncRetrying(
+        retry=retry_if_exception_type(KubeError),
+        wait=wait_exponential_jitter(initial=1.0, max=30.0, jitter=1.0),
+        before_sleep=before_sleep,
+        sleep=sleep,
+    )
+
+
+def _log_policy_list_failure(error: KubeError, delay: float) -> None:
+    if isinstance(error, NotFoundError):
+        log.error(
+            "the DynamicQuotaPolicy CRD (%s.%s) is not served (not installed, or the "
+            "apiserver is restarting): no quota is written until the policies can be "
+            "listed; retrying in %.1f s",
+            POLICY_PLURAL,
+            POLICY_GROUP,
+            delay,
+        )
+    else:
+        log.warning(
+            "listing policies failed (%s): no quota is written until it succeeds; "
+            "retrying in %.1f s",
+            error,
+            delay,
+        )
 
 
 class Runtime:
@@ -133,46 +179,36 @@ class Runtime:
         self._tasks.append(asyncio.create_task(self._finish_start(), name="dynquota-start"))
 
     async def _prime(self) -> None:
-        backoff = Backoff(initial=1.0, maximum=30.0)
-        while True:
-            try:
+        async for attempt in _until_it_succeeds(
+            lambda exc, delay: log.warning(
+                "reading %s for the kill switch failed (%s); nothing is written until it "
+                "succeeds; retrying in %.1f s",
+                KUBE_SYSTEM,
+                exc,
+                delay,
+            )
+        ):
+            with attempt:
                 kube_system = await self.cluster.read_namespace(KUBE_SYSTEM)
-                break
-            except KubeError as exc:
-                delay = backoff.next_delay()
-                log.warning(
-                    "reading %s for the kill switch failed (%s); nothing is written until it "
-                    "succeeds; retrying in %.1f s",
-                    KUBE_SYSTEM,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
         value = ((kube_system.get("metadata") or {}).get("annotations") or {}).get(KILL_SWITCH)
         if value is not None and parse_kill_switch(value).engaged is None:
             # invalid at start-up: whether managed quotas exist tells the last valid state
-            backoff.reset()
-            while True:
-                try:
+            async for attempt in _until_it_succeeds(
+                lambda exc, _: log.warning("listing managed quotas failed (%s); retrying", exc)
+            ):
+                with attempt:
                     found = await self.operator.quotas.list_managed()
-                    break
-                except KubeError as exc:
-                    delay = backoff.next_delay()
-                    log.warning("listing managed quotas failed (%s); retrying", exc)
-                    await asyncio.sleep(delay)
             self.operator.managed_quotas_exist = bool(found)
         self.operator.on_namespace(None, kube_system)
         state = {True: "ENGAGED", False: "released", None: "UNKNOWN (nothing is written)"}
         log.info("kill switch is %s", state[self.operator.kill_switch])
-        backoff.reset()
-        while True:
-            try:
+        async for attempt in _until_it_succeeds(
+            lambda exc, delay: log.warning(
+                "listing namespaces failed (%s); retrying in %.1f s", exc, delay
+            )
+        ):
+            with attempt:
                 namespaces = await self.cluster.list_namespaces()
-                break
-            except KubeError as exc:
-                delay = backoff.next_delay()
-                log.warning("listing namespaces failed (%s); retrying in %.1f s", exc, delay)
-                await asyncio.sleep(delay)
         for namespace in namespaces:
             self.operator.on_namespace(None, namespace)
         log.info("primed: %d namespaces", len(self.operator.namespaces))
@@ -180,30 +216,9 @@ class Runtime:
     async def _list_policies(self) -> None:
         """List the policies (consistent LIST) until it succeeds, then hand them to the
         operator (:meth:`Operator.on_policy_list`); until then writes are held."""
-        backoff = Backoff(initial=1.0, maximum=30.0)
-        while True:
-            try:
+        async for attempt in _until_it_succeeds(_log_policy_list_failure):
+            with attempt:
                 policies = await self.cluster.list_policies()
-                break
-            except NotFoundError:
-                delay = backoff.next_delay()
-                log.error(
-                    "the DynamicQuotaPolicy CRD (%s.%s) is not served (not installed, or the "
-                    "apiserver is restarting): no quota is written until the policies can be "
-                    "listed; retrying in %.1f s",
-                    POLICY_PLURAL,
-                    POLICY_GROUP,
-                    delay,
-                )
-            except KubeError as exc:
-                delay = backoff.next_delay()
-                log.warning(
-                    "listing policies failed (%s): no quota is written until it succeeds; "
-                    "retrying in %.1f s",
-                    exc,
-                    delay,
-                )
-            await asyncio.sleep(delay)
         log.info("policies listed: %d; quota writes may proceed", len(policies))
         self.operator.on_policy_list(policies)
 
