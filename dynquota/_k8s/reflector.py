@@ -31,6 +31,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 import aiohttp
@@ -76,6 +77,7 @@ class ListerWatcher(Protocol):
         ...
 
 
+@dataclass(eq=False)
 class Collection:
     """:class:`ListerWatcher` of one collection path over a kubernetes_asyncio ``ApiClient``.
 
@@ -94,37 +96,24 @@ class Collection:
     lines). Read-only: it only sends GETs.
     """
 
-    def __init__(
-        self,
-        api_client: Any,
-        path: str,
-        *,
-        field_selector: str | None = None,
-        list_accept: str = JSON,
-        watch_accept: str = JSON,
-        request_timeout: float | None = None,
-        connect_timeout: float | None = None,
-        read_margin: float | None = None,
-    ) -> None:
-        self._api = api_client
-        self.path = path
-        self._field_selector = field_selector
-        self._list_accept = list_accept
-        self._watch_accept = watch_accept
-        self._request_timeout = request_timeout
-        self._connect_timeout = connect_timeout
-        self._read_margin = read_margin
-        self.bytes_received = 0
+    api_client: Any
+    path: str
+    _: KW_ONLY
+    field_selector: str | None = None
+    list_accept: str = JSON
+    watch_accept: str = JSON
+    request_timeout: float | None = None
+    connect_timeout: float | None = None
+    read_margin: float | None = None
+    bytes_received: int = field(default=0, init=False)
 
     def _selector(self) -> list[tuple[str, str]]:
-        selector = self._field_selector
+        selector = self.field_selector
         return [("fieldSelector", selector)] if selector else []
 
     def _list_timeout(self) -> aiohttp.ClientTimeout:
-        total = timeouts.REQUEST_TIMEOUT if self._request_timeout is None else self._request_timeout
-        connect = (
-            timeouts.CONNECT_TIMEOUT if self._connect_timeout is None else self._connect_timeout
-        )
+        total = timeouts.REQUEST_TIMEOUT if self.request_timeout is None else self.request_timeout
+        connect = timeouts.CONNECT_TIMEOUT if self.connect_timeout is None else self.connect_timeout
         return aiohttp.ClientTimeout(total=total, sock_connect=min(connect, total))
 
     def _watch_timeout(self, timeout_seconds: int) -> aiohttp.ClientTimeout:
@@ -132,11 +121,11 @@ class Collection:
         return aiohttp.ClientTimeout(
             total=None,
             sock_connect=default.sock_connect
-            if self._connect_timeout is None
-            else self._connect_timeout,
+            if self.connect_timeout is None
+            else self.connect_timeout,
             sock_read=default.sock_read
-            if self._read_margin is None
-            else timeout_seconds + self._read_margin,
+            if self.read_margin is None
+            else timeout_seconds + self.read_margin,
         )
 
     def _count(self, n: int) -> None:
@@ -148,7 +137,7 @@ class Collection:
         if continue_token:
             query.append(("continue", continue_token))
         response = await open_get(
-            self._api, self.path, query, self._list_accept, self._list_timeout()
+            self.api_client, self.path, query, self.list_accept, self._list_timeout()
         )
         try:
             body = await response.read()
@@ -183,13 +172,18 @@ class Collection:
             *self._selector(),
         ]
         response = await open_get(
-            self._api, self.path, query, self._watch_accept, self._watch_timeout(timeout_seconds)
+            self.api_client,
+            self.path,
+            query,
+            self.watch_accept,
+            self._watch_timeout(timeout_seconds),
         )
         async with contextlib.aclosing(json_lines(response, self.path, self._count)) as events:
             async for event in events:
                 yield event
 
 
+@dataclass(eq=False)
 class Reflector(Generic[T]):
     """List+watch one :class:`ListerWatcher` into the store this subclass keeps.
 
@@ -209,41 +203,35 @@ class Reflector(Generic[T]):
       (ADDED/MODIFIED/DELETED received), ``bookmarks``, ``last_error`` (text or ``None``).
 
     ``name`` labels log lines; ``watch_timeout`` is the watch's ``timeoutSeconds``;
-    ``page_size`` the list ``limit``.
+    ``page_size`` the list ``limit`` (both >= 1, else ``ValueError``); ``backoff`` paces
+    retries; ``clock`` gives the times.
     """
 
-    def __init__(
-        self,
-        source: ListerWatcher,
-        *,
-        name: str,
-        watch_timeout: int = 300,
-        page_size: int = 500,
-        backoff: Backoff | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        if watch_timeout < 1 or page_size < 1:
+    source: ListerWatcher
+    _: KW_ONLY
+    name: str
+    watch_timeout: int = 300
+    page_size: int = 500
+    backoff: Backoff = field(default_factory=Backoff)
+    clock: Callable[[], float] = time.time
+    resource_version: str | None = field(default=None, init=False)
+    synced: bool = field(default=False, init=False)
+    synced_at: float | None = field(default=None, init=False)
+    last_heard: float | None = field(default=None, init=False)
+    last_watch_cycle: float | None = field(default=None, init=False)
+    lists: int = field(default=0, init=False)
+    relists: int = field(default=0, init=False)
+    restarts: int = field(default=0, init=False)
+    watch_cycles: int = field(default=0, init=False)
+    events: int = field(default=0, init=False)
+    bookmarks: int = field(default=0, init=False)
+    last_error: str | None = field(default=None, init=False)
+    _synced_event: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+    _gone_streak: int = field(default=0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.watch_timeout < 1 or self.page_size < 1:
             raise ValueError("watch_timeout and page_size must be >= 1")
-        self.source = source
-        self.name = name
-        self.watch_timeout = watch_timeout
-        self.page_size = page_size
-        self.backoff = backoff if backoff is not None else Backoff()
-        self.clock = clock
-        self.resource_version: str | None = None
-        self.synced = False
-        self.synced_at: float | None = None
-        self.last_heard: float | None = None
-        self.last_watch_cycle: float | None = None
-        self.lists = 0
-        self.relists = 0
-        self.restarts = 0
-        self.watch_cycles = 0
-        self.events = 0
-        self.bookmarks = 0
-        self.last_error: str | None = None
-        self._synced_event = asyncio.Event()
-        self._gone_streak = 0
 
     # -- the store (subclasses) ---------------------------------------------------------------
 

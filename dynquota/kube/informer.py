@@ -167,7 +167,7 @@ class MetadataInformer(Reflector[Entry]):
             name=source.watched.resource,
             watch_timeout=watch_timeout,
             page_size=page_size,
-            backoff=backoff,
+            backoff=backoff if backoff is not None else Backoff(),
             clock=clock,
         )
         self.tally = tally
