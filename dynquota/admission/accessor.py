@@ -36,6 +36,7 @@ from .types import ResourceQuota
 __all__ = [
     "AccessorStats",
     "CachingQuotaAccessor",
+    "InformerLag",
     "LiveQuotaAccessor",
     "QuotaAccessor",
     "compare_resource_versions",
@@ -274,3 +275,42 @@ class CachingQuotaAccessor(ABC):
             del self._inflight[namespace]
         if not future.cancelled():
             future.exception()  # retrieved: every waiter already received it
+
+
+class InformerLag:
+    """Holds informer events back ``seconds`` before they are applied: an informer that lags
+    behind the store, as a real one does, for tests and benchmarks (``seconds <= 0``: none).
+
+    :meth:`call` runs ``callback`` after ``seconds`` (at once when there is no lag or no
+    running event loop); :meth:`cancel` drops the callbacks still held.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._held: set[asyncio.TimerHandle] = set()
+
+    def call(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the lag has passed."""
+        if self.seconds <= 0:
+            callback()
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            callback()
+            return
+        handle: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            assert handle is not None
+            self._held.discard(handle)
+            callback()
+
+        handle = loop.call_later(self.seconds, fire)
+        self._held.add(handle)
+
+    def cancel(self) -> None:
+        """Drop every callback still held."""
+        for handle in self._held:
+            handle.cancel()
+        self._held.clear()

@@ -31,7 +31,7 @@ from dynquota._k8s.reflector import Collection, Reflector
 from dynquota._k8s.request import call_json
 from dynquota._k8s.watch import DELETED
 
-from .accessor import CachingQuotaAccessor
+from .accessor import CachingQuotaAccessor, InformerLag
 from .errors import InvalidObjectError, QuotaAccessError, QuotaConflictError
 from .types import ResourceQuota
 
@@ -60,15 +60,15 @@ class QuotaInformer(Reflector[ResourceQuota]):
     """ResourceQuotas by namespace and name, kept by list+watch of ``source``.
 
     ``informer_lag`` (seconds, 0: none) holds each watch event back before it is applied,
-    for tests and benchmarks that need a lagging informer; :meth:`cancel_delayed` drops the
-    events still held. Other arguments: see :class:`~dynquota._k8s.reflector.Reflector`.
+    for tests and benchmarks that need a lagging informer (an
+    :class:`~dynquota.admission.accessor.InformerLag`). Other arguments: see
+    :class:`~dynquota._k8s.reflector.Reflector`.
     """
 
     def __init__(self, source: Collection, *, informer_lag: float = 0.0, **options: Any) -> None:
         super().__init__(source, name="resourcequotas", **options)
-        self.informer_lag = informer_lag
+        self.informer_lag = InformerLag(informer_lag)
         self.store: dict[str, dict[str, ResourceQuota]] = {}
-        self._delayed: set[asyncio.TimerHandle] = set()
 
     def convert(self, obj: Mapping[str, Any]) -> ResourceQuota:
         """The quota of one listed object.
@@ -91,24 +91,7 @@ class QuotaInformer(Reflector[ResourceQuota]):
     def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
         """Apply one event, after ``informer_lag`` seconds if set."""
         quota = self.convert(obj)
-        if self.informer_lag <= 0:
-            self._apply(event_type, quota)
-            return
-        handle: asyncio.TimerHandle | None = None
-
-        def later() -> None:
-            assert handle is not None
-            self._delayed.discard(handle)
-            self._apply(event_type, quota)
-
-        handle = asyncio.get_running_loop().call_later(self.informer_lag, later)
-        self._delayed.add(handle)
-
-    def cancel_delayed(self) -> None:
-        """Drop the events still held back by ``informer_lag``."""
-        for handle in self._delayed:
-            handle.cancel()
-        self._delayed.clear()
+        self.informer_lag.call(lambda: self._apply(event_type, quota))
 
     def _apply(self, event_type: str, quota: ResourceQuota) -> None:
         names = self.store.setdefault(quota.namespace, {})
@@ -192,7 +175,7 @@ class KubernetesQuotaAccessor(CachingQuotaAccessor):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        self.informer.cancel_delayed()
+        self.informer.informer_lag.cancel()
 
     # --- informer -------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from dynquota.quantity import parse_quantity
 
-from .accessor import CachingQuotaAccessor
+from .accessor import CachingQuotaAccessor, InformerLag
 from .errors import QuotaAccessError, QuotaConflictError
 from .resources import add
 from .types import ResourceQuota, ScopedResourceSelectorRequirement
@@ -259,11 +259,10 @@ class InMemoryQuotaAccessor(CachingQuotaAccessor):
     ) -> None:
         super().__init__(**cache_options)
         self.server = server
-        self.informer_lag = informer_lag
+        self.informer_lag = InformerLag(informer_lag)
         self.read_gate: asyncio.Event | None = None
         self._informer: dict[str, dict[str, ResourceQuota]] = {}
         self._synced = False
-        self._handles: set[asyncio.TimerHandle] = set()
         self._unsubscribe = server.subscribe(self._on_event)
         if synced:
             self.sync_informer()
@@ -278,9 +277,7 @@ class InMemoryQuotaAccessor(CachingQuotaAccessor):
     def close(self) -> None:
         """Stop receiving events."""
         self._unsubscribe()
-        for handle in self._handles:
-            handle.cancel()
-        self._handles.clear()
+        self.informer_lag.cancel()
 
     @property
     def informer_synced(self) -> bool:
@@ -308,23 +305,7 @@ class InMemoryQuotaAccessor(CachingQuotaAccessor):
     def _on_event(self, event: EventType, quota: ResourceQuota) -> None:
         if not self._synced:
             return
-        if self.informer_lag <= 0:
-            self._apply(event, quota)
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self._apply(event, quota)
-            return
-        handle: asyncio.TimerHandle | None = None
-
-        def deliver() -> None:
-            assert handle is not None
-            self._handles.discard(handle)
-            self._apply(event, quota)
-
-        handle = loop.call_later(self.informer_lag, deliver)
-        self._handles.add(handle)
+        self.informer_lag.call(lambda: self._apply(event, quota))
 
     def _apply(self, event: EventType, quota: ResourceQuota) -> None:
         if not self._synced:
