@@ -27,7 +27,7 @@ from kubernetes_asyncio import client
 
 from dynquota._k8s import timeouts
 from dynquota._k8s.errors import ApiError, ConflictError, KubeError, TransportError
-from dynquota._k8s.reflector import Collection, Reflector
+from dynquota._k8s.reflector import Collection, ListerWatcher, Reflector
 from dynquota._k8s.request import call_json
 from dynquota._k8s.watch import DELETED
 
@@ -65,7 +65,7 @@ class QuotaInformer(Reflector[ResourceQuota]):
     :class:`~dynquota._k8s.reflector.Reflector`.
     """
 
-    def __init__(self, source: Collection, *, informer_lag: float = 0.0, **options: Any) -> None:
+    def __init__(self, source: ListerWatcher, *, informer_lag: float = 0.0, **options: Any) -> None:
         super().__init__(source, name="resourcequotas", **options)
         self.informer_lag = InformerLag(informer_lag)
         self.store: dict[str, dict[str, ResourceQuota]] = {}
