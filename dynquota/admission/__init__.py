@@ -4,7 +4,8 @@ A Python (asyncio) port of the ResourceQuota admission evaluator of kubernetes/k
 (``staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/``: ``controller.go``,
 ``resource_access.go``; pod usage from ``pkg/quota/v1/evaluator/core/pods.go``), usable by a
 Python admission webhook that keeps counters in ResourceQuota objects. Imports nothing from
-dynquota but :mod:`dynquota.quantity`.
+dynquota but :mod:`dynquota.quantity` and the low access layer :mod:`dynquota._k8s` (an
+import-linter contract, checked by ``make lint``).
 
 Typical use::
 
