@@ -14,7 +14,7 @@ thousand namespaces. Here:
   deleted by mistake (409, left alone); 404 (already gone) is not an error;
 - **bounded**: a deadline derived from the count, :func:`deadline_for`
   (``ceil(count / qps) + DEADLINE_MARGIN`` seconds); every request also has the short
-  request timeout of :mod:`dynquota.kube.timeouts`.
+  request timeout of :mod:`dynquota._k8s.timeouts`.
 
 A refusal for lack of rights (401, 403) stops everything at once (every other delete would be
 refused the same way); a delete that fails with 429, 5xx or no answer is tried again after a
@@ -35,9 +35,11 @@ from typing import Any, Final, Literal
 from aiolimiter import AsyncLimiter
 from kubernetes_asyncio import client
 
-from dynquota.kube.backoff import Backoff
-from dynquota.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
-from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR, call_api
+from dynquota._k8s.backoff import Backoff
+from dynquota._k8s.errors import ApiError, ConflictError, KubeError, NotFoundError
+from dynquota._k8s.paginate import ListPage, paginate
+from dynquota._k8s.request import call_api
+from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR
 
 __all__ = [
     "DEADLINE_MARGIN",
@@ -132,28 +134,29 @@ async def list_managed_quotas(
     Raises: ``ApiError`` (e.g. ``ForbiddenError``) / ``TransportError``.
     """
     core: Any = client.CoreV1Api(api_client)
-    found: list[ListedQuota] = []
-    token = ""
-    while True:
-        kwargs: dict[str, Any] = {
-            "label_selector": MANAGED_SELECTOR,
-            "field_selector": f"metadata.name={MANAGED_QUOTA_NAME}",
-            "limit": page_size,
-        }
-        if token:
-            kwargs["_continue"] = token
-        page = await call_api(
+
+    async def fetch(token: str | None) -> ListPage:
+        model = await call_api(
             "list",
             "resourcequotas",
-            lambda t, kw=kwargs: core.list_resource_quota_for_all_namespaces(  # type: ignore[misc]
-                **kw, _request_timeout=t
+            lambda t: core.list_resource_quota_for_all_namespaces(
+                label_selector=MANAGED_SELECTOR,
+                field_selector=f"metadata.name={MANAGED_QUOTA_NAME}",
+                limit=page_size,
+                _continue=token,
+                _request_timeout=t,
             ),
         )
-        for item in page.items or []:
-            found.append(ListedQuota(item.metadata.namespace, item.metadata.uid))
-        token = (page.metadata._continue if page.metadata is not None else None) or ""
-        if not token:
-            return found
+        return ListPage.from_model(model, api_client.sanitize_for_serialization)
+
+    found: list[ListedQuota] = []
+    async for page in paginate(fetch):
+        for item in page.items:
+            metadata = item.get("metadata") or {}
+            found.append(
+                ListedQuota(str(metadata.get("namespace") or ""), str(metadata.get("uid") or ""))
+            )
+    return found
 
 
 async def delete_managed_quotas(

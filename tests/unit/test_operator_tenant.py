@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from test_operator_reconcile import T0, World, namespace, policy, setup_team
 
-from dynquota.kube.errors import ApiError
+from dynquota._k8s.errors import ApiError
 
 RELEASED = (
     "policy p is in dry run (spec.dryRun): dynquota enforces nothing in this namespace: the "
