@@ -1,14 +1,15 @@
 """Issue 16, "done means": a fresh `helm install` with default values on a cluster that already
 runs busy namespaces changes no namespace's enforcement until the admin switches to enforcing
 (`defaultPolicy.dryRun=false`); after that, the namespace already above the policy maximum can
-still replace objects, because its quota holds at usage, never below it.
+still replace objects (ConfigMaps and pods), because its quota holds at usage, never below it.
 
 A private control plane (the default policy selects every namespace, so nothing else may run
 there). The chart is installed with `helm install` and its default values, except a small
-ConfigMap maximum (20) so "above the maximum" takes 25 ConfigMaps instead of 2,001. Without a
-kubelet the chart's operator pod never runs, so the operator runs in-process with exactly the
-Settings the chart's Deployment gives it (its environment, read back from the cluster) and a
-TokenRequest token of the chart's own ServiceAccount (the chart's RBAC, not cluster admin).
+ConfigMap maximum (20) and pod maximum (3) so "above the maximum" takes 25 ConfigMaps and 4
+pods instead of 2,001 and 1,001. Without a kubelet the chart's operator pod never runs, so the
+operator runs in-process with exactly the Settings the chart's Deployment gives it (its
+environment, read back from the cluster) and a TokenRequest token of the chart's own
+ServiceAccount (the chart's RBAC, not cluster admin).
 """
 
 from __future__ import annotations
@@ -37,10 +38,18 @@ CHART = ROOT / "helm" / "dynquota"
 RELEASE, RELEASE_NS = "dynquota", "dynquota-system"
 BATCH, WEB = "batch", "web"
 MAXIMUM = 20  # the chart's ConfigMap maximum for this test (default 2000)
+PODS_MAXIMUM = 3  # the chart's pod maximum for this test (default 1000)
 SMALL_MAXIMUM = (
     "--set", "defaultPolicy.resources.configmaps.minimum=10",
     "--set", f"defaultPolicy.resources.configmaps.maximum={MAXIMUM}",
+    "--set", "defaultPolicy.resources.pods.minimum=1",
+    "--set", f"defaultPolicy.resources.pods.maximum={PODS_MAXIMUM}",
 )  # fmt: skip
+
+
+def pod(name: str) -> dict[str, Any]:
+    """A pod no scheduler places here: Pending, yet charged by quota admission."""
+    return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": PAUSE}]}}
 
 
 @dataclass
@@ -79,7 +88,8 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A private control plane with two busy namespaces, before dynquota is installed:
     ``batch`` holds 25 ConfigMaps (24 + kube-root-ca.crt), above the maximum of 20, and
-    ``web`` 3 Pending pods and 3 ConfigMaps."""
+    ``batch`` also 4 Pending pods (above the pod maximum of 3); ``web`` 2 Pending pods and 3
+    ConfigMaps."""
     home = tmp_path_factory.mktemp("helm-home")
     env = {
         **os.environ,
@@ -90,18 +100,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with LocalControlPlane(resource_quota_sync_period=10) as cp:
         api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
         c = Cluster(cp, kubernetes.client.CoreV1Api(api), kubernetes.client.AppsV1Api(api), env)
-        for ns, configmaps, pods in ((BATCH, 24, 0), (WEB, 2, 3)):
+        for ns, configmaps, pods in ((BATCH, 24, 4), (WEB, 2, 2)):
             c.core.create_namespace({"metadata": {"name": ns}})
             for i in range(configmaps):
                 c.core.create_namespaced_config_map(ns, {"metadata": {"name": f"cm-{i}"}})
             for i in range(pods):
-                c.core.create_namespaced_pod(
-                    ns,
-                    {
-                        "metadata": {"name": f"p-{i}"},
-                        "spec": {"containers": [{"name": "c", "image": PAUSE}]},
-                    },
-                )
+                c.core.create_namespaced_pod(ns, pod(f"p-{i}"))
             wait_until(
                 lambda ns=ns, n=configmaps: c.configmaps(ns) == n + 1,  # type: ignore[misc]
                 f"kube-root-ca.crt published in {ns}",
@@ -197,7 +201,10 @@ def test_install_with_default_values_enforces_nothing_until_switched(
         assert op.sample("dynquota_usage_above_maximum", batch) == 1
         # (Other dry-run reasons may join, e.g. a tenant's at-limit notice: all are prefixed.)
         assert {"Resized", "UsageAboveMaximum"} <= {r for r, _ in batch_events}, batch_events
-        assert op.sample("dynquota_target", {"namespace": WEB, "resource": "pods"}) == 10
+        assert op.sample("dynquota_target", {"namespace": WEB, "resource": "pods"}) == 3
+        batch_pods = {"namespace": BATCH, "resource": "pods"}
+        assert op.sample("dynquota_target", batch_pods) == PODS_MAXIMUM
+        assert op.sample("dynquota_hard", batch_pods) == 4
         # `dynquota plan` (read-only, as the admin would run it) tells the same.
         rows = plan(c, BATCH)
         assert rows[(BATCH, "configmaps")]["tally"] == 25
@@ -214,8 +221,8 @@ def test_install_with_default_values_enforces_nothing_until_switched(
             return q
 
         # batch is above the maximum: held at its usage (25 > 20), never below it.
-        wait_until(lambda: enforced(BATCH, {"configmaps": "25", "pods": "10"}), "batch enforced")
-        wait_until(lambda: enforced(WEB, {"configmaps": "10", "pods": "10"}), "web enforced")
+        wait_until(lambda: enforced(BATCH, {"configmaps": "25", "pods": "4"}), "batch enforced")
+        wait_until(lambda: enforced(WEB, {"configmaps": "10", "pods": "3"}), "web enforced")
         names = {ns for ns, _ in c.quotas()}
         assert names.isdisjoint({RELEASE_NS, "kube-system", "kube-public", "kube-node-lease"})
         assert {BATCH, WEB} <= names
@@ -234,7 +241,19 @@ def test_install_with_default_values_enforces_nothing_until_switched(
         )
         c.core.create_namespaced_config_map(BATCH, {"metadata": {"name": "cm-0"}})
         assert c.configmaps(BATCH) == 25
+        # The same for pods: a 5th is refused, the replacement of a deleted one is admitted.
+        with pytest.raises(ApiException) as refused:
+            c.core.create_namespaced_pod(BATCH, pod("p-new"))
+        assert refused.value.status == 403
+        assert "exceeded quota: dynquota, requested: pods=1, used: pods=4, limited: pods=4" \
+            in str(refused.value.body)  # fmt: skip
+        c.core.delete_namespaced_pod("p-0", BATCH)
+        wait_until(
+            lambda: (c.quota(BATCH).status.used or {}).get("pods") == "3",
+            "status.used.pods == 3 after the delete",
+        )
+        c.core.create_namespaced_pod(BATCH, pod("p-0"))
         # The quota held: no write lowered it below usage at any point.
-        assert c.quota(BATCH).spec.hard == {"configmaps": "25", "pods": "10"}
+        assert c.quota(BATCH).spec.hard == {"configmaps": "25", "pods": "4"}
     finally:
         op.stop()
