@@ -19,6 +19,7 @@ kmod=$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | python3
   echo "	go.etcd.io/etcd/server/v3 ${ETCD_VERSION}"
   echo "	helm.sh/helm/v3 ${HELM_VERSION}"
   echo "	k8s.io/kubernetes ${KUBERNETES_VERSION}"
+  echo "	sigs.k8s.io/kwok ${KWOK_VERSION}"
   echo ")"
   echo
   echo "replace ("
