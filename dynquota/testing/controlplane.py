@@ -86,27 +86,54 @@ ADMIN_USER = "dynquota-admin"
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cp-spawner")
 
 
+_WRITER_RULES: list[dict[str, object]] = [
+    {
+        "level": "Metadata",
+        # the main resource only: the apiserver's own quota status writes are not logged
+        "resources": [{"group": "", "resources": ["resourcequotas"]}],
+        "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+    },
+    {
+        "level": "Metadata",
+        "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+        "verbs": ["create", "update", "patch", "delete"],
+    },
+]
 AUDIT_POLICY: dict[str, object] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [*_WRITER_RULES, {"level": "None"}],
+}
+"""The audit policy of ``LocalControlPlane(audit=True)``: who wrote managed quotas and
+Leases, when, with which answer."""
+
+QUOTA_AUDIT_POLICY: dict[str, object] = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
     "omitStages": ["RequestReceived"],
     "rules": [
         {
-            "level": "Metadata",
-            # the main resource only: the apiserver's own quota status writes are not logged
-            "resources": [{"group": "", "resources": ["resourcequotas"]}],
-            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+            # every charge of the quota admission plugin (user system:apiserver) and every
+            # recount of the quota controller, with the status written (status.used)
+            "level": "RequestResponse",
+            "resources": [{"group": "", "resources": ["resourcequotas/status"]}],
+            "verbs": ["update", "patch"],
         },
+        *_WRITER_RULES,
         {
+            # pod and ConfigMap creates (admitted or refused by quota) and deletes
             "level": "Metadata",
-            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
-            "verbs": ["create", "update", "patch", "delete"],
+            "resources": [{"group": "", "resources": ["pods", "configmaps"]}],
+            "verbs": ["create", "delete", "deletecollection"],
         },
         {"level": "None"},
     ],
 }
-"""The audit policy of ``LocalControlPlane(audit=True)``: who wrote managed quotas and
-Leases, when, with which answer."""
+"""An audit policy for checking quota admission itself (``LocalControlPlane(audit=True,
+audit_policy=QUOTA_AUDIT_POLICY)``): :data:`AUDIT_POLICY`, plus every write of a quota's status
+with its body, and the creates and deletes of pods and ConfigMaps. See
+:mod:`dynquota.testing.quotaaudit`."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +143,9 @@ class AuditRecord:
     Times are seconds since the epoch (float). ``user`` is the authenticated user name,
     ``extra`` its extra attributes (for a ServiceAccount token:
     ``authentication.kubernetes.io/credential-id`` = ``["JTI=<token id>"]``), ``code`` the
-    HTTP status answered (``None`` if the request panicked).
+    HTTP status answered (``None`` if the request panicked), ``message`` the answer's status
+    message (for a refusal: why), ``subresource`` e.g. ``status``, ``response`` the object
+    answered (only at level RequestResponse).
     """
 
     audit_id: str
@@ -131,6 +160,9 @@ class AuditRecord:
     code: int | None
     received: float
     completed: float
+    subresource: str = ""
+    message: str = ""
+    response: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, event: dict[str, Any]) -> AuditRecord:
@@ -153,6 +185,9 @@ class AuditRecord:
             code=status.get("code"),
             received=_rfc3339(event["requestReceivedTimestamp"]),
             completed=_rfc3339(event["stageTimestamp"]),
+            subresource=ref.get("subresource", ""),
+            message=status.get("message", ""),
+            response=event.get("responseObject"),
         )
 
 
@@ -377,6 +412,8 @@ class LocalControlPlane:
         kwok_dir: directory of ``kwok`` and ``stages.yaml`` (default: :func:`find_kwok`).
         audit: write an audit log (:data:`AUDIT_POLICY`: Metadata level for writes of
             ResourceQuotas and Leases) to ``audit_log_path``; read it with :class:`AuditLog`.
+        audit_policy: the audit policy to use instead of :data:`AUDIT_POLICY` (with
+            ``audit``), e.g. :data:`QUOTA_AUDIT_POLICY`.
     """
 
     bin_dir: Path | None = None
@@ -393,6 +430,7 @@ class LocalControlPlane:
     client_qps: int | None = None
     kwok_dir: Path | None = None
     audit: bool = False
+    audit_policy: dict[str, object] | None = None
 
     kubeconfig: str = field(init=False, default="")
     server: str = field(init=False, default="")
@@ -682,7 +720,7 @@ class LocalControlPlane:
             return []
         assert self.workdir is not None
         policy = self.workdir / "audit-policy.yaml"
-        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        policy.write_text(yaml.safe_dump(self.audit_policy or AUDIT_POLICY))
         return [
             f"--audit-policy-file={policy}",
             f"--audit-log-path={self.audit_log_path}",

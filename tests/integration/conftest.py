@@ -18,7 +18,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.testing.controlplane import LocalControlPlane
+from dynquota.testing.controlplane import QUOTA_AUDIT_POLICY, LocalControlPlane
 from dynquota.testing.operator import (
     GROUP,
     PLURAL,
@@ -78,13 +78,17 @@ NODES = 3  # small on purpose: every node costs kwok work and Lease writes
 @pytest.fixture(scope="session")
 def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorCluster]:
     """A private control plane with kube-scheduler and ``NODES`` kwok nodes (110 pods each),
-    the CRD, the chart's RBAC and an operator kubeconfig. A node falls silent 12 s after kwok
-    stops renewing its Lease (renewed every ~2 s), so a lost node is staged in seconds."""
+    the CRD, the chart's RBAC and an operator kubeconfig; its audit log records every quota
+    charge and recount and every pod/ConfigMap create (:data:`QUOTA_AUDIT_POLICY`). A node
+    falls silent 12 s after kwok stops renewing its Lease (renewed every ~2 s), so a lost node
+    is staged in seconds."""
     with LocalControlPlane(
         resource_quota_sync_period=10,
         nodes=NODES,
         node_lease_seconds=8,
         node_monitor_grace_period=12,
+        audit=True,
+        audit_policy=QUOTA_AUDIT_POLICY,
     ) as cp:
         kubeconfig = install_operator(cp, tmp_path_factory.mktemp("nodes"))
         api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
