@@ -145,7 +145,8 @@ class AuditRecord:
     ``authentication.kubernetes.io/credential-id`` = ``["JTI=<token id>"]``), ``code`` the
     HTTP status answered (``None`` if the request panicked), ``message`` the answer's status
     message (for a refusal: why), ``subresource`` e.g. ``status``, ``response`` the object
-    answered (only at level RequestResponse).
+    answered (only at level RequestResponse), ``uri`` the request URI (with its query, e.g.
+    ``dryRun=All``).
     """
 
     audit_id: str
@@ -163,6 +164,7 @@ class AuditRecord:
     subresource: str = ""
     message: str = ""
     response: dict[str, Any] | None = None
+    uri: str = ""
 
     @classmethod
     def from_json(cls, event: dict[str, Any]) -> AuditRecord:
@@ -188,6 +190,7 @@ class AuditRecord:
             subresource=ref.get("subresource", ""),
             message=status.get("message", ""),
             response=event.get("responseObject"),
+            uri=event.get("requestURI", ""),
         )
 
 

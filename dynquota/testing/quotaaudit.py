@@ -139,6 +139,8 @@ class QuotaLedger:
                         used=_int((status.get("used") or {}).get(resource)),
                     )
                 )
+            elif "dryRun=" in r.uri:
+                continue  # admitted or not, a dry run creates nothing and charges nothing
             elif r.resource == resource and r.verb == "create" and not r.subresource:
                 creates.append(Create(r.name, r.received, r.completed, r.code == 201, r.message))
             elif r.resource == resource and r.verb == "delete" and r.code == 200:

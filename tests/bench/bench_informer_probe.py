@@ -18,7 +18,8 @@ keyed by uid.
 
 Prints one JSON line: objects, retained bytes (tracemalloc, after gc), tracemalloc peak,
 RSS delta (VmRSS; includes freed-but-not-returned arena memory), list body bytes and a
-gzip (level 1, the apiserver's) estimate of them, and seconds.
+gzip (level 1, the apiserver's) estimate of them, seconds, and (metadata mode) the 12 largest
+allocation sites still retained after the sync (tracemalloc, by line).
 """
 
 from __future__ import annotations
@@ -134,6 +135,11 @@ async def main(mode: str, kubeconfig: str) -> dict[str, Any]:
                 objects = sum(len(i.tally) for i in watcher.informers.values())
                 gc.collect()
                 current, peak = tracemalloc.get_traced_memory()
+                # where the retained bytes are: the largest allocation sites
+                top = [
+                    {"where": str(stat.traceback[0]), "bytes": stat.size, "count": stat.count}
+                    for stat in tracemalloc.take_snapshot().statistics("lineno")[:12]
+                ]
                 rss1 = rss_bytes()
                 list_bytes = sum(s.bytes_received for s in sources)
                 structures = sum(tally_bytes(i.tally) for i in watcher.informers.values())
@@ -177,12 +183,14 @@ async def main(mode: str, kubeconfig: str) -> dict[str, Any]:
             list_bytes = counter.raw
             tracemalloc.stop()
             structures = 0
+            top = []
         return {
             "mode": mode,
             "objects": objects,
             "retained_bytes": current - base,
             "tally_structure_bytes": structures,
             "peak_bytes": peak - base,
+            "top": top,
             "rss_delta_bytes": rss1 - rss0,
             "list_bytes": list_bytes,
             "list_gzip_estimate_bytes": counter.gzip,

@@ -341,6 +341,11 @@ def test_scale_a_memory_and_sync(tmp_path: Path, procs: list[Proc]) -> None:
                 f"per object (gate <= {MAX_BYTES_PER_OBJECT}); RSS growth over the empty "
                 f"cluster {rss_per_object:.0f} B per object",
                 f"writes at rest ({REST_SECONDS} s, fixed point): {rest_writes:.0f}",
+                "largest allocation sites retained (tracemalloc, bytes / blocks):",
+                *(
+                    f"  {t['bytes'] / 2**20:.1f} MiB / {t['count']:,} {t['where']}"
+                    for t in retained.get("top", [])
+                ),
             ],
         )
         assert per_object <= MAX_BYTES_PER_OBJECT
