@@ -127,6 +127,14 @@ def decision_after(op: OperatorThread, instant: float) -> None:
     )
 
 
+def enforced(c: OperatorCluster, ns: str, resource: str) -> int | None:
+    """``resource`` of spec.hard when status.hard (what admission enforces) agrees, else None."""
+    quota = c.quota(ns)
+    status = (quota and quota.status and quota.status.hard) or {}
+    value = ((quota and quota.spec.hard) or {}).get(resource)
+    return int(value) if value is not None and status.get(resource) == value else None
+
+
 def wait_raised(c: OperatorCluster, ns: str, resource: str, above: int) -> int:
     """Wait until spec.hard and status.hard of ``resource`` agree on a value above ``above``
     (dynquota raised it, the quota controller published it); return that value."""
@@ -505,16 +513,24 @@ def test_helm_like_install_of_a_hundred_configmaps_is_throttled(
             capture_output=True, text=True, check=False, timeout=120,
         )  # fmt: skip
         attempts.append(done.returncode)
-        used, limited = refused_at(done.stderr) or (-1, -1)
+        used, limited = refused_at(done.stderr) or (-1, -1)  # helm reports the first refusal
         assert used == limited, done.stderr
-        # kube-root-ca.crt + the release's: exactly hard (+ any recount race, see Ledger)
-        count = configmaps()
-        ledger.assert_exact(count, limited)
-        rounds.append((limited, count))
-        if limited == 60:
-            break
-        wait_raised(c, ns, "configmaps", above=limited)
-    assert attempts == [1] * len(rounds)
+        count = configmaps()  # kube-root-ca.crt + the release's
+        after = wait_until(lambda: enforced(c, ns, "configmaps"), "spec.hard == status.hard")
+        if after == limited:
+            # the attempt ended at the hard it was refused at: exactly hard (+ any recount race)
+            ledger.assert_exact(count, limited)
+            rounds.append((limited, count))
+            if limited == 60:
+                break
+            wait_raised(c, ns, "configmaps", above=limited)
+        else:
+            # helm creates a kind's objects in parallel: on a loaded machine the attempt
+            # outlasted the cooldown and dynquota raised hard in the middle of it
+            assert limited < after, (limited, after)
+            assert count <= after + ledger.uncounted()
+            assert ledger.read().over_hard() == []
+    assert attempts == [1] * len(attempts)
     steps = upscales(c, ns, "configmaps")
     assert_throttled(steps, 20, 60, rounds, ledger.uncounted())
     if unraced(steps, rounds, ledger):
