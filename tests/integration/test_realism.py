@@ -248,9 +248,8 @@ def test_rolling_update_with_max_surge_under_a_tight_quota_completes(
         "10 available",
     )
     c.policy("p-roll", node_scope, pods=profile(up="1h"), configmaps=CONFIGMAPS)
-    op = start_node_operator()
+    start_node_operator()
     c.wait_hard(ns, {"pods": "14", "configmaps": "20"})
-    writes = op.writes()
     audit = AuditLog(c.cp.audit_log_path)
     c.apps.patch_namespaced_deployment(
         "web",
@@ -279,10 +278,12 @@ def test_rolling_update_with_max_surge_under_a_tight_quota_completes(
     assert peak["replicas"] <= 13, peak
     replicasets = c.apps.list_namespaced_replica_set(ns).items
     assert sorted(rs.status.replicas for rs in replicasets) == [0, 10]
+    # hard never changed: every status the quota had during the rollout says 14 (dynquota may
+    # write state, e.g. the QuotaAtLimit record when Terminating pods fill the quota)
     assert c.hard(ns) == {"pods": "14", "configmaps": "20"}
-    assert op.writes() == writes
     ledger = QuotaLedger(audit.read_new(), ns)
     assert [w.hard for w in ledger.writes] == [14] * len(ledger.writes)
+    assert [e for e in c.events(ns, "Resized") if "->" in (e.message or "")] == []
     assert ledger.over_hard() == [], ledger.describe()
     refusals = [refused_at(c.message) for c in ledger.refused()]
     assert all(r == (14, 14) for r in refusals), (refusals, peak)
