@@ -50,7 +50,8 @@ def profile(minimum: int, maximum: int, up: str) -> dict[str, Any]:
 
 def upscales(c: OperatorCluster, ns: str, resource: str) -> list[tuple[int, int, int]]:
     """(from, to, usage) of every upscale of ``resource`` in ``ns``, in order (Resized Events)."""
-    events = sorted(c.events(ns, "Resized"), key=lambda e: e.metadata.creation_timestamp)
+    # creationTimestamp has whole seconds; the resourceVersion orders creates within one
+    events = sorted(c.events(ns, "Resized"), key=lambda e: int(e.metadata.resource_version))
     steps = []
     for event in events:
         for part in (event.message or "").split("; "):
