@@ -3,9 +3,9 @@
 A :class:`ResourceTally` holds, per namespace, only what counting needs: the uids of objects
 that count indefinitely (keys of a ``dict`` whose values are ``None`` — a compact dict costs
 20-40 bytes per entry, a ``set`` 30-150) and, for the rare pods being deleted gracefully,
-their expiry (a second small ``dict``). No object, name or label is kept: about 110-130
-bytes per object (the 85-byte uid string plus its table entry); see
-``docs/usage-tracking.md`` for measurements.
+their expiry (a second small ``dict``). No object, name or label is kept. A uid in the
+apiserver's canonical form is kept as its 128-bit ``int`` (44 bytes, where the 36-character
+string costs 85), any other uid text as is; see ``docs/usage-tracking.md`` for measurements.
 
 Events are applied idempotently, so a watch that repeats itself cannot skew a count:
 
@@ -19,6 +19,7 @@ Times are seconds since the epoch (float); ``now`` is always passed in.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import Final, NamedTuple
 
@@ -44,14 +45,32 @@ class Entry(NamedTuple):
     expiry: float | None
 
 
+_Key = int | str
+
+
+def _key(uid: str) -> _Key:
+    """The dict key of a uid: a canonical UUID (what the apiserver assigns) as its 128-bit int,
+    which round-trips exactly (:func:`_uid`); any other text unchanged."""
+    try:
+        value = uuid.UUID(uid)
+    except ValueError:
+        return uid
+    return value.int if str(value) == uid else uid
+
+
+def _uid(key: _Key) -> str:
+    """The uid text of a dict key (inverse of :func:`_key`)."""
+    return str(uuid.UUID(int=key)) if isinstance(key, int) else key
+
+
 class _NamespaceTally:
     """Entries of one namespace: indefinite uids as dict keys, terminating ones with expiries."""
 
     __slots__ = ("indefinite", "terminating")
 
     def __init__(self) -> None:
-        self.indefinite: dict[str, None] = {}
-        self.terminating: dict[str, float] | None = None
+        self.indefinite: dict[_Key, None] = {}
+        self.terminating: dict[_Key, float] | None = None
 
     def __len__(self) -> int:
         return len(self.indefinite) + (len(self.terminating) if self.terminating else 0)
@@ -67,6 +86,14 @@ class _NamespaceTally:
 
     def upsert(self, uid: str, expiry: float) -> bool:
         """Insert or update; returns whether anything changed."""
+        return self._upsert(_key(uid), expiry)
+
+    def has(self, uid: str) -> bool:
+        """Whether ``uid`` has an entry."""
+        key = _key(uid)
+        return key in self.indefinite or (self.terminating is not None and key in self.terminating)
+
+    def _upsert(self, uid: _Key, expiry: float) -> bool:
         if expiry == INDEFINITE:
             if uid in self.indefinite:
                 return False
@@ -83,8 +110,9 @@ class _NamespaceTally:
         self.terminating[uid] = expiry
         return True
 
-    def remove(self, uid: str) -> bool:
+    def remove(self, uid_text: str) -> bool:
         """Remove; returns whether the uid was present."""
+        uid = _key(uid_text)
         if uid in self.indefinite:
             del self.indefinite[uid]
             return True
@@ -136,7 +164,7 @@ class ResourceTally:
         ns = self._namespaces.get(namespace)
         if ns is None:
             return False
-        return uid in ns.indefinite or (ns.terminating is not None and uid in ns.terminating)
+        return isinstance(uid, str) and ns.has(uid)
 
     def apply(self, event_type: str, namespace: str, uid: str, expiry: float | None) -> bool:
         """Apply one watch event (``ADDED``, ``MODIFIED`` or ``DELETED``).
@@ -216,8 +244,8 @@ class ResourceTally:
     def entries(self) -> Iterator[Entry]:
         """Every entry held, in no particular order (for tests and diagnostics)."""
         for namespace, ns in self._namespaces.items():
-            for uid in ns.indefinite:
-                yield Entry(namespace, uid, INDEFINITE)
+            for key in ns.indefinite:
+                yield Entry(namespace, _uid(key), INDEFINITE)
             if ns.terminating:
-                for uid, expiry in ns.terminating.items():
-                    yield Entry(namespace, uid, expiry)
+                for key, expiry in ns.terminating.items():
+                    yield Entry(namespace, _uid(key), expiry)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -191,3 +193,21 @@ def test_tally_matches_naive_model(ops: list[tuple[object, ...]], offset: int) -
     assert sorted(tally.entries()) == sorted(Entry(ns, uid, e) for (ns, uid), e in model.items())
     assert tally.namespaces() == sorted({ns for ns, _ in model})
     assert len(tally) == len(model)
+
+
+def test_canonical_uids_are_kept_as_ints_and_given_back_as_text() -> None:
+    """A canonical uid is held as its 128-bit int (44 B instead of 85 B); any other text, and a
+    non-canonical spelling of a UUID, is kept as given, so two spellings never merge."""
+    canonical = str(uuid.uuid4())
+    tally = ResourceTally("pods")
+    assert tally.upsert("ns", canonical, INDEFINITE)
+    assert tally.upsert("ns", canonical.upper(), INDEFINITE)
+    assert tally.upsert("ns", "u1", INDEFINITE)
+    assert not tally.upsert("ns", canonical, INDEFINITE)
+    assert ("ns", canonical) in tally
+    assert ("ns", canonical.upper()) in tally
+    assert sorted(e.uid for e in tally.entries()) == sorted([canonical, canonical.upper(), "u1"])
+    assert tally.usage("ns", 0.0) == 3
+    assert tally.remove("ns", canonical)
+    assert ("ns", canonical) not in tally
+    assert tally.usage("ns", 0.0) == 2
