@@ -98,7 +98,9 @@ class Settings(BaseSettings):
     lease_retry_period_seconds: int = Field(2, ge=1, description="Lease poll interval")
     watch_timeout_seconds: int = Field(300, ge=1, description="server-side watch timeout")
     liveness_margin_seconds: int = Field(
-        60, ge=0, description="liveness fails after watch timeout + this without a watch cycle"
+        60,
+        ge=0,
+        description="liveness fails after watch timeout + this with no list/watch attempt ended",
     )
     kill_switch_delete_qps: float = Field(
         20.0,

@@ -197,6 +197,8 @@ class Reflector(Generic[T]):
     - ``synced_at`` — when the last full list was applied.
     - ``last_heard`` — when the server last sent anything (list page or watch line).
     - ``last_watch_cycle`` — when a watch last ended normally at its ``timeoutSeconds``.
+    - ``last_attempt_end`` — when a list or watch attempt last ended, in success or error (the
+      loop's own progress, for :meth:`alive`).
     - ``resource_version`` — where the next watch resumes.
     - ``lists`` (full lists applied), ``relists`` (lists forced by 410 Gone/Expired),
       ``restarts`` (list/watch retries after other errors), ``watch_cycles``, ``events``
@@ -219,6 +221,7 @@ class Reflector(Generic[T]):
     synced_at: float | None = field(default=None, init=False)
     last_heard: float | None = field(default=None, init=False)
     last_watch_cycle: float | None = field(default=None, init=False)
+    last_attempt_end: float | None = field(default=None, init=False)
     lists: int = field(default=0, init=False)
     relists: int = field(default=0, init=False)
     restarts: int = field(default=0, init=False)
@@ -266,6 +269,18 @@ class Reflector(Generic[T]):
         reference = max(self.last_watch_cycle or 0.0, self.synced_at or 0.0)
         return now - reference <= self.watch_timeout + margin
 
+    def alive(self, now: float, margin: float) -> bool:
+        """Liveness: whether the loop made progress — a list or watch attempt ended, in
+        success or in error — within ``watch_timeout + margin`` seconds before ``now``.
+
+        Unlike :meth:`healthy` (fresh data, which guards shrinking writes), an unreachable
+        apiserver keeps this true: the loop is retrying, and a restart would not help (it
+        would only lose in-memory peak history). A watch that hangs without data ends at its
+        socket read timeout (``timeoutSeconds`` + the read margin), so only a loop stuck in
+        our own code makes this false. True before the first attempt ended."""
+        ends = [t for t in (self.last_attempt_end, self.synced_at) if t is not None]
+        return not ends or now - max(ends) <= self.watch_timeout + margin
+
     async def run(self) -> None:
         """List, then watch for ever; relist on 410, back off on other errors.
 
@@ -279,7 +294,9 @@ class Reflector(Generic[T]):
                     await self.list_once()
                     need_list = False
                 await self.watch_once()
+                self.last_attempt_end = self.clock()
             except GoneError as exc:
+                self.last_attempt_end = self.clock()
                 need_list = True
                 self.relists += 1
                 self.last_error = str(exc)
@@ -288,6 +305,7 @@ class Reflector(Generic[T]):
                     await asyncio.sleep(self.backoff.next_delay())
                 self._gone_streak += 1
             except KubeError as exc:
+                self.last_attempt_end = self.clock()
                 self.restarts += 1
                 self.last_error = str(exc)
                 delay = self.backoff.next_delay()

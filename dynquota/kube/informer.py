@@ -352,6 +352,15 @@ class UsageWatcher:
             return False
         return all(informer.healthy(when, margin) for informer in self.informers.values())
 
+    def alive(self, now: float | None = None, margin: float = 60.0) -> bool:
+        """Liveness: every informer task alive and its loop making progress (see
+        :meth:`~dynquota._k8s.reflector.Reflector.alive`: an unreachable apiserver keeps it
+        true); ``now`` defaults to the clock."""
+        when = self.clock() if now is None else now
+        if any(task.done() for task in self._tasks):
+            return False
+        return all(informer.alive(when, margin) for informer in self.informers.values())
+
     def tally(self, resource: str) -> ResourceTally:
         """The live tally of ``resource`` (``KeyError`` if not watched)."""
         return self.informers[resource].tally

@@ -257,11 +257,13 @@ class Runtime:
             self.metrics_server = None
 
     def healthy(self) -> bool:
-        """Liveness: every informer completed a watch cycle (or list) within the watch
-        timeout plus the margin, and the leader election task (if any) is alive."""
+        """Liveness: every informer's list/watch loop made progress (an attempt ended, in
+        success or error) within the watch timeout plus the margin, and the leader election
+        task (if any) is alive. An unreachable apiserver does not fail it: restarting would
+        not help and would lose the in-memory peak history."""
         if self._leader_task is not None and (self._leader_task.done() or not self.gate.healthy()):
             return False  # a dead or stuck elector: no replica may ever write again
-        return self.watcher.healthy(margin=float(self.settings.liveness_margin_seconds))
+        return self.watcher.alive(margin=float(self.settings.liveness_margin_seconds))
 
 
 # -- kopf ------------------------------------------------------------------------------------
@@ -325,7 +327,8 @@ def build_registry(runtime_of: Callable[[Any], Runtime]) -> kopf.OperatorRegistr
         runtime = runtime_of(memo)
         if not runtime.healthy():
             raise kopf.PermanentError(
-                "no watch cycle completed within the watch timeout plus margin"
+                "an informer or the elector is stuck: no list/watch attempt ended within the "
+                "watch timeout plus margin, or a task died"
             )
         return {r: s.get("watch_cycles") for r, s in runtime.watcher.stats().items()}
 

@@ -467,6 +467,9 @@ async def test_usage_watcher_combines_resources() -> None:
         assert watcher.namespaces() == {"a", "b"}
         assert watcher.healthy(margin=0) is True
         assert watcher.healthy(now=T0 + 31, margin=0) is False
+        # liveness: no attempt ended for 31 s > 30 s (the watch's own bound): stuck
+        assert watcher.alive(margin=0) is True
+        assert watcher.alive(now=T0 + 31, margin=0) is False
         stats = watcher.stats()
         assert stats["pods"]["objects"] == 2
         assert stats["configmaps"]["resource_version"] == "20"
@@ -513,3 +516,33 @@ async def test_rerun_after_cancel_resumes_without_list() -> None:
         await async_wait_until(lambda: watcher.usage("a", "configmaps") == 3, "u3", timeout=5)
     assert source.list_calls == [(500, None)]
     assert source.watch_calls == [("10", 300), ("11", 300)]
+
+
+async def test_usage_watcher_stays_alive_while_the_apiserver_is_unreachable() -> None:
+    """Every failed attempt is progress for liveness (restarting would not help), while
+    ``healthy`` (fresh data, the guard of shrinking writes) turns false; a loop that stops
+    ending attempts (here: a watch that never answers) is not alive."""
+    clock = Clock()
+
+    class Slow(FakeSource):
+        """Each list or watch call takes 20 s of the clock."""
+
+        async def list_page(self, limit: int, continue_token: str | None) -> ListPage:
+            clock.now += 20
+            return await super().list_page(limit, continue_token)
+
+        def watch(self, resource_version: str, timeout_seconds: int) -> Any:
+            clock.now += 20
+            return super().watch(resource_version, timeout_seconds)
+
+    source = Slow()
+    source.lists.append([page([meta("a", "p1")], "10")])  # synced at T0 + 20
+    # the apiserver goes away: three watches fail (T0 + 40, 60, 80), the fourth hangs
+    source.watches.extend([TransportError("connection refused")] for _ in range(3))
+    watcher = UsageWatcher([source], watch_timeout=30, backoff=fast_backoff, clock=clock)
+    async with watcher:
+        await async_wait_until(lambda: len(source.watch_calls) == 4, "4th watch", timeout=5)
+        assert clock.now == T0 + 100
+        assert watcher.alive(margin=0) is True  # the last attempt ended at T0 + 80
+        assert watcher.healthy(margin=0) is False  # the last data came at T0 + 20
+        assert watcher.alive(now=T0 + 111, margin=0) is False  # the 4th watch hangs
