@@ -49,7 +49,8 @@ from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.leader import AlwaysLeader, LeaderGate
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaClient
 from dynquota.metrics import InformerCollector, Metrics, MetricsServer
-from dynquota.operator.core import KUBE_SYSTEM, Operator
+from dynquota.operator.ports import KUBE_SYSTEM
+from dynquota.operator.reconcile import Operator
 from dynquota.policy import KILL_SWITCH, parse_kill_switch
 from dynquota.settings import Settings
 
