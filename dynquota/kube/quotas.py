@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 from dynquota._k8s.errors import KubeError, NotFoundError
 from dynquota._k8s.paginate import ListPage, paginate
 from dynquota._k8s.request import ApiCallObserver, call_api
+from dynquota.policy import QuotaState
 from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -113,6 +114,15 @@ class QuotaSnapshot:
         """``spec.hard[resource]`` as an integer count (rounded up), or ``None`` if absent or
         unparsable."""
         return _count(self.spec_hard.get(resource))
+
+    def state(self) -> QuotaState:
+        """The quota as :func:`~dynquota.policy.decide` reads it (``spec.hard`` parsed, a
+        malformed quantity left out; the annotations). Pure."""
+        return QuotaState.parse(self.spec_hard, self.annotations)
+
+    def used_counts(self) -> dict[str, int]:
+        """``status.used`` as integer counts (rounded up; unparsable values left out)."""
+        return {k: n for k, text in self.status_used.items() if (n := _count(text)) is not None}
 
     def used_int(self, resource: str) -> int | None:
         """``status.used[resource]`` as an integer count, or ``None`` if absent."""

@@ -25,6 +25,7 @@ from cachetools import TTLCache
 from dynquota._k8s.workqueue import Outcome, WorkQueue
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.metrics import Metrics
+from dynquota.operator.decision import governance_of
 from dynquota.operator.ports import (
     KUBE_SYSTEM,
     WARNING_TTL,
@@ -37,7 +38,6 @@ from dynquota.operator.ports import (
     PolicyStatusSink,
     QuotaStore,
     UsageView,
-    int_map,
     resource_version_of,
 )
 from dynquota.policy import (
@@ -48,7 +48,7 @@ from dynquota.policy import (
     NamespaceInfo,
     PolicyInfo,
     QuotaState,
-    govern,
+    observed_usage,
     validate_policy,
 )
 from dynquota.settings import Settings
@@ -208,7 +208,7 @@ class OperatorCache(abc.ABC):
         if event_type == "DELETED" or not snapshot.managed:
             self._status_used.pop(snapshot.namespace, None)
         else:
-            self._status_used[snapshot.namespace] = int_map(snapshot.status_used)
+            self._status_used[snapshot.namespace] = snapshot.used_counts()
         self.queue.add(snapshot.namespace)
 
     def _ours(self, deleted: QuotaSnapshot) -> bool:
@@ -264,9 +264,9 @@ class OperatorCache(abc.ABC):
         """The informers' callback: sample the peak and queue the namespace."""
         if self.usage is not None:
             now = self.clock()
-            used = self._status_used.get(namespace, {}).get(resource, 0)
-            value = max(self.usage.usage(namespace, resource, now), used)
-            self.peaks.observe(namespace, resource, value, now)
+            tally = {resource: self.usage.usage(namespace, resource, now)}
+            used = observed_usage(tally, self._status_used.get(namespace, {}), tally)
+            self.peaks.observe(namespace, resource, used[resource], now)
         self.queue.add(namespace)
 
     @property
@@ -312,12 +312,7 @@ class OperatorCache(abc.ABC):
         info = self.namespaces.get(namespace)
         if info is None:
             return None
-        return govern(
-            info,
-            self.policies,
-            self.settings.namespace,
-            self.settings.excluded(namespace),
-        )
+        return governance_of(info, self.policies, self.settings)
 
     # -- policy status ---------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ tests).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,9 +23,7 @@ from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.policy import (
     PolicyInfo,
-    QuotaState,
 )
-from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "Applied",
@@ -186,22 +183,6 @@ class NamespaceView:
     at: float = 0.0
     governance: str = ""
     dry_run: bool = False
-
-
-def int_map(values: Mapping[str, str]) -> dict[str, int]:
-    result: dict[str, int] = {}
-    for key, text in values.items():
-        with contextlib.suppress(QuantityError):
-            result[key] = parse_quantity(text).ceil()
-    return result
-
-
-def quota_state(snapshot: QuotaSnapshot) -> QuotaState:
-    hard = {}
-    for key, text in snapshot.spec_hard.items():
-        with contextlib.suppress(QuantityError):
-            hard[key] = parse_quantity(text)
-    return QuotaState(hard, dict(snapshot.annotations))
 
 
 def resource_version_of(obj: Mapping[str, Any]) -> int:

@@ -33,12 +33,11 @@ from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.operator.apply import QuotaWriter
+from dynquota.operator.decision import decide_with
 from dynquota.operator.ports import (
     CONFLICT_RETRIES,
     MANAGED_LABEL_IGNORED,
     RECONCILE_TIMEOUT,
-    int_map,
-    quota_state,
 )
 from dynquota.policy import (
     OVERRIDE,
@@ -47,7 +46,7 @@ from dynquota.policy import (
     Governance,
     QuotaState,
     apply_decision,
-    decide,
+    observed_usage,
 )
 
 __all__ = [
@@ -171,22 +170,22 @@ class Operator(QuotaWriter):
         dry_run: bool,
     ) -> Decision:
         """Usage, peaks and :func:`~dynquota.policy.decide` for ``current`` (reports usage)."""
-        status_used = int_map(current.status_used) if current is not None else {}
+        status_used = current.used_counts() if current is not None else {}
         if current is not None:
             self._status_used[namespace] = status_used
-        tally: dict[str, int] = {}
-        usage: dict[str, int] = {}
+        tally = {
+            r: self.usage.usage(namespace, r, now) if self.usage else 0 for r in TRACKED_RESOURCES
+        }
+        usage = observed_usage(tally, status_used)
         peak: dict[str, int] = {}
         for resource in TRACKED_RESOURCES:
-            counted = self.usage.usage(namespace, resource, now) if self.usage else 0
-            tally[resource] = counted
-            usage[resource] = max(counted, status_used.get(resource, 0))
             self.peaks.observe(namespace, resource, usage[resource], now)
             profile = governance.profiles.get(resource)
             if profile is not None:
                 found = self.peaks.peak(namespace, resource, now, profile.downscale_cooldown)
                 peak[resource] = usage[resource] if found is None else found
-        decision = decide(
+        decision = decide_with(
+            self.settings,
             governance=governance,
             usage=usage,
             peak=peak,
@@ -194,8 +193,6 @@ class Operator(QuotaWriter):
             kill_switch=self.kill_switch,
             now=now,
             started_at=self.started_at,
-            dry_run=self.settings.dry_run,
-            override_ttl=self.settings.override_ttl,
             previously_managed=namespace in self._deleted_by_others,
             namespace=namespace,
             help_url=self.settings.tenant_help_url,
@@ -206,7 +203,7 @@ class Operator(QuotaWriter):
     def _quota_for_decision(
         self, namespace: str, current: QuotaSnapshot | None, dry_run: bool
     ) -> QuotaState | None:
-        real = quota_state(current) if current is not None else None
+        real = current.state() if current is not None else None
         if not dry_run:
             self.simulated.pop(namespace, None)
             return real

@@ -13,9 +13,10 @@ timestamps stored in annotations.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -126,25 +127,33 @@ class QuotaState:
 
     ``hard``: ``spec.hard``, every key (foreign ones too), values as :class:`Quantity` or int
     (compared numerically). ``annotations``: ``metadata.annotations`` (only ``dynquota.io/``
-    keys are read; see :mod:`dynquota.policy.state`). Parse an object with :meth:`from_object`.
+    keys are read; see :mod:`dynquota.policy.state`). Parse strings with :meth:`parse`.
     """
 
     hard: Mapping[str, Quantity | int] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> QuotaState:
-        """From a ResourceQuota as JSON (``spec.hard`` quantity strings, annotations).
+    def parse(cls, hard: Mapping[str, str], annotations: Mapping[str, str]) -> QuotaState:
+        """From ``spec.hard`` as quantity strings and ``metadata.annotations``; a malformed
+        quantity is left out (as if the key were absent: the sizing then sets it). Pure."""
+        parsed: dict[str, Quantity | int] = {}
+        for key, text in hard.items():
+            with contextlib.suppress(QuantityError):
+                parsed[key] = parse_quantity(text)
+        return cls(parsed, dict(annotations))
 
-        Raises :class:`dynquota.quantity.QuantityError` on a malformed quantity.
-        """
-        from dynquota.quantity import parse_quantity
 
-        spec = obj.get("spec") or {}
-        metadata = obj.get("metadata") or {}
-        hard = {str(k): parse_quantity(str(v)) for k, v in (spec.get("hard") or {}).items()}
-        annotations = {str(k): str(v) for k, v in (metadata.get("annotations") or {}).items()}
-        return cls(hard, annotations)
+def observed_usage(
+    tally: Mapping[str, int],
+    status_used: Mapping[str, int],
+    resources: Iterable[str] = TRACKED_RESOURCES,
+) -> dict[str, int]:
+    """``U = max(tally, status.used)`` per resource of ``resources`` (counts; missing: 0): what
+    :func:`decide` takes as ``usage``. The tally is what the informers count now;
+    ``status.used`` what the quota controller charged (it may lag, or count what the
+    informers have not seen yet), so the larger is the safe one. Pure."""
+    return {r: max(tally.get(r, 0), status_used.get(r, 0)) for r in resources}
 
 
 @dataclass(frozen=True)
