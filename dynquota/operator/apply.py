@@ -17,6 +17,7 @@ from dynquota._k8s.errors import ApiError, ConflictError, NotFoundError
 from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
+from dynquota.names import EventReason
 from dynquota.operator.killswitch import KillSwitch
 from dynquota.operator.ports import (
     HELD_INFORMERS,
@@ -25,9 +26,6 @@ from dynquota.operator.ports import (
     HELD_POLICIES,
     HELD_RELEASE,
     HELD_STALE,
-    QUOTA_RELEASED,
-    QUOTA_REMOVED,
-    QUOTA_WRITE_FAILED,
     WRITE_TIMEOUT,
     Applied,
     namespace_terminating,
@@ -142,7 +140,7 @@ class QuotaWriter(KillSwitch):
             log.error("%s of quota in %s refused: %s", decision.action, namespace, exc)
             await self._warn_once(
                 ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid if current else ""),
-                QUOTA_WRITE_FAILED,
+                EventReason.QUOTA_WRITE_FAILED,
                 f"{decision.action} of the managed quota refused by the apiserver "
                 f"({exc.status} {exc.reason}): {exc.message}",
                 key=namespace,
@@ -195,7 +193,7 @@ class QuotaWriter(KillSwitch):
             log.error("release of the quota in %s refused: %s", namespace, exc)
             await self._warn_once(
                 ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid),
-                QUOTA_WRITE_FAILED,
+                EventReason.QUOTA_WRITE_FAILED,
                 f"release (delete) of the managed quota refused by the apiserver "
                 f"({exc.status} {exc.reason}): {exc.message}",
                 key=namespace,
@@ -207,7 +205,7 @@ class QuotaWriter(KillSwitch):
         await self._emit(
             ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid),
             "Normal",
-            QUOTA_RELEASED,
+            EventReason.QUOTA_RELEASED,
             f"{why}: the managed ResourceQuota {MANAGED_QUOTA_NAME} was released (deleted); "
             f"{would}. Leaving dry run creates it again from current usage",
         )
@@ -227,7 +225,7 @@ class QuotaWriter(KillSwitch):
             return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
         await self._warn(
             ObjectRef.namespace_object(namespace, self._namespace_uid.get(namespace, "")),
-            QUOTA_REMOVED,
+            EventReason.QUOTA_REMOVED,
             f"the managed ResourceQuota {MANAGED_QUOTA_NAME} was deleted: {why}",
             logged=True,
         )

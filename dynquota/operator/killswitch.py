@@ -16,12 +16,10 @@ import logging
 from dynquota._k8s.backoff import Backoff
 from dynquota._k8s.errors import KubeError
 from dynquota.kube.events import ObjectRef
+from dynquota.names import EventReason
 from dynquota.operator.policy_status import PolicyStatusWriter
 from dynquota.operator.ports import (
     HELD_LEASE,
-    KILL_SWITCH_ENGAGED,
-    KILL_SWITCH_INVALID,
-    KILL_SWITCH_RELEASED,
     KUBE_SYSTEM,
     WRITE_TIMEOUT,
 )
@@ -69,7 +67,7 @@ class KillSwitch(PolicyStatusWriter):
             self._spawn(
                 self._warn_once(
                     ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
-                    KILL_SWITCH_INVALID,
+                    EventReason.KILL_SWITCH_INVALID,
                     reading.warning,
                     key=KUBE_SYSTEM,
                     logged=True,
@@ -170,7 +168,7 @@ class KillSwitch(PolicyStatusWriter):
             await self._emit(
                 ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
                 "Normal",
-                KILL_SWITCH_ENGAGED,
+                EventReason.KILL_SWITCH_ENGAGED,
                 f"{KILL_SWITCH}=true: deleting every managed quota "
                 f"(at most {self.settings.kill_switch_delete_qps:g}/s); none is created",
             )
@@ -279,7 +277,7 @@ class KillSwitch(PolicyStatusWriter):
             await self._emit(
                 ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
                 "Normal",
-                KILL_SWITCH_RELEASED,
+                EventReason.KILL_SWITCH_RELEASED,
                 f"{KILL_SWITCH} released: re-creating quotas for every managed namespace",
             )
 

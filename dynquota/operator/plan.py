@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
+from dynquota.names import DEFAULT_OVERRIDE_TTL, GROUP, PLURAL, VERSION
 from dynquota.operator.decision import decide_with, governance_of
 from dynquota.policy import (
     KILL_SWITCH,
@@ -147,7 +148,7 @@ def compute_plan(
     *,
     now: float | None = None,
     operator_namespace: str = "",
-    override_ttl: int = 7 * 24 * 3600,
+    override_ttl: int = DEFAULT_OVERRIDE_TTL,
     excluded: frozenset[str] = frozenset(),
 ) -> list[PlanRow]:
     """The rows of :func:`build_plan` for settings given piecemeal: the operator's own
@@ -422,7 +423,7 @@ def read_cluster(api: Any, now: float | None = None) -> ClusterSnapshot:
     plain = "application/json"
     kube_system = _get(api, "/api/v1/namespaces/kube-system", [], plain)
     namespaces = list(_pages(api, "/api/v1/namespaces", [], plain))
-    policies = list(_pages(api, "/apis/dynquota.io/v1alpha1/dynamicquotapolicies", [], plain))
+    policies = list(_pages(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}", [], plain))
     # every quota, not only dynquota's: the others limit the namespace too
     quotas = list(_pages(api, "/api/v1/resourcequotas", [], plain))
     tally: Counter[tuple[str, str]] = Counter()

@@ -16,10 +16,8 @@ from typing import Any
 
 from dynquota._k8s.errors import KubeError
 from dynquota.kube.events import ObjectRef
+from dynquota.names import API_VERSION, KIND, EventReason
 from dynquota.operator.ports import (
-    POLICY_API_VERSION,
-    POLICY_INVALID,
-    POLICY_KIND,
     PolicyRecord,
 )
 from dynquota.operator.reporting import Reporting
@@ -98,8 +96,8 @@ class PolicyStatusWriter(Reporting):
         if already:
             return
         await self._warn(
-            ObjectRef(POLICY_API_VERSION, POLICY_KIND, name, "", record.uid),
-            POLICY_INVALID,
+            ObjectRef(API_VERSION, KIND, name, "", record.uid),
+            EventReason.POLICY_INVALID,
             f"{record.info.reason}; it freezes {frozen} namespaces (their managed quota is "
             "left as it is) until it is fixed",
         )

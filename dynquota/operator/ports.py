@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from dynquota._k8s.errors import ApiError
 from dynquota._k8s.timeouts import REQUEST_TIMEOUT
@@ -33,22 +33,12 @@ __all__ = [
     "NamespaceView",
     "PolicyStatusSink",
     "QuotaStore",
+    "ReconcileResult",
     "UsageView",
 ]
 
 
 KUBE_SYSTEM = "kube-system"
-FOREIGN_QUOTA = "ForeignQuota"
-QUOTA_WRITE_FAILED = "QuotaWriteFailed"
-KILL_SWITCH_ENGAGED = "KillSwitchEngaged"
-KILL_SWITCH_RELEASED = "KillSwitchReleased"
-KILL_SWITCH_INVALID = "KillSwitchInvalid"
-MANAGED_LABEL_IGNORED = "ManagedLabelIgnored"
-QUOTA_REMOVED = "QuotaRemoved"
-QUOTA_RELEASED = "QuotaReleased"
-POLICY_INVALID = "PolicyInvalid"
-POLICY_API_VERSION = "dynquota.io/v1alpha1"
-POLICY_KIND = "DynamicQuotaPolicy"
 WARNING_TTL = 3600.0
 WRITE_TIMEOUT = REQUEST_TIMEOUT
 """Seconds one managed-quota write may take (the kube/ request timeout, the same value the
@@ -73,6 +63,13 @@ HOLD_REASONS = (
     HELD_LEASE,
 )
 """Why a managed-quota write is held (label of ``dynquota_writes_held_total``)."""
+
+
+ReconcileResult = Literal["ok", "retry", "standby", "held", "invalid", "dry-run"]
+"""How a reconcile ended (label ``result`` of ``dynquota_reconciles_total``): ``ok`` decided
+(and written), ``retry`` failed or raced (retried with backoff, or decided again), ``standby``
+not leading, ``held`` a write waiting for positive knowledge, ``invalid`` a write the
+apiserver refused, ``dry-run`` decided and not enforced."""
 
 
 class QuotaStore(Protocol):
@@ -153,7 +150,7 @@ class Applied:
 
     quota: QuotaSnapshot | None = None
     outcome: Outcome | None = None
-    result: str = "ok"
+    result: ReconcileResult = "ok"
     conflict: bool = False
 
 

@@ -32,12 +32,13 @@ from dynquota._k8s.errors import KubeError
 from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import QuotaSnapshot
+from dynquota.names import EventReason
 from dynquota.operator.apply import QuotaWriter
 from dynquota.operator.decision import decide_with
 from dynquota.operator.ports import (
     CONFLICT_RETRIES,
-    MANAGED_LABEL_IGNORED,
     RECONCILE_TIMEOUT,
+    ReconcileResult,
 )
 from dynquota.policy import (
     OVERRIDE,
@@ -75,7 +76,7 @@ class Operator(QuotaWriter):
 
         Abandoned after :data:`RECONCILE_TIMEOUT` seconds (then retried with backoff)."""
         started = time.monotonic()
-        result = "ok"
+        result: ReconcileResult = "ok"
         try:
             async with asyncio.timeout(RECONCILE_TIMEOUT):
                 outcome, result = await self._reconcile(namespace)
@@ -93,7 +94,7 @@ class Operator(QuotaWriter):
             self.metrics.reconciles.labels(result).inc()
             self.metrics.queue_depth.set(len(self.queue))
 
-    async def _reconcile(self, namespace: str) -> tuple[Outcome, str]:
+    async def _reconcile(self, namespace: str) -> tuple[Outcome, ReconcileResult]:
         if not self.gate.is_leader:
             return Outcome(), "standby"
         governance = self.governance(namespace)
@@ -105,11 +106,12 @@ class Operator(QuotaWriter):
         if governance.warning:
             await self._warn_once(
                 ObjectRef.namespace_object(namespace, self._namespace_uid.get(namespace, "")),
-                MANAGED_LABEL_IGNORED,
+                EventReason.MANAGED_LABEL_IGNORED,
                 governance.warning,
                 key=namespace,
             )
         dry_run = self.settings.dry_run or governance.dry_run
+        result: ReconcileResult
         for attempt in range(CONFLICT_RETRIES + 1):
             # every attempt reads the quota afresh: the patch is conditional on its
             # resourceVersion, so it never overwrites a change it has not seen

@@ -13,13 +13,14 @@ from collections.abc import Iterable, Mapping
 
 from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
+from dynquota.names import EventReason
 from dynquota.operator.cache import OperatorCache
 from dynquota.operator.ports import (
-    FOREIGN_QUOTA,
     NamespaceView,
 )
 from dynquota.policy import (
     OVERRIDE,
+    OVERRIDE_GRANTED_AT,
     RECURRING_REASONS,
     TRACKED_RESOURCES,
     Decision,
@@ -113,12 +114,10 @@ class Reporting(OperatorCache):
         elif decision.hard:
             for resource, value in decision.hard.items():
                 self.metrics.hard.labels(namespace, resource).set(value)
-        active = quota is not None and "dynquota.io/override-granted-at" in quota.annotations
+        active = quota is not None and OVERRIDE_GRANTED_AT in quota.annotations
         if decision.dry_run:
             simulated = self.simulated.get(namespace)
-            active = simulated is not None and (
-                "dynquota.io/override-granted-at" in simulated.annotations
-            )
+            active = simulated is not None and (OVERRIDE_GRANTED_AT in simulated.annotations)
         if active:
             self._overrides.add(namespace)
             self.metrics.overrides_active.labels(namespace).set(1)
@@ -165,7 +164,7 @@ class Reporting(OperatorCache):
         ref = ObjectRef.quota(quota.namespace, quota.name, quota.uid)
         await self._warn_once(
             ref,
-            FOREIGN_QUOTA,
+            EventReason.FOREIGN_QUOTA,
             f"a ResourceQuota named {MANAGED_QUOTA_NAME} without the label "
             "app.kubernetes.io/managed-by=dynquota exists: dynquota leaves it alone and does not "
             "manage this namespace",
