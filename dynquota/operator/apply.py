@@ -135,18 +135,8 @@ class QuotaWriter(KillSwitch):
             # back off rather than spin; a DELETED event or the resync ends it
             return Applied(outcome=Outcome(retry=True), result="retry")
         except ApiError as exc:
-            if exc.retryable or namespace_terminating(exc):
-                return Applied(outcome=Outcome(retry=True), result="retry")
-            log.error("%s of quota in %s refused: %s", decision.action, namespace, exc)
-            await self._warn_once(
-                ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid if current else ""),
-                EventReason.QUOTA_WRITE_FAILED,
-                f"{decision.action} of the managed quota refused by the apiserver "
-                f"({exc.status} {exc.reason}): {exc.message}",
-                key=namespace,
-                logged=True,
-            )
-            return Applied(outcome=Outcome(), result="invalid")
+            uid = current.uid if current else ""
+            return await self._refused(namespace, uid, exc, decision.action)
         raise AssertionError(f"unknown action {decision.action!r}")
 
     async def _release(
@@ -188,18 +178,9 @@ class QuotaWriter(KillSwitch):
         except NotFoundError:
             return Applied(outcome=Outcome(retry=True), result="retry")
         except ApiError as exc:
-            if exc.retryable or namespace_terminating(exc):
-                return Applied(outcome=Outcome(retry=True), result="retry")
-            log.error("release of the quota in %s refused: %s", namespace, exc)
-            await self._warn_once(
-                ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid),
-                EventReason.QUOTA_WRITE_FAILED,
-                f"release (delete) of the managed quota refused by the apiserver "
-                f"({exc.status} {exc.reason}): {exc.message}",
-                key=namespace,
-                logged=True,
+            return await self._refused(
+                namespace, current.uid, exc, "release (delete)", log_as="release"
             )
-            return Applied(outcome=Outcome(), result="invalid")
         if not deleted:
             return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
         await self._emit(
@@ -230,3 +211,32 @@ class QuotaWriter(KillSwitch):
             logged=True,
         )
         return Applied(None)
+
+    async def _refused(
+        self,
+        namespace: str,
+        uid: str,
+        exc: ApiError,
+        what: str,
+        *,
+        log_as: str | None = None,
+    ) -> Applied:
+        """A write (``what``: the action) the apiserver answered with ``exc``: retried with
+        backoff if retryable or the namespace is terminating; otherwise logged at ERROR (as
+        ``log_as`` if given) and posted once as a ``QuotaWriteFailed`` Warning (result
+        ``invalid``, not retried)."""
+        if exc.retryable or namespace_terminating(exc):
+            return Applied(outcome=Outcome(retry=True), result="retry")
+        if log_as is None:
+            log.error("%s of quota in %s refused: %s", what, namespace, exc)
+        else:
+            log.error("%s of the quota in %s refused: %s", log_as, namespace, exc)
+        await self._warn_once(
+            ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, uid),
+            EventReason.QUOTA_WRITE_FAILED,
+            f"{what} of the managed quota refused by the apiserver "
+            f"({exc.status} {exc.reason}): {exc.message}",
+            key=namespace,
+            logged=True,
+        )
+        return Applied(outcome=Outcome(), result="invalid")

@@ -7,7 +7,7 @@ ResourceQuota, and metadata-only lists of non-terminal pods and of ConfigMaps (c
 the operator's own code, given the operator's :class:`~dynquota.settings.Settings` (the
 running release's, see :mod:`dynquota.operator.release`): the same
 :func:`~dynquota.operator.decision.governance_of` and
-:func:`~dynquota.operator.decision.decide_with` the operator calls, on the same conversions
+:func:`~dynquota.operator.decision.decide_args` the operator uses, on the same conversions
 (:meth:`QuotaSnapshot.state <dynquota.kube.quotas.QuotaSnapshot.state>`,
 :func:`dynquota.policy.observed_usage`). It also says why each namespace is not
 managed or not enforced, and lists the other (non-dynquota) ResourceQuotas of each namespace:
@@ -30,7 +30,7 @@ from typing import Any
 
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.names import DEFAULT_OVERRIDE_TTL, GROUP, PLURAL, VERSION
-from dynquota.operator.decision import decide_with, governance_of
+from dynquota.operator.decision import decide_args, governance_of
 from dynquota.policy import (
     KILL_SWITCH,
     MANAGED_LABEL,
@@ -39,6 +39,7 @@ from dynquota.policy import (
     TRACKED_RESOURCES,
     Governance,
     NamespaceInfo,
+    decide,
     format_time,
     observed_usage,
     parse_kill_switch,
@@ -224,8 +225,7 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
             continue  # nothing to do: said in not_managed
         tally = {r: snapshot.tally.get((name, r), 0) for r in TRACKED_RESOURCES}
         usage = observed_usage(tally, quota.used_counts() if quota is not None else {})
-        decision = decide_with(
-            settings,
+        decision = decide(
             governance=governance,
             usage=usage,
             peak=usage,
@@ -233,6 +233,7 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
             kill_switch=kill_switch,
             now=when,
             started_at=0.0,
+            **decide_args(settings),
         )
         by_resource = {c.resource: c.reason for c in decision.changes}
         general = "; ".join(decision.notes) or governance.reason

@@ -34,7 +34,7 @@ from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import EventReason
 from dynquota.operator.apply import QuotaWriter
-from dynquota.operator.decision import decide_with
+from dynquota.operator.decision import decide_args
 from dynquota.operator.ports import (
     CONFLICT_RETRIES,
     RECONCILE_TIMEOUT,
@@ -47,6 +47,7 @@ from dynquota.policy import (
     Governance,
     QuotaState,
     apply_decision,
+    decide,
     observed_usage,
 )
 
@@ -60,15 +61,10 @@ log = logging.getLogger("dynquota.operator")
 class Operator(QuotaWriter):
     """State and reconcile loop of one operator replica.
 
-    Args:
-        settings: the operator settings.
-        quotas, events, policy_status: the I/O ports (see :mod:`dynquota.operator.ports`).
-        metrics: where to report (a fresh :class:`~dynquota.metrics.Metrics` if omitted).
-        gate: leadership (always leading if omitted).
-        clock: wall clock, seconds since the epoch.
-
-    Set :attr:`usage` (a :class:`UsageView`) before the queue runs; feed the watches with
-    :meth:`on_namespace`, :meth:`on_quota`, :meth:`on_policy`, :meth:`on_usage_change`.
+    Built in layers, one concern a module (``docs/architecture.md``): construct it with the
+    arguments of :class:`~dynquota.operator.cache.OperatorCache`; set :attr:`usage` before the
+    queue runs and feed the watches with :meth:`on_namespace`, :meth:`on_quota`,
+    :meth:`on_policy`, :meth:`on_usage_change`.
     """
 
     async def reconcile(self, namespace: str) -> Outcome:
@@ -186,8 +182,7 @@ class Operator(QuotaWriter):
             if profile is not None:
                 found = self.peaks.peak(namespace, resource, now, profile.downscale_cooldown)
                 peak[resource] = usage[resource] if found is None else found
-        decision = decide_with(
-            self.settings,
+        decision = decide(
             governance=governance,
             usage=usage,
             peak=peak,
@@ -198,6 +193,7 @@ class Operator(QuotaWriter):
             previously_managed=namespace in self._deleted_by_others,
             namespace=namespace,
             help_url=self.settings.tenant_help_url,
+            **decide_args(self.settings),
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)
         return decision
