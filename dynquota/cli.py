@@ -725,12 +725,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # -- parser ------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``dynquota``."""
+def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
+    """The argument parser of ``dynquota`` (``prog``: the command name its messages show)."""
     from dynquota import __version__
 
     parser = argparse.ArgumentParser(
-        prog="dynquota", description="Size one ResourceQuota per namespace from observed usage."
+        prog=prog, description="Size one ResourceQuota per namespace from observed usage."
     )
     parser.add_argument("--version", action="version", version=f"dynquota {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -841,9 +841,12 @@ def _fail(message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dynquota`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "dynquota") -> int:
+    """Entry point of the ``dynquota`` console script; returns the exit code.
+
+    ``prog``: the command name usage and errors show (``python -m dynquota``,
+    ``kubectl dynquota``)."""
+    args = build_parser(prog).parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
@@ -853,6 +856,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(f"invalid setting: {exc}", 2)
     except KeyboardInterrupt:
         return 130
+
+
+def kubectl_plugin() -> int:
+    """Entry point of the ``kubectl-dynquota`` console script: on ``$PATH`` it makes
+    ``kubectl dynquota plan`` (any command) work as a kubectl plugin; kubectl passes the
+    arguments after ``dynquota`` unchanged."""
+    return main(prog="kubectl dynquota")
 
 
 if __name__ == "__main__":

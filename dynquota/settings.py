@@ -19,6 +19,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from dynquota.names import DEFAULT_OVERRIDE_TTL
 from dynquota.policy.durations import parse_duration
 from dynquota.policy.selection import SYSTEM_NAMESPACES
 
@@ -73,7 +74,8 @@ class Settings(BaseSettings):
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics; 0: off")
     probe_port: int = Field(8081, ge=0, le=65535, description="liveness /healthz; 0: off")
     override_ttl: int = Field(
-        168 * 3600, description="tenant override lifetime, seconds (accepts 168h, 90m, ...)"
+        DEFAULT_OVERRIDE_TTL,
+        description="tenant override lifetime, seconds (accepts 168h, 90m, ...)",
     )
     tenant_help_url: str = Field(
         "",

@@ -15,12 +15,10 @@ from kubernetes_asyncio import client
 from dynquota._k8s.paginate import ListPage, paginate
 from dynquota._k8s.request import ApiCallObserver, call_api
 from dynquota.kube.quotas import FIELD_MANAGER
+from dynquota.names import GROUP, PLURAL, VERSION
 
-__all__ = ["POLICY_GROUP", "POLICY_PLURAL", "POLICY_VERSION", "ClusterClient"]
+__all__ = ["ClusterClient"]
 
-POLICY_GROUP = "dynquota.io"
-POLICY_VERSION = "v1alpha1"
-POLICY_PLURAL = "dynamicquotapolicies"
 _MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -83,9 +81,9 @@ class ClusterClient:
         served yet after an apiserver restart), other ``ApiError``, ``TransportError``."""
         answer = await call_api(
             "list",
-            POLICY_PLURAL,
+            PLURAL,
             lambda t: self._custom.list_cluster_custom_object(
-                POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, _request_timeout=t
+                GROUP, VERSION, PLURAL, _request_timeout=t
             ),
             self._observer,
         )
@@ -95,11 +93,11 @@ class ClusterClient:
         """Merge-patch ``status`` of policy ``name`` (the status subresource)."""
         await call_api(
             "patch",
-            f"{POLICY_PLURAL}/status",
+            f"{PLURAL}/status",
             lambda t: self._custom.patch_cluster_custom_object_status(
-                POLICY_GROUP,
-                POLICY_VERSION,
-                POLICY_PLURAL,
+                GROUP,
+                VERSION,
+                PLURAL,
                 name,
                 {"status": dict(status)},
                 field_manager=FIELD_MANAGER,

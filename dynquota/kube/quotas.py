@@ -5,9 +5,10 @@ name :data:`MANAGED_QUOTA_NAME` and the label :data:`MANAGED_BY_LABEL` =
 :data:`MANAGED_BY_VALUE`. A quota with that name but without the label is *foreign*: it is
 returned by :meth:`QuotaClient.get` (so the operator can report it) but never written.
 
-Every write sends ``fieldManager=dynquota``. Quantities are compared numerically
-(``1k == 1000``, the apiserver canonicalises them), so a decision that changes nothing gives
-no patch at all (:func:`merge_patch`).
+Every write sends ``fieldManager=dynquota``. The patch body is the decision's own
+(:meth:`dynquota.policy.Decision.merge_patch`); :func:`dynquota.policy.decide` compares
+quantities numerically (``1k == 1000``, the apiserver canonicalises them), so a decision that
+changes nothing writes nothing.
 
 Failures are raised as :mod:`dynquota._k8s.errors` types (``ApiError`` subclasses carry the
 HTTP status; ``TransportError`` when there was no answer).
@@ -25,6 +26,13 @@ from kubernetes_asyncio import client
 from dynquota._k8s.errors import KubeError, NotFoundError
 from dynquota._k8s.paginate import ListPage, paginate
 from dynquota._k8s.request import ApiCallObserver, call_api
+from dynquota.names import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_SELECTOR,
+    MANAGED_BY_VALUE,
+    MANAGED_QUOTA_NAME,
+)
+from dynquota.policy import QuotaState
 from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -34,31 +42,13 @@ __all__ = [
     "MANAGED_QUOTA_NAME",
     "QuotaClient",
     "QuotaSnapshot",
-    "merge_patch",
-    "quantities_equal",
 ]
 
-MANAGED_QUOTA_NAME = "dynquota"
-"""Name of the managed ResourceQuota in every managed namespace."""
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-"""Label key that, with :data:`MANAGED_BY_VALUE`, marks the quota as dynquota's."""
-MANAGED_BY_VALUE = "dynquota"
 FIELD_MANAGER = "dynquota"
 """``fieldManager`` of every write (visible in ``metadata.managedFields``)."""
-MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+MANAGED_SELECTOR = MANAGED_BY_SELECTOR
 
 _MERGE_PATCH = "application/merge-patch+json"
-
-
-def quantities_equal(a: str | None, b: str | None) -> bool:
-    """Numeric equality of two quantity strings (``"1k" == "1000"``); ``None`` equals only
-    ``None``. An unparsable string is compared as text."""
-    if a is None or b is None:
-        return a is b
-    try:
-        return parse_quantity(a) == parse_quantity(b)
-    except QuantityError:
-        return a == b
 
 
 @dataclass(frozen=True)
@@ -114,6 +104,15 @@ class QuotaSnapshot:
         unparsable."""
         return _count(self.spec_hard.get(resource))
 
+    def state(self) -> QuotaState:
+        """The quota as :func:`~dynquota.policy.decide` reads it (``spec.hard`` parsed, a
+        malformed quantity left out; the annotations). Pure."""
+        return QuotaState.parse(self.spec_hard, self.annotations)
+
+    def used_counts(self) -> dict[str, int]:
+        """``status.used`` as integer counts (rounded up; unparsable values left out)."""
+        return {k: n for k, text in self.status_used.items() if (n := _count(text)) is not None}
+
     def used_int(self, resource: str) -> int | None:
         """``status.used[resource]`` as an integer count, or ``None`` if absent."""
         return _count(self.status_used.get(resource))
@@ -126,38 +125,6 @@ def _count(text: str | None) -> int | None:
         return parse_quantity(text).ceil()
     except QuantityError:
         return None
-
-
-def merge_patch(
-    current: QuotaSnapshot,
-    hard: Mapping[str, str],
-    annotations: Mapping[str, str | None],
-) -> dict[str, Any] | None:
-    """The JSON merge-patch turning ``current`` into the desired state, or ``None`` if equal.
-
-    ``hard`` is the complete desired ``spec.hard``: keys of ``current.spec_hard`` not in it
-    are nulled (removed); values equal as quantities are left out. ``annotations`` maps keys
-    to new values, ``None`` meaning remove; keys not mentioned are left alone.
-    """
-    hard_patch: dict[str, str | None] = {key: None for key in current.spec_hard if key not in hard}
-    for key, value in hard.items():
-        if not quantities_equal(current.spec_hard.get(key), value):
-            hard_patch[key] = value
-    annotation_patch: dict[str, str | None] = {}
-    for key, wanted in annotations.items():
-        if wanted is None:
-            if key in current.annotations:
-                annotation_patch[key] = None
-        elif current.annotations.get(key) != wanted:
-            annotation_patch[key] = wanted
-    if not hard_patch and not annotation_patch:
-        return None
-    body: dict[str, Any] = {}
-    if annotation_patch:
-        body["metadata"] = {"annotations": annotation_patch}
-    if hard_patch:
-        body["spec"] = {"hard": hard_patch}
-    return body
 
 
 class QuotaClient:
@@ -259,7 +226,8 @@ class QuotaClient:
     async def patch(
         self, namespace: str, body: Mapping[str, Any], resource_version: str | None = None
     ) -> QuotaSnapshot:
-        """Apply the JSON merge-patch ``body`` (see :func:`merge_patch`) to the managed quota.
+        """Apply the JSON merge-patch ``body`` (see
+        :meth:`dynquota.policy.Decision.merge_patch`) to the managed quota.
 
         With ``resource_version`` the patch carries ``metadata.resourceVersion``: a
         precondition the apiserver checks, answering 409 Conflict if the quota changed since

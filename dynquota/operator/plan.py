@@ -5,9 +5,11 @@ everything a decision needs: the ``kube-system`` kill switch, namespaces, polici
 ResourceQuota, and metadata-only lists of non-terminal pods and of ConfigMaps (counted with
 :mod:`dynquota.usage`'s quota semantics). :func:`build_plan` then decides each namespace with
 the operator's own code, given the operator's :class:`~dynquota.settings.Settings` (the
-running release's, see :mod:`dynquota.operator.release`): :func:`dynquota.policy.govern` with
-``Settings.excluded`` (as ``Operator.governance`` does) and :func:`dynquota.policy.decide`
-with the global dry-run flag and the override TTL. It also says why each namespace is not
+running release's, see :mod:`dynquota.operator.release`): the same
+:func:`~dynquota.operator.decision.governance_of` and
+:func:`~dynquota.operator.decision.decide_args` the operator uses, on the same conversions
+(:meth:`QuotaSnapshot.state <dynquota.kube.quotas.QuotaSnapshot.state>`,
+:func:`dynquota.policy.observed_usage`). It also says why each namespace is not
 managed or not enforced, and lists the other (non-dynquota) ResourceQuotas of each namespace:
 admission checks a create against every quota of the namespace, so the lowest limit wins.
 
@@ -27,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
+from dynquota.names import DEFAULT_OVERRIDE_TTL, GROUP, PLURAL, VERSION
+from dynquota.operator.decision import decide_args, governance_of
 from dynquota.policy import (
     KILL_SWITCH,
     MANAGED_LABEL,
@@ -35,10 +39,9 @@ from dynquota.policy import (
     TRACKED_RESOURCES,
     Governance,
     NamespaceInfo,
-    QuotaState,
     decide,
     format_time,
-    govern,
+    observed_usage,
     parse_kill_switch,
     target,
     validate_policy,
@@ -146,7 +149,7 @@ def compute_plan(
     *,
     now: float | None = None,
     operator_namespace: str = "",
-    override_ttl: int = 7 * 24 * 3600,
+    override_ttl: int = DEFAULT_OVERRIDE_TTL,
     excluded: frozenset[str] = frozenset(),
 ) -> list[PlanRow]:
     """The rows of :func:`build_plan` for settings given piecemeal: the operator's own
@@ -195,7 +198,7 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
             name, dict(meta.get("labels") or {}), bool(meta.get("deletionTimestamp"))
         )
         # as Operator.governance: the settings' verdict, then the policies
-        governance = govern(info, policies, settings.namespace, settings.excluded(name))
+        governance = governance_of(info, policies, settings)
         why = _not_managed_why(info, governance, settings)
         if why is not None:
             not_managed.append(NotManaged(name, why))
@@ -220,29 +223,17 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
         quota = found
         if governance.kind == "unmanaged" and quota is None and kill_switch is not None:
             continue  # nothing to do: said in not_managed
-        usage: dict[str, int] = {}
-        for resource in TRACKED_RESOURCES:
-            used = quota.used_int(resource) if quota is not None else None
-            usage[resource] = max(snapshot.tally.get((name, resource), 0), used or 0)
-        state = None
-        if quota is not None:
-            hard = {}
-            for key, text in quota.spec_hard.items():
-                try:
-                    hard[key] = parse_quantity(text)
-                except QuantityError:
-                    continue
-            state = QuotaState(hard, dict(quota.annotations))
+        tally = {r: snapshot.tally.get((name, r), 0) for r in TRACKED_RESOURCES}
+        usage = observed_usage(tally, quota.used_counts() if quota is not None else {})
         decision = decide(
             governance=governance,
             usage=usage,
             peak=usage,
-            quota=state,
+            quota=quota.state() if quota is not None else None,
             kill_switch=kill_switch,
             now=when,
             started_at=0.0,
-            dry_run=settings.dry_run,
-            override_ttl=settings.override_ttl,
+            **decide_args(settings),
         )
         by_resource = {c.resource: c.reason for c in decision.changes}
         general = "; ".join(decision.notes) or governance.reason
@@ -433,7 +424,7 @@ def read_cluster(api: Any, now: float | None = None) -> ClusterSnapshot:
     plain = "application/json"
     kube_system = _get(api, "/api/v1/namespaces/kube-system", [], plain)
     namespaces = list(_pages(api, "/api/v1/namespaces", [], plain))
-    policies = list(_pages(api, "/apis/dynquota.io/v1alpha1/dynamicquotapolicies", [], plain))
+    policies = list(_pages(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}", [], plain))
     # every quota, not only dynquota's: the others limit the namespace too
     quotas = list(_pages(api, "/api/v1/resourcequotas", [], plain))
     tally: Counter[tuple[str, str]] = Counter()

@@ -43,13 +43,15 @@ from tenacity import (
 
 from dynquota._k8s.errors import KubeError, NotFoundError
 from dynquota.kube.client import new_api_client, replica_user_agent
-from dynquota.kube.cluster import POLICY_GROUP, POLICY_PLURAL, POLICY_VERSION, ClusterClient
+from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.events import EventRecorder
 from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.leader import AlwaysLeader, LeaderGate
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaClient
 from dynquota.metrics import InformerCollector, Metrics, MetricsServer
-from dynquota.operator.core import KUBE_SYSTEM, Operator
+from dynquota.names import GROUP, PLURAL, VERSION
+from dynquota.operator.ports import KUBE_SYSTEM
+from dynquota.operator.reconcile import Operator
 from dynquota.policy import KILL_SWITCH, parse_kill_switch
 from dynquota.settings import Settings
 
@@ -86,8 +88,8 @@ def _log_policy_list_failure(error: KubeError, delay: float) -> None:
             "the DynamicQuotaPolicy CRD (%s.%s) is not served (not installed, or the "
             "apiserver is restarting): no quota is written until the policies can be "
             "listed; retrying in %.1f s",
-            POLICY_PLURAL,
-            POLICY_GROUP,
+            PLURAL,
+            GROUP,
             delay,
         )
     else:
@@ -340,7 +342,7 @@ def build_registry(runtime_of: Callable[[Any], Runtime]) -> kopf.OperatorRegistr
     async def quotas(event: Any, memo: Any, **_: Any) -> None:
         runtime_of(memo).operator.on_quota(event.get("type"), event.get("object") or {})
 
-    @kopf.on.event(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, registry=registry)
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def policies(event: Any, memo: Any, **_: Any) -> None:
         runtime_of(memo).operator.on_policy(event.get("type"), event.get("object") or {})
 

@@ -22,6 +22,7 @@ from dynquota.policy.decide import (
     apply_decision,
     ceil_div,
     decide,
+    observed_usage,
     reject_unmanaged_override,
     target,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "last_upscale_key",
     "managed_label_warning",
     "namespace_exclusion",
+    "observed_usage",
     "parse_duration",
     "parse_kill_switch",
     "parse_time",

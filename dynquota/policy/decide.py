@@ -13,12 +13,14 @@ timestamps stored in annotations.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from dynquota.names import DEFAULT_OVERRIDE_TTL, EventReason
 from dynquota.policy.durations import format_duration
 from dynquota.policy.models import TRACKED_RESOURCES, OverrideSettings, ResourceProfile
 from dynquota.policy.selection import MANAGED_LABEL, Governance
@@ -42,7 +44,6 @@ from dynquota.quantity import Quantity, QuantityError, parse_quantity
 
 __all__ = [
     "DEFAULT_OVERRIDE_TTL",
-    "QUOTA_AT_LIMIT",
     "RECURRING_REASONS",
     "TENANT_MESSAGE_REFRESH",
     "Action",
@@ -58,8 +59,6 @@ __all__ = [
     "target",
 ]
 
-DEFAULT_OVERRIDE_TTL: Final = 7 * 24 * 3600
-"""Tenant override lifetime, seconds (7 days)."""
 
 Action = Literal["create", "patch", "delete", "nothing"]
 ChangeKind = Literal[
@@ -73,24 +72,17 @@ ChangeKind = Literal[
 ]
 EventType = Literal["Normal", "Warning"]
 
-RESIZED: Final = "Resized"
-OVERRIDE_GRANTED: Final = "OverrideGranted"
-OVERRIDE_EXPIRED: Final = "OverrideExpired"
-OVERRIDE_REJECTED: Final = "OverrideRejected"
-USAGE_ABOVE_MAXIMUM: Final = "UsageAboveMaximum"
-STATE_REPAIRED: Final = "StateRepaired"
 #: seconds a cooldown stamp may lie in the future (clock skew between replicas) before it is
 #: treated as malformed and restarted at ``now``
 FUTURE_STAMP_ALLOWANCE: Final = 300
-MANUAL_EDIT_REVERTED: Final = "ManualEditReverted"
-QUOTA_RECREATED: Final = "QuotaRecreated"
-QUOTA_AT_LIMIT: Final = "QuotaAtLimit"
 TENANT_MESSAGE_REFRESH: Final = 3600
 """Seconds a tenant line (``dynquota.io/message``) stays after its namespace left the limit
 when no other write removes it first: removing it needs a write of its own, so a namespace
 flapping at its limit costs at most one such write per hour."""
 
-RECURRING_REASONS: Final = frozenset({OVERRIDE_REJECTED, USAGE_ABOVE_MAXIMUM, QUOTA_AT_LIMIT})
+RECURRING_REASONS: Final = frozenset(
+    {EventReason.OVERRIDE_REJECTED, EventReason.USAGE_ABOVE_MAXIMUM, EventReason.QUOTA_AT_LIMIT}
+)
 """Reasons of Warnings that :func:`decide` repeats on every decision while their cause lasts
 (the caller posts them once per cause); every other Event reports one occurrence."""
 
@@ -126,25 +118,33 @@ class QuotaState:
 
     ``hard``: ``spec.hard``, every key (foreign ones too), values as :class:`Quantity` or int
     (compared numerically). ``annotations``: ``metadata.annotations`` (only ``dynquota.io/``
-    keys are read; see :mod:`dynquota.policy.state`). Parse an object with :meth:`from_object`.
+    keys are read; see :mod:`dynquota.policy.state`). Parse strings with :meth:`parse`.
     """
 
     hard: Mapping[str, Quantity | int] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> QuotaState:
-        """From a ResourceQuota as JSON (``spec.hard`` quantity strings, annotations).
+    def parse(cls, hard: Mapping[str, str], annotations: Mapping[str, str]) -> QuotaState:
+        """From ``spec.hard`` as quantity strings and ``metadata.annotations``; a malformed
+        quantity is left out (as if the key were absent: the sizing then sets it). Pure."""
+        parsed: dict[str, Quantity | int] = {}
+        for key, text in hard.items():
+            with contextlib.suppress(QuantityError):
+                parsed[key] = parse_quantity(text)
+        return cls(parsed, dict(annotations))
 
-        Raises :class:`dynquota.quantity.QuantityError` on a malformed quantity.
-        """
-        from dynquota.quantity import parse_quantity
 
-        spec = obj.get("spec") or {}
-        metadata = obj.get("metadata") or {}
-        hard = {str(k): parse_quantity(str(v)) for k, v in (spec.get("hard") or {}).items()}
-        annotations = {str(k): str(v) for k, v in (metadata.get("annotations") or {}).items()}
-        return cls(hard, annotations)
+def observed_usage(
+    tally: Mapping[str, int],
+    status_used: Mapping[str, int],
+    resources: Iterable[str] = TRACKED_RESOURCES,
+) -> dict[str, int]:
+    """``U = max(tally, status.used)`` per resource of ``resources`` (counts; missing: 0): what
+    :func:`decide` takes as ``usage``. The tally is what the informers count now;
+    ``status.used`` what the quota controller charged (it may lag, or count what the
+    informers have not seen yet), so the larger is the safe one. Pure."""
+    return {r: max(tally.get(r, 0), status_used.get(r, 0)) for r in resources}
 
 
 @dataclass(frozen=True)
@@ -352,7 +352,7 @@ def _read_override(
         events.append(
             Event(
                 "Warning",
-                OVERRIDE_REJECTED,
+                EventReason.OVERRIDE_REJECTED,
                 f"{OVERRIDE}={quoted(raw)} is not a valid request (the only value is max); ignored",
             )
         )
@@ -407,13 +407,13 @@ def _read_override(
                 f"{malformed}; nothing proves when the override was granted: granted again "
                 f"until {format_time(now + ttl)}"
             )
-            events.append(Event("Warning", STATE_REPAIRED, message))
+            events.append(Event("Warning", EventReason.STATE_REPAIRED, message))
             return _Override("grant", now, now + ttl), events, notes
         message = (
             f"{malformed}; nothing proves when the override was granted and {OVERRIDE} is "
             "not a valid request: the override ends now"
         )
-        events.append(Event("Warning", STATE_REPAIRED, message))
+        events.append(Event("Warning", EventReason.STATE_REPAIRED, message))
         ended = "override ended (its state was malformed)"
         return _Override("expire", ended=ended), events, notes
 
@@ -439,7 +439,7 @@ def _read_override(
             f"{format_duration(ttl)})"
         )
     message = f"{malformed}; repaired: {', '.join(repairs)}; the override ends at "
-    events.append(Event("Warning", STATE_REPAIRED, message + format_time(end)))
+    events.append(Event("Warning", EventReason.STATE_REPAIRED, message + format_time(end)))
     return state, events, notes
 
 
@@ -465,7 +465,7 @@ def _frozen_events(governance: Governance, quota: QuotaState | None) -> list[Eve
     return [
         Event(
             "Warning",
-            OVERRIDE_REJECTED,
+            EventReason.OVERRIDE_REJECTED,
             f"{OVERRIDE}={quoted(raw)} not granted: the namespace is frozen ({governance.reason})",
         )
     ]
@@ -476,7 +476,7 @@ def reject_unmanaged_override(quota_name: str, value: str) -> Event:
     ResourceQuota dynquota does not manage (``quota_name``; the caller posts it there)."""
     return Event(
         "Warning",
-        OVERRIDE_REJECTED,
+        EventReason.OVERRIDE_REJECTED,
         f"{OVERRIDE}={quoted(value)} on ResourceQuota {quota_name} ignored: dynquota manages "
         "only the ResourceQuota named dynquota labelled app.kubernetes.io/managed-by=dynquota",
     )
@@ -743,12 +743,12 @@ class _Sizer:
                 message += "; cooldowns restart now"
             self.notes.append(message)
             if any("malformed" in r for r in repairs):
-                self.events.append(Event("Warning", STATE_REPAIRED, message))
+                self.events.append(Event("Warning", EventReason.STATE_REPAIRED, message))
         if used > profile.maximum:
             self.events.append(
                 Event(
                     "Warning",
-                    USAGE_ABOVE_MAXIMUM,
+                    EventReason.USAGE_ABOVE_MAXIMUM,
                     f"usage of {resource} {used} is above the maximum {profile.maximum} "
                     f"of policy {self.policy}",
                     cause=resource,
@@ -916,7 +916,7 @@ class _Sizer:
                 self.events.append(
                     Event(
                         "Warning",
-                        OVERRIDE_REJECTED,
+                        EventReason.OVERRIDE_REJECTED,
                         f"{OVERRIDE}=max not granted: policy {self.policy} does not allow "
                         "overrides (spec.override.allowed: false); ask the platform team",
                         cause="override.allowed",
@@ -932,7 +932,7 @@ class _Sizer:
                 self.events.append(
                     Event(
                         "Warning",
-                        OVERRIDE_REJECTED,
+                        EventReason.OVERRIDE_REJECTED,
                         f"{OVERRIDE}=max not granted before {format_time(ready)}: policy "
                         f"{self.policy} allows a new override "
                         f"{format_duration(rules.min_interval)} after the previous one ended "
@@ -1016,7 +1016,7 @@ class _Sizer:
                 self.events.append(
                     Event(
                         "Warning",
-                        QUOTA_AT_LIMIT,
+                        EventReason.QUOTA_AT_LIMIT,
                         part + "." + help_text,
                         cause=f"{resource}:{kind}",
                     )
@@ -1049,29 +1049,35 @@ class _Sizer:
             until = format_time(override.expires_at or self.now)
             sizes = ", ".join(f"{c.resource} {c.old}->{c.new}" for c in granted) or "no change"
             self.events.append(
-                Event("Normal", OVERRIDE_GRANTED, f"override granted until {until}: {sizes}")
+                Event(
+                    "Normal",
+                    EventReason.OVERRIDE_GRANTED,
+                    f"override granted until {until}: {sizes}",
+                )
             )
         if override.mode in ("expire", "cancel"):
             ended = _ended(override, self.now, detailed=False)
             sizes = "; ".join(c.reason for c in expired) or "no change"
-            self.events.append(Event("Normal", OVERRIDE_EXPIRED, f"{ended}: {sizes}"))
+            self.events.append(Event("Normal", EventReason.OVERRIDE_EXPIRED, f"{ended}: {sizes}"))
         if resized and self.recreated:
             self.events.append(
                 Event(
                     "Warning",
-                    QUOTA_RECREATED,
+                    EventReason.QUOTA_RECREATED,
                     "the managed quota was deleted and is re-created (its state is lost, "
                     "cooldowns restart; to stop dynquota managing this namespace, label it "
                     f"{MANAGED_LABEL}=false): " + "; ".join(c.reason for c in resized),
                 )
             )
         elif resized:
-            self.events.append(Event("Normal", RESIZED, "; ".join(c.reason for c in resized)))
+            self.events.append(
+                Event("Normal", EventReason.RESIZED, "; ".join(c.reason for c in resized))
+            )
         if self.edits:
             self.events.append(
                 Event(
                     "Warning",
-                    MANUAL_EDIT_REVERTED,
+                    EventReason.MANUAL_EDIT_REVERTED,
                     f"spec.hard was edited directly: {'; '.join(self.edits)}. dynquota sizes "
                     f"this quota: change its DynamicQuotaPolicy, or request {OVERRIDE}=max",
                 )

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
+from dynquota.names import CONFIGMAPS, PODS, TRACKED_RESOURCES
 from dynquota.policy.durations import format_duration, parse_duration
 
 __all__ = [
@@ -35,10 +36,6 @@ __all__ = [
     "validate_policy",
 ]
 
-PODS: Final = "pods"
-CONFIGMAPS: Final = "configmaps"
-TRACKED_RESOURCES: Final = (PODS, CONFIGMAPS)
-"""The quota keys dynquota sizes, in a stable order (same as :mod:`dynquota.usage`)."""
 
 _INT64_MAX: Final = 2**63 - 1
 _INT32_MIN: Final = -(2**31)

@@ -50,6 +50,7 @@ from typing import Any, Final
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.names import GROUP, MANAGED_BY_SELECTOR, PLURAL, VERSION
 from dynquota.policy.models import PolicyInfo, ResourceProfile, validate_policy
 from dynquota.policy.state import (
     KILL_SWITCH,
@@ -64,13 +65,13 @@ from dynquota.policy.state import (
 )
 from dynquota.quantity import QuantityError, parse_quantity
 from dynquota.testing.controlplane import AuditLog, AuditRecord
-from dynquota.testing.operator import GROUP, OPERATOR_NS, OPERATOR_SA, PLURAL, VERSION
+from dynquota.testing.operator import OPERATOR_NS, OPERATOR_SA
 from dynquota.testing.replicas import Replica, replica_of
 
 __all__ = ["INVARIANTS", "InvariantChecker", "Violation", "expected_hard", "single_writer"]
 
 INVARIANTS: Final = ("no-delete", "maximum", "cooldown", "single-writer", "process", "liveness")
-MANAGED_BY: Final = "app.kubernetes.io/managed-by=dynquota"
+MANAGED_BY: Final = MANAGED_BY_SELECTOR
 SYSTEM: Final = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 OPERATOR_USER: Final = f"system:serviceaccount:{OPERATOR_NS}:{OPERATOR_SA}"
 WRITE_VERBS: Final = frozenset({"create", "update", "patch", "delete"})
@@ -155,8 +156,9 @@ def _govern(labels: Mapping[str, str], policies: Iterable[PolicyInfo]) -> tuple[
 
 
 def expected_hard(profile: ResourceProfile, usage: int) -> int:
-    """``T(U) = min(maximum, max(minimum, ceil(U * (100 + bufferPercent) / 100)))`` (DESIGN
-    §2), in integers."""
+    """``T(U) = min(maximum, max(minimum, ceil(U * (100 + bufferPercent) / 100)))``, in integers:
+    the target is usage plus the buffer, rounded up, clamped to the profile's bounds
+    (``docs/sizing.md``)."""
     grown = -(-usage * (100 + profile.buffer_percent) // 100)
     return min(profile.maximum, max(profile.minimum, grown))
 

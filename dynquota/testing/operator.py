@@ -33,6 +33,7 @@ import kubernetes
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.names import GROUP, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PLURAL, VERSION
 from dynquota.operator.runtime import Runtime, run
 from dynquota.settings import Settings
 from dynquota.testing.controlplane import ControlPlaneError, LocalControlPlane
@@ -44,8 +45,7 @@ CRD = ROOT / "crds" / "dynamicquotapolicies.yaml"
 OPERATOR_NS = "dynquota-system"
 OPERATOR_SA = "dynquota"
 PAUSE = "registry.k8s.io/pause:3.10"
-GROUP, VERSION, PLURAL = "dynquota.io", "v1alpha1", "dynamicquotapolicies"
-MANAGED_LABELS = {"app.kubernetes.io/managed-by": "dynquota"}
+MANAGED_LABELS = {MANAGED_BY_LABEL: MANAGED_BY_VALUE}
 
 
 def render_rbac(cp: LocalControlPlane) -> str:

@@ -36,6 +36,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
+from dynquota.names import CONFIGMAPS, PODS, TRACKED_RESOURCES
+
 __all__ = [
     "CONFIGMAPS",
     "INDEFINITE",
@@ -50,12 +52,6 @@ __all__ = [
     "pod_expiry",
 ]
 
-PODS: Final = "pods"
-"""Quota key (and API resource) for pods."""
-CONFIGMAPS: Final = "configmaps"
-"""Quota key (and API resource) for ConfigMaps."""
-TRACKED_RESOURCES: Final = (PODS, CONFIGMAPS)
-"""The quota keys dynquota tracks, in a stable order."""
 
 INDEFINITE: Final = math.inf
 """Expiry of an object that counts for as long as it exists."""

@@ -48,9 +48,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.names import GROUP, PLURAL, VERSION
 from dynquota.policy import parse_time, validate_policy
 from dynquota.quantity import parse_quantity
-from dynquota.testing.operator import GROUP, PLURAL, VERSION, OperatorCluster, OperatorThread
+from dynquota.testing.operator import OperatorCluster, OperatorThread
 from dynquota.testing.wait import WaitTimeoutError, wait_until
 
 StartOperator = Callable[..., OperatorThread]

@@ -11,7 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dynquota.testing.operator import GROUP, PLURAL, VERSION, OperatorCluster, OperatorThread
+from dynquota.names import GROUP, PLURAL, VERSION
+from dynquota.testing.operator import OperatorCluster, OperatorThread
 from dynquota.testing.wait import wait_until
 
 StartOperator = Callable[..., OperatorThread]

@@ -14,7 +14,7 @@ from test_operator_reconcile import T0, FakeQuotas, World, namespace, policy, se
 
 from dynquota._k8s.errors import ApiError, NotFoundError
 from dynquota.kube.quotas import QuotaSnapshot
-from dynquota.operator import core
+from dynquota.operator import reconcile as reconcile_module
 from dynquota.testing.wait import async_wait_until
 
 H = 3600
@@ -137,7 +137,7 @@ class HangingQuotas(FakeQuotas):
 async def test_case3_a_hung_reconcile_is_abandoned_and_retried(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(core, "RECONCILE_TIMEOUT", 0.2)
+    monkeypatch.setattr(reconcile_module, "RECONCILE_TIMEOUT", 0.2)
     world = World()
     world.quotas = HangingQuotas()
     world.op = world.new_operator()

@@ -8,8 +8,6 @@ from pydantic import ValidationError
 from dynquota.kube.quotas import (
     MANAGED_BY_LABEL,
     QuotaSnapshot,
-    merge_patch,
-    quantities_equal,
 )
 from dynquota.settings import Settings, parse_duration_seconds
 
@@ -50,41 +48,6 @@ def test_same_name_without_label_or_other_name_is_not_managed() -> None:
     assert snapshot({}, labels={}).managed is False
     assert snapshot({}, labels={MANAGED_BY_LABEL: "helm"}).managed is False
     assert snapshot({}, name="other").managed is False
-
-
-def test_quantities_compare_numerically() -> None:
-    assert quantities_equal("1k", "1000")
-    assert not quantities_equal("1k", "1001")
-    assert quantities_equal(None, None)
-    assert not quantities_equal("1", None)
-
-
-def test_merge_patch_nulls_foreign_keys_and_skips_equal_values() -> None:
-    q = snapshot(
-        {"pods": "14", "configmaps": "1k", "secrets": "5"},
-        annotations={"dynquota.io/last-change.pods": "old", "keep": "x"},
-    )
-    body = merge_patch(
-        q,
-        {"pods": "20", "configmaps": "1000"},
-        {"dynquota.io/last-change.pods": "new", "dynquota.io/gone": None, "keep": "x"},
-    )
-    assert body == {
-        "metadata": {"annotations": {"dynquota.io/last-change.pods": "new"}},
-        "spec": {"hard": {"secrets": None, "pods": "20"}},
-    }
-
-
-def test_merge_patch_is_none_at_the_fixed_point() -> None:
-    q = snapshot({"pods": "14"}, annotations={"a": "1"})
-    assert merge_patch(q, {"pods": "14"}, {"a": "1", "b": None}) is None
-
-
-def test_merge_patch_removes_an_annotation() -> None:
-    q = snapshot({"pods": "14"}, annotations={"dynquota.io/override": "max"})
-    assert merge_patch(q, {"pods": "14"}, {"dynquota.io/override": None}) == {
-        "metadata": {"annotations": {"dynquota.io/override": None}}
-    }
 
 
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:

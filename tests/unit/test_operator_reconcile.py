@@ -13,7 +13,7 @@ from dynquota._k8s.errors import ApiError, ConflictError, NotFoundError
 from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import MANAGED_BY_LABEL, QuotaSnapshot
-from dynquota.operator.core import Operator
+from dynquota.operator.reconcile import Operator
 from dynquota.settings import Settings
 from dynquota.testing.wait import async_wait_until
 

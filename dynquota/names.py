@@ -1,0 +1,86 @@
+"""The names dynquota is known by in the cluster, defined once (imports nothing of dynquota).
+
+- the DynamicQuotaPolicy CRD: :data:`GROUP`, :data:`VERSION`, :data:`PLURAL`, :data:`KIND`,
+  :data:`API_VERSION` (``crds/dynamicquotapolicies.yaml``);
+- the managed quota: :data:`MANAGED_QUOTA_NAME` and the managed-by label;
+- the resources it sizes, :data:`TRACKED_RESOURCES`, and the default override lifetime;
+- the reasons of the Events it posts, :class:`EventReason`.
+
+The ``dynquota.io/`` annotation keys live with the rules that read them
+(:mod:`dynquota.policy.state`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+__all__ = [
+    "API_VERSION",
+    "CONFIGMAPS",
+    "DEFAULT_OVERRIDE_TTL",
+    "GROUP",
+    "KIND",
+    "MANAGED_BY_LABEL",
+    "MANAGED_BY_SELECTOR",
+    "MANAGED_BY_VALUE",
+    "MANAGED_QUOTA_NAME",
+    "PLURAL",
+    "PODS",
+    "TRACKED_RESOURCES",
+    "VERSION",
+    "EventReason",
+]
+
+GROUP: Final = "dynquota.io"
+VERSION: Final = "v1alpha1"
+PLURAL: Final = "dynamicquotapolicies"
+KIND: Final = "DynamicQuotaPolicy"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+MANAGED_QUOTA_NAME: Final = "dynquota"
+"""The name of the ResourceQuota dynquota manages in each namespace."""
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE: Final = "dynquota"
+MANAGED_BY_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+"""The label selector of the managed quotas (a quota is managed only with this label **and**
+the name :data:`MANAGED_QUOTA_NAME`)."""
+
+PODS: Final = "pods"
+CONFIGMAPS: Final = "configmaps"
+TRACKED_RESOURCES: Final = (PODS, CONFIGMAPS)
+"""The object-count resources dynquota sizes, in display order."""
+
+DEFAULT_OVERRIDE_TTL: Final = 7 * 24 * 3600
+"""Tenant override lifetime when not configured, seconds (7 days)."""
+
+
+class EventReason(StrEnum):
+    """The ``reason`` of every Event dynquota posts (fixed, greppable; the message says why).
+
+    On the managed quota — Normal: ``Resized``, ``OverrideGranted``, ``OverrideExpired``,
+    ``QuotaReleased``; Warning: ``OverrideRejected``, ``UsageAboveMaximum``, ``QuotaAtLimit``,
+    ``StateRepaired``, ``ManualEditReverted``, ``QuotaRecreated``, ``QuotaWriteFailed``,
+    ``ForeignQuota``. On a Namespace: ``ManagedLabelIgnored``, ``QuotaRemoved``; on
+    ``kube-system``: ``KillSwitchEngaged``, ``KillSwitchReleased``, ``KillSwitchInvalid``. On a
+    policy: ``PolicyInvalid``.
+    """
+
+    RESIZED = "Resized"
+    OVERRIDE_GRANTED = "OverrideGranted"
+    OVERRIDE_EXPIRED = "OverrideExpired"
+    OVERRIDE_REJECTED = "OverrideRejected"
+    USAGE_ABOVE_MAXIMUM = "UsageAboveMaximum"
+    QUOTA_AT_LIMIT = "QuotaAtLimit"
+    STATE_REPAIRED = "StateRepaired"
+    MANUAL_EDIT_REVERTED = "ManualEditReverted"
+    QUOTA_RECREATED = "QuotaRecreated"
+    FOREIGN_QUOTA = "ForeignQuota"
+    QUOTA_WRITE_FAILED = "QuotaWriteFailed"
+    QUOTA_REMOVED = "QuotaRemoved"
+    QUOTA_RELEASED = "QuotaReleased"
+    MANAGED_LABEL_IGNORED = "ManagedLabelIgnored"
+    KILL_SWITCH_ENGAGED = "KillSwitchEngaged"
+    KILL_SWITCH_RELEASED = "KillSwitchReleased"
+    KILL_SWITCH_INVALID = "KillSwitchInvalid"
+    POLICY_INVALID = "PolicyInvalid"

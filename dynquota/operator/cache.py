@@ -1,0 +1,338 @@
+"""What the watches told the operator: the first layer of
+:class:`~dynquota.operator.reconcile.Operator`.
+
+:class:`OperatorCache` holds the namespaces, the policies, the managed quotas' ``status.used``,
+the peak windows and the workqueue, and the per-replica bookkeeping the layers above share
+(own deletions, quotas deleted by others, warn-once cache). Its ``on_*`` methods are fed by
+the kopf handlers and the informers; each queues the namespaces whose decision may change.
+The layers above (``reporting`` < ``policy_status`` < ``killswitch`` < ``apply`` <
+``reconcile``) add one concern each.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from aiolimiter import AsyncLimiter
+from cachetools import TTLCache
+
+from dynquota._k8s.workqueue import Outcome, WorkQueue
+from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
+from dynquota.metrics import Metrics
+from dynquota.operator.decision import governance_of
+from dynquota.operator.ports import (
+    KUBE_SYSTEM,
+    WARNING_TTL,
+    AlwaysLeading,
+    EventSink,
+    LeaderView,
+    NamespaceReader,
+    NamespaceView,
+    PolicyRecord,
+    PolicyStatusSink,
+    QuotaStore,
+    UsageView,
+    resource_version_of,
+)
+from dynquota.policy import (
+    KILL_SWITCH,
+    TRACKED_RESOURCES,
+    Decision,
+    Governance,
+    NamespaceInfo,
+    PolicyInfo,
+    QuotaState,
+    observed_usage,
+    validate_policy,
+)
+from dynquota.settings import Settings
+from dynquota.usage import PeakWindows
+
+__all__ = [
+    "OperatorCache",
+]
+
+log = logging.getLogger("dynquota.operator")
+
+
+class OperatorCache(abc.ABC):
+    """The operator's cached state and watch handlers (see the module docs).
+
+    Args:
+        settings: the operator settings.
+        quotas, events, policy_status: the I/O ports (see :mod:`dynquota.operator.ports`).
+        metrics: where to report (a fresh :class:`~dynquota.metrics.Metrics` if omitted).
+        gate: leadership (always leading if omitted).
+        clock: wall clock, seconds since the epoch.
+
+    Set :attr:`usage` (a :class:`UsageView`) before the queue runs; feed the watches with
+    :meth:`on_namespace`, :meth:`on_quota`, :meth:`on_policy`, :meth:`on_usage_change`.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        quotas: QuotaStore,
+        events: EventSink,
+        policy_status: PolicyStatusSink,
+        metrics: Metrics | None = None,
+        gate: LeaderView | None = None,
+        clock: Callable[[], float] = time.time,
+        namespace_reader: NamespaceReader | None = None,
+    ) -> None:
+        self.settings = settings
+        self.quotas = quotas
+        self.events = events
+        self.policy_status = policy_status
+        self.namespace_reader = namespace_reader
+        """Consistent reads of ``kube-system`` confirming a kill-switch change seen in a
+        watch event before it deletes or re-creates quotas (``None``: the event is trusted;
+        unit tests only)."""
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.gate: LeaderView = gate if gate is not None else AlwaysLeading()
+        self.clock = clock
+        self.usage: UsageView | None = None
+        self.started_at = clock()
+        self.namespaces: dict[str, NamespaceInfo] = {}
+        self._namespace_rv: dict[str, int] = {}
+        self._deleted: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=3600)
+        self._policies: dict[str, PolicyRecord] = {}
+        self.policies_listed = False
+        """Whether a consistent LIST of the policies succeeded since start
+        (:meth:`on_policy_list`); until then every managed-quota write is held."""
+        self._release_confirmed = True
+        """``False`` from a watch event releasing the kill switch until a consistent read of
+        ``kube-system`` confirms it: creates are held meanwhile."""
+        self._held_logged: dict[str, float] = {}
+        self._kill_switch_observed = False
+        self._kill_switch_logged: str | None = None
+        self.kill_switch: bool | None = None
+        self.managed_quotas_exist: bool | None = None
+        """Whether managed quotas existed at start-up (read only when the kill-switch
+        annotation is invalid then); ``None``: not known."""
+        self._kube_system_uid = ""
+        self._namespace_uid: dict[str, str] = {}
+        self._deleted_by_others: set[str] = set()
+        """Namespaces whose managed quota someone else deleted (re-created as
+        ``QuotaRecreated``)."""
+        self._own_deletes: TTLCache[str, bool] = TTLCache(maxsize=100_000, ttl=600)
+        """Namespaces whose managed quota dynquota itself is deleting (kill switch,
+        unmanaged), so their DELETED event is not taken for someone else's."""
+        self._status_used: dict[str, dict[str, int]] = {}
+        self.simulated: dict[str, QuotaState | None] = {}
+        self.views: dict[str, NamespaceView] = {}
+        self._background_tasks: set[asyncio.Task[Any]] = set()
+        self.peaks = PeakWindows(self._peak_horizon())
+        # keyed by (namespace or object, reason, cause): never by message, which carries usage
+        # and tenant text
+        self._warned: TTLCache[tuple[str, str, str], bool] = TTLCache(
+            maxsize=20000, ttl=WARNING_TTL, timer=clock
+        )
+        self._invalid_reported: dict[str, int] = {}
+        """Policy name -> the generation whose ``PolicyInvalid`` Event was posted."""
+        # one token per 1/qps seconds: deletes evenly spaced, never a burst
+        self._delete_limiter = AsyncLimiter(1, 1.0 / settings.kill_switch_delete_qps)
+        self._overrides: set[str] = set()
+        self._kill_task: asyncio.Task[None] | None = None
+        self._sweeping = False
+        """Whether a kill-switch sweep is deleting (reconciles then leave deletes to it)."""
+        self._status_dirty = asyncio.Event()
+        self.queue = WorkQueue(
+            self.reconcile, workers=settings.workers, coalesce=settings.coalesce_seconds
+        )
+        self.on_decision: Callable[[str, Decision], None] | None = None
+        """Hook called after every decision (the demo's live table)."""
+
+    # -- hooks of the layers above ------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def reconcile(self, namespace: str) -> Outcome:
+        """Decide and apply the managed quota of ``namespace`` (the workqueue's handler;
+        :class:`~dynquota.operator.reconcile.Operator`)."""
+
+    @abc.abstractmethod
+    def observe_kill_switch(self, value: str | None, *, consistent: bool = True) -> None:
+        """The kill-switch annotation of ``kube-system`` as read now
+        (:class:`~dynquota.operator.killswitch.KillSwitch`)."""
+
+    # -- watches ---------------------------------------------------------------------------
+
+    def on_namespace(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """A Namespace event (``ADDED``/``MODIFIED``/``DELETED``, ``None`` for a listing)."""
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        if not name:
+            return
+        rv = resource_version_of(obj)
+        if event_type == "DELETED":
+            self.namespaces.pop(name, None)
+            self._namespace_rv.pop(name, None)
+            self._deleted[name] = rv
+            self._forget(name)
+            self.mark_policy_status_dirty()
+            return
+        if rv and rv < max(self._namespace_rv.get(name, 0), self._deleted.get(name, 0)):
+            return  # older than what we hold (e.g. a start-up listing racing the watch)
+        self._namespace_rv[name] = rv
+        self._namespace_uid[name] = str(meta.get("uid") or "")
+        if name == KUBE_SYSTEM:
+            self._kube_system_uid = str(meta.get("uid") or "")
+            self.observe_kill_switch(
+                (meta.get("annotations") or {}).get(KILL_SWITCH), consistent=event_type is None
+            )
+        info = NamespaceInfo(
+            name,
+            dict(meta.get("labels") or {}),
+            terminating=bool(meta.get("deletionTimestamp")),
+        )
+        if self.namespaces.get(name) != info:
+            self.namespaces[name] = info
+            self.queue.add(name)
+            self.mark_policy_status_dirty()
+
+    def on_quota(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """An event of a ResourceQuota named ``dynquota`` (managed or not)."""
+        snapshot = QuotaSnapshot.from_object(obj)
+        if snapshot.name != MANAGED_QUOTA_NAME or not snapshot.namespace:
+            return
+        own = event_type == "DELETED" and self._own_deletes.pop(snapshot.namespace, False)
+        if event_type == "DELETED" and snapshot.managed and not own and not self._ours(snapshot):
+            self._deleted_by_others.add(snapshot.namespace)
+        if event_type == "DELETED" or not snapshot.managed:
+            self._status_used.pop(snapshot.namespace, None)
+        else:
+            self._status_used[snapshot.namespace] = snapshot.used_counts()
+        self.queue.add(snapshot.namespace)
+
+    def _ours(self, deleted: QuotaSnapshot) -> bool:
+        """Whether a deletion was dynquota's own, by whichever replica made it: the kill
+        switch is engaged, the namespace is not managed (opted out, no policy), or it is in
+        dry run (its quota released). A replica records only its own deletes, so after a
+        leader change it could otherwise report its peer's deletes as someone else's
+        (``QuotaRecreated``)."""
+        if self.kill_switch or self.settings.dry_run:
+            return True
+        governance = self.governance(deleted.namespace)
+        if governance is not None and governance.kind == "managed" and governance.dry_run:
+            return True
+        return governance is not None and governance.kind in ("unmanaged", "excluded")
+
+    def on_policy(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """A DynamicQuotaPolicy event: re-validate it and re-queue every namespace if its
+        spec changed."""
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        if not name:
+            return
+        if event_type == "DELETED":
+            if self._policies.pop(name, None) is not None:
+                self._policies_changed()
+            return
+        info = validate_policy(obj)
+        generation = int(meta.get("generation") or 0)
+        old = self._policies.get(name)
+        self._policies[name] = PolicyRecord(
+            info, generation, dict(obj.get("status") or {}), str(meta.get("uid") or "")
+        )
+        if old is None or old.info != info:
+            if not info.valid:
+                log.warning("policy %s is invalid: %s", name, info.reason)
+            self._policies_changed()
+        elif old.status != self._policies[name].status or old.generation != generation:
+            self.mark_policy_status_dirty()
+
+    def on_policy_list(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """The policies as returned by a consistent LIST: each is applied as
+        :meth:`on_policy` does, and the policies count as known from now on, so writes held
+        on them proceed (every namespace is queued again)."""
+        for obj in items:
+            self.on_policy(None, obj)
+        if not self.policies_listed:
+            self.policies_listed = True
+            log.debug("policies listed: %d; writes may proceed", len(self._policies))
+            self.queue.add_all(list(self.namespaces))
+            self.mark_policy_status_dirty()
+
+    def on_usage_change(self, namespace: str, resource: str) -> None:
+        """The informers' callback: sample the peak and queue the namespace."""
+        if self.usage is not None:
+            now = self.clock()
+            tally = {resource: self.usage.usage(namespace, resource, now)}
+            used = observed_usage(tally, self._status_used.get(namespace, {}), tally)
+            self.peaks.observe(namespace, resource, used[resource], now)
+        self.queue.add(namespace)
+
+    @property
+    def policies(self) -> list[PolicyInfo]:
+        """Every stored policy, valid or not."""
+        return [record.info for record in self._policies.values()]
+
+    def _policies_changed(self) -> None:
+        # a shorter horizon is held for the longer one's length (never shortened early)
+        self.peaks.set_horizon(self._peak_horizon(), self.clock())
+        self.queue.add_all(list(self.namespaces))
+        self.mark_policy_status_dirty()
+
+    def _peak_horizon(self) -> float:
+        from dynquota.policy import DEFAULT_PROFILES
+
+        longest = max(p.downscale_cooldown for p in DEFAULT_PROFILES.values())
+        for record in self._policies.values():
+            if record.info.spec is not None:
+                for profile in record.info.spec.resources.values():
+                    longest = max(longest, profile.downscale_cooldown)
+        return float(max(longest, 1))
+
+    def _forget(self, namespace: str) -> None:
+        self.queue.forget(namespace)
+        self.peaks.forget(namespace)
+        self._deleted_by_others.discard(namespace)
+        self._own_deletes.pop(namespace, None)
+        if namespace != KUBE_SYSTEM:
+            self._namespace_uid.pop(namespace, None)
+        self._status_used.pop(namespace, None)
+        self.simulated.pop(namespace, None)
+        self.views.pop(namespace, None)
+        self._overrides.discard(namespace)
+        with contextlib.suppress(KeyError):
+            self.metrics.overrides_active.remove(namespace)
+        self.metrics.forget_namespace(namespace, TRACKED_RESOURCES)
+
+    # -- reconcile --------------------------------------------------------------------------------
+
+    def governance(self, namespace: str) -> Governance | None:
+        """How ``namespace`` is governed now (``None`` if it is not known)."""
+        info = self.namespaces.get(namespace)
+        if info is None:
+            return None
+        return governance_of(info, self.policies, self.settings)
+
+    # -- policy status ---------------------------------------------------------------------------
+
+    def mark_policy_status_dirty(self) -> None:
+        """Ask :meth:`run_policy_status` to recompute the policies' status."""
+        self._status_dirty.set()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        self._background_tasks.add(task)
+        task.add_done_callback(self._background_tasks.discard)
+        return task
+
+    async def stop_background(self) -> None:
+        """Cancel the kill-switch and event tasks this object started."""
+        tasks = list(self._background_tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

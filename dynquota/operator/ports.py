@@ -1,0 +1,196 @@
+"""The operator's ports and shared types (no I/O, no kopf).
+
+The operator talks to the cluster only through the small Protocols here
+(:class:`QuotaStore`, :class:`EventSink`, :class:`UsageView`, :class:`PolicyStatusSink`,
+:class:`NamespaceReader`, :class:`LeaderView`), so unit tests fake them at that boundary. Also
+here: the constants every concern of :class:`~dynquota.operator.reconcile.Operator` shares
+(Event reasons, write and reconcile timeouts, hold reasons), :class:`Applied` (what writing one
+decision came to) and :class:`NamespaceView` (what was last decided, for ``plan``, the demo and
+tests).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from dynquota._k8s.errors import ApiError
+from dynquota._k8s.timeouts import REQUEST_TIMEOUT
+from dynquota._k8s.workqueue import Outcome
+from dynquota.kube.events import EventType, ObjectRef
+from dynquota.kube.quotas import QuotaSnapshot
+from dynquota.policy import (
+    PolicyInfo,
+)
+
+__all__ = [
+    "Applied",
+    "EventSink",
+    "LeaderView",
+    "NamespaceReader",
+    "NamespaceView",
+    "PolicyStatusSink",
+    "QuotaStore",
+    "ReconcileResult",
+    "UsageView",
+]
+
+
+KUBE_SYSTEM = "kube-system"
+WARNING_TTL = 3600.0
+WRITE_TIMEOUT = REQUEST_TIMEOUT
+"""Seconds one managed-quota write may take (the kube/ request timeout, the same value the
+Settings lease rule checks): a write starts only when the Lease stays valid that long."""
+RECONCILE_TIMEOUT = 60.0
+"""Seconds after which a reconcile is abandoned and retried with backoff (a safety net
+under the per-request timeouts: a hung reconcile never stalls a worker for good)."""
+CONFLICT_RETRIES = 3
+"""Re-reads after a 409 Conflict on a managed-quota write, before backing off."""
+HELD_POLICIES = "policies-unknown"
+HELD_INFORMERS = "informers-not-synced"
+HELD_STALE = "informers-stale"
+HELD_KILL_SWITCH = "kill-switch-unknown"
+HELD_RELEASE = "kill-switch-release-unconfirmed"
+HELD_LEASE = "lease-not-held"
+HOLD_REASONS = (
+    HELD_POLICIES,
+    HELD_INFORMERS,
+    HELD_STALE,
+    HELD_KILL_SWITCH,
+    HELD_RELEASE,
+    HELD_LEASE,
+)
+"""Why a managed-quota write is held (label of ``dynquota_writes_held_total``)."""
+
+
+ReconcileResult = Literal["ok", "retry", "standby", "held", "invalid", "dry-run"]
+"""How a reconcile ended (label ``result`` of ``dynquota_reconciles_total``): ``ok`` decided
+(and written), ``retry`` failed or raced (retried with backoff, or decided again), ``standby``
+not leading, ``held`` a write waiting for positive knowledge, ``invalid`` a write the
+apiserver refused, ``dry-run`` decided and not enforced."""
+
+
+class QuotaStore(Protocol):
+    """Managed-quota I/O (:class:`dynquota.kube.quotas.QuotaClient`)."""
+
+    async def get(self, namespace: str) -> QuotaSnapshot | None: ...
+    async def list_managed(self) -> list[QuotaSnapshot]: ...
+    async def create(
+        self, namespace: str, hard: Mapping[str, str], annotations: Mapping[str, str]
+    ) -> QuotaSnapshot: ...
+    async def patch(
+        self, namespace: str, body: Mapping[str, Any], resource_version: str | None = None
+    ) -> QuotaSnapshot: ...
+    async def delete(self, namespace: str, uid: str | None = None) -> bool: ...
+
+
+class EventSink(Protocol):
+    """Event posting (:class:`dynquota.kube.events.EventRecorder`)."""
+
+    async def emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> bool: ...
+
+
+class UsageView(Protocol):
+    """Usage tallies (:class:`dynquota.kube.informer.UsageWatcher`).
+
+    ``synced``: every informer applied its first full list. ``healthy(now, margin)``: every
+    informer completed a watch cycle or list within its watch timeout plus ``margin``
+    seconds (its tallies are fresh enough to shrink on).
+    """
+
+    @property
+    def synced(self) -> bool: ...
+    def healthy(self, now: float | None = None, margin: float = 60.0) -> bool: ...
+    def usage(self, namespace: str, resource: str, now: float | None = None) -> int: ...
+    def next_expiry(self, namespace: str, now: float | None = None) -> float | None: ...
+
+
+class PolicyStatusSink(Protocol):
+    """Policy status writes (:class:`dynquota.kube.cluster.ClusterClient`)."""
+
+    async def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None: ...
+
+
+class NamespaceReader(Protocol):
+    """Consistent reads of a Namespace (:class:`dynquota.kube.cluster.ClusterClient`)."""
+
+    async def read_namespace(self, name: str) -> dict[str, Any]: ...
+
+
+class LeaderView(Protocol):
+    """Whether this replica may write (:class:`dynquota.kube.leader.LeaderGate`).
+
+    ``is_leader``: it holds the Lease now. ``can_write(seconds)``: a write that takes up to
+    ``seconds`` would finish before leadership could lapse (time fencing).
+    """
+
+    @property
+    def is_leader(self) -> bool: ...
+    def can_write(self, seconds: float) -> bool: ...
+
+
+class AlwaysLeading:
+    is_leader = True
+
+    def can_write(self, seconds: float) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What writing one decision came to.
+
+    ``outcome`` ``None``: the decision was written (or there was nothing to write) and
+    ``quota`` is the managed quota afterwards (``None`` after a delete). Otherwise ``outcome``
+    is for the workqueue and ``result`` labels ``dynquota_reconciles_total``. ``conflict``:
+    409 Conflict — read the quota again and decide again.
+    """
+
+    quota: QuotaSnapshot | None = None
+    outcome: Outcome | None = None
+    result: ReconcileResult = "ok"
+    conflict: bool = False
+
+
+@dataclass
+class PolicyRecord:
+    info: PolicyInfo
+    generation: int
+    status: Mapping[str, Any]
+    uid: str = ""
+
+
+@dataclass
+class NamespaceView:
+    """What the operator last decided for a namespace (for ``plan``, the demo and tests).
+
+    ``usage``/``hard``/``target`` per resource (counts), ``action`` the last decision's action,
+    ``reasons`` its change reasons (or notes), ``at`` when (seconds since the epoch).
+    """
+
+    usage: dict[str, int] = field(default_factory=dict)
+    tally: dict[str, int] = field(default_factory=dict)
+    status_used: dict[str, int] = field(default_factory=dict)
+    hard: dict[str, int] = field(default_factory=dict)
+    target: dict[str, int] = field(default_factory=dict)
+    action: str = ""
+    reasons: tuple[str, ...] = ()
+    at: float = 0.0
+    governance: str = ""
+    dry_run: bool = False
+
+
+def resource_version_of(obj: Mapping[str, Any]) -> int:
+    raw = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return int(raw) if raw.isdigit() else 0
+
+
+def namespace_terminating(exc: ApiError) -> bool:
+    """A 403 for creating in a namespace that is being deleted (``NamespaceTerminating``)."""
+    return exc.status == 403 and "being terminated" in exc.message
+
+
+def _now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

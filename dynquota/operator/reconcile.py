@@ -1,0 +1,238 @@
+"""The operator's state and its per-namespace reconcile (no kopf in here).
+
+:class:`Operator` holds what the watches told it (namespaces, policies, the kill switch, the
+managed quotas' ``status.used``), the peak windows, and the workqueue. Its
+:meth:`Operator.reconcile` is the one decision per namespace: read the managed quota, compute
+usage ``U = max(tally, status.used)`` and peaks, call the pure
+:func:`dynquota.policy.decide`, and apply the :class:`~dynquota.policy.Decision` with one
+create, JSON merge-patch or delete. It talks to the cluster only through the small ports
+below (:class:`QuotaStore`, :class:`EventSink`, :class:`UsageView`, :class:`PolicyStatusSink`),
+so unit tests fake them at that boundary.
+
+Writes (quotas, Events, policy status) happen only while ``gate.is_leader``.
+
+Fault safety (``docs/operator.md``): a managed-quota write needs positive knowledge — the
+policies listed once since start (:meth:`Operator.on_policy_list`), the informers synced, the
+kill switch read, and the Lease valid for the whole write (``gate.can_write``); a write that
+shrinks (:attr:`~dynquota.policy.Decision.shrinks`) also needs the informers healthy now.
+Otherwise the decision is *held*: nothing is written, the reason is logged and counted in
+``dynquota_writes_held_total{reason}``, and the namespace is retried with backoff. The kill
+switch is the exception on purpose: its sweep needs only a consistent read of ``kube-system``
+showing it engaged, and the Lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+
+from dynquota._k8s.errors import KubeError
+from dynquota._k8s.workqueue import Outcome
+from dynquota.kube.events import ObjectRef
+from dynquota.kube.quotas import QuotaSnapshot
+from dynquota.names import EventReason
+from dynquota.operator.apply import QuotaWriter
+from dynquota.operator.decision import decide_args
+from dynquota.operator.ports import (
+    CONFLICT_RETRIES,
+    RECONCILE_TIMEOUT,
+    ReconcileResult,
+)
+from dynquota.policy import (
+    OVERRIDE,
+    TRACKED_RESOURCES,
+    Decision,
+    Governance,
+    QuotaState,
+    apply_decision,
+    decide,
+    observed_usage,
+)
+
+__all__ = [
+    "Operator",
+]
+
+log = logging.getLogger("dynquota.operator")
+
+
+class Operator(QuotaWriter):
+    """State and reconcile loop of one operator replica.
+
+    Built in layers, one concern a module (``docs/architecture.md``): construct it with the
+    arguments of :class:`~dynquota.operator.cache.OperatorCache`; set :attr:`usage` before the
+    queue runs and feed the watches with :meth:`on_namespace`, :meth:`on_quota`,
+    :meth:`on_policy`, :meth:`on_usage_change`.
+    """
+
+    async def reconcile(self, namespace: str) -> Outcome:
+        """Decide and apply the managed quota of ``namespace`` (the workqueue's handler).
+
+        Abandoned after :data:`RECONCILE_TIMEOUT` seconds (then retried with backoff)."""
+        started = time.monotonic()
+        result: ReconcileResult = "ok"
+        try:
+            async with asyncio.timeout(RECONCILE_TIMEOUT):
+                outcome, result = await self._reconcile(namespace)
+            return outcome
+        except KubeError as exc:
+            result = "retry"
+            log.warning("reconcile %s: %s; retrying", namespace, exc)
+            return Outcome(retry=True)
+        except TimeoutError:
+            result = "retry"
+            log.warning("reconcile %s took over %.0f s; retrying", namespace, RECONCILE_TIMEOUT)
+            return Outcome(retry=True)
+        finally:
+            self.metrics.reconcile_seconds.observe(time.monotonic() - started)
+            self.metrics.reconciles.labels(result).inc()
+            self.metrics.queue_depth.set(len(self.queue))
+
+    async def _reconcile(self, namespace: str) -> tuple[Outcome, ReconcileResult]:
+        if not self.gate.is_leader:
+            return Outcome(), "standby"
+        governance = self.governance(namespace)
+        if governance is None:
+            self._forget(namespace)
+            return Outcome(), "ok"
+        if governance.kind == "excluded":
+            return Outcome(), "ok"
+        if governance.warning:
+            await self._warn_once(
+                ObjectRef.namespace_object(namespace, self._namespace_uid.get(namespace, "")),
+                EventReason.MANAGED_LABEL_IGNORED,
+                governance.warning,
+                key=namespace,
+            )
+        dry_run = self.settings.dry_run or governance.dry_run
+        result: ReconcileResult
+        for attempt in range(CONFLICT_RETRIES + 1):
+            # every attempt reads the quota afresh: the patch is conditional on its
+            # resourceVersion, so it never overwrites a change it has not seen
+            current = await self.quotas.get(namespace)
+            if current is not None and not current.managed:
+                await self._report_foreign(current)
+                return Outcome(), "ok"
+            now = self.clock()
+            decision = self._decide(namespace, governance, current, now, dry_run)
+            if decision.dry_run:
+                simulated = apply_decision(
+                    self._quota_for_decision(namespace, current, dry_run), decision
+                )
+                written = current
+                if current is not None and governance.kind in ("managed", "unmanaged"):
+                    # dry run enforces nothing: the managed quota is released (deleted)
+                    applied = await self._release(namespace, governance, simulated, current)
+                    if applied.conflict:
+                        gave_up = attempt == CONFLICT_RETRIES
+                        self.metrics.write_conflicts.labels(
+                            "gave-up" if gave_up else "retried"
+                        ).inc()
+                        continue
+                    if applied.outcome is not None:
+                        return applied.outcome, applied.result
+                    written = None
+                self.simulated[namespace] = simulated
+                result = "dry-run"
+                break
+            if decision.action == "delete" and self.kill_switch and self._sweeping:
+                return Outcome(), "ok"  # the kill-switch sweep deletes it (and logs it)
+            applied = await self._apply(namespace, governance, decision, current)
+            if applied.conflict:
+                gave_up = attempt == CONFLICT_RETRIES
+                self.metrics.write_conflicts.labels("gave-up" if gave_up else "retried").inc()
+                continue
+            if applied.outcome is not None:
+                return applied.outcome, applied.result
+            written, result = applied.quota, "ok"
+            break
+        else:
+            log.warning(
+                "reconcile %s: the managed quota changed under %d writes in a row (409 "
+                "Conflict); retrying with backoff",
+                namespace,
+                CONFLICT_RETRIES + 1,
+            )
+            return Outcome(retry=True), "retry"
+        await self._report_decision(namespace, governance, decision, written, dry_run)
+        return Outcome(requeue_at=self._next_look(namespace, governance, decision, now)), result
+
+    def _decide(
+        self,
+        namespace: str,
+        governance: Governance,
+        current: QuotaSnapshot | None,
+        now: float,
+        dry_run: bool,
+    ) -> Decision:
+        """Usage, peaks and :func:`~dynquota.policy.decide` for ``current`` (reports usage)."""
+        status_used = current.used_counts() if current is not None else {}
+        if current is not None:
+            self._status_used[namespace] = status_used
+        tally = {
+            r: self.usage.usage(namespace, r, now) if self.usage else 0 for r in TRACKED_RESOURCES
+        }
+        usage = observed_usage(tally, status_used)
+        peak: dict[str, int] = {}
+        for resource in TRACKED_RESOURCES:
+            self.peaks.observe(namespace, resource, usage[resource], now)
+            profile = governance.profiles.get(resource)
+            if profile is not None:
+                found = self.peaks.peak(namespace, resource, now, profile.downscale_cooldown)
+                peak[resource] = usage[resource] if found is None else found
+        decision = decide(
+            governance=governance,
+            usage=usage,
+            peak=peak,
+            quota=self._quota_for_decision(namespace, current, dry_run),
+            kill_switch=self.kill_switch,
+            now=now,
+            started_at=self.started_at,
+            previously_managed=namespace in self._deleted_by_others,
+            namespace=namespace,
+            help_url=self.settings.tenant_help_url,
+            **decide_args(self.settings),
+        )
+        self._report_usage(namespace, governance, tally, status_used, usage, current)
+        return decision
+
+    def _quota_for_decision(
+        self, namespace: str, current: QuotaSnapshot | None, dry_run: bool
+    ) -> QuotaState | None:
+        real = current.state() if current is not None else None
+        if not dry_run:
+            self.simulated.pop(namespace, None)
+            return real
+        if namespace not in self.simulated:
+            self.simulated[namespace] = real
+        simulated = self.simulated[namespace]
+        if simulated is None:
+            return None
+        # the tenant's request lives on the real quota
+        annotations = dict(simulated.annotations)
+        request = current.annotations.get(OVERRIDE) if current is not None else None
+        if request is None:
+            annotations.pop(OVERRIDE, None)
+        else:
+            annotations[OVERRIDE] = request
+        return QuotaState(simulated.hard, annotations)
+
+    def _next_look(
+        self, namespace: str, governance: Governance, decision: Decision, now: float
+    ) -> float | None:
+        candidates: list[float] = []
+        if decision.requeue_at is not None:
+            candidates.append(decision.requeue_at)
+        if governance.kind == "managed":
+            if self.usage is not None:
+                expiry = self.usage.next_expiry(namespace, now)
+                if expiry is not None:
+                    candidates.append(math.floor(expiry) + 1.0)
+            for resource, profile in governance.profiles.items():
+                drop = self.peaks.peak_expiry(namespace, resource, now, profile.downscale_cooldown)
+                if drop is not None:
+                    candidates.append(drop)
+        future = [c for c in candidates if c > now]
+        return min(future) if future else (now + 1.0 if candidates else None)

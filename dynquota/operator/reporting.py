@@ -1,0 +1,218 @@
+"""Reporting: metrics, Events, warn-once and the per-namespace view (a layer of
+:class:`~dynquota.operator.reconcile.Operator`).
+
+Events are posted only while leading. A Warning whose cause lasts is posted at most once an
+hour per ``(namespace or object, reason, cause)`` (:meth:`Reporting._warn_once`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+
+from dynquota.kube.events import EventType, ObjectRef
+from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
+from dynquota.names import EventReason
+from dynquota.operator.cache import OperatorCache
+from dynquota.operator.ports import (
+    NamespaceView,
+)
+from dynquota.policy import (
+    OVERRIDE,
+    OVERRIDE_GRANTED_AT,
+    RECURRING_REASONS,
+    TRACKED_RESOURCES,
+    Decision,
+    Governance,
+    target,
+)
+from dynquota.policy.decide import reject_unmanaged_override
+from dynquota.quantity import QuantityError, parse_quantity
+
+__all__ = [
+    "Reporting",
+]
+
+log = logging.getLogger("dynquota.operator")
+
+
+class Reporting(OperatorCache):
+    """Metrics, Events and the per-namespace view."""
+
+    # -- reporting -------------------------------------------------------------------------------
+
+    def _report_usage(
+        self,
+        namespace: str,
+        governance: Governance,
+        tally: Mapping[str, int],
+        status_used: Mapping[str, int],
+        usage: Mapping[str, int],
+        current: QuotaSnapshot | None,
+    ) -> None:
+        m = self.metrics
+        if governance.kind != "managed":
+            m.forget_namespace(namespace, TRACKED_RESOURCES)
+        view = self.views.setdefault(namespace, NamespaceView())
+        view.usage = dict(usage)
+        view.tally = dict(tally)
+        view.status_used = dict(status_used)
+        view.target = {r: target(usage[r], p) for r, p in governance.profiles.items() if r in usage}
+        for resource in TRACKED_RESOURCES:
+            profile = governance.profiles.get(resource)
+            if governance.kind != "managed" or profile is None:
+                continue
+            m.usage.labels(namespace, resource).set(usage[resource])
+            m.tally.labels(namespace, resource).set(tally[resource])
+            m.target.labels(namespace, resource).set(target(usage[resource], profile))
+            m.maximum.labels(namespace, resource).set(profile.maximum)
+            m.above_maximum.labels(namespace, resource).set(
+                1 if usage[resource] > profile.maximum else 0
+            )
+            if resource in status_used:
+                m.drift.labels(namespace, resource).set(tally[resource] - status_used[resource])
+            hard = current.hard_int(resource) if current is not None else None
+            if hard is not None:
+                m.hard.labels(namespace, resource).set(hard)
+
+    async def _report_decision(
+        self,
+        namespace: str,
+        governance: Governance,
+        decision: Decision,
+        quota: QuotaSnapshot | None,
+        dry_run: bool,
+    ) -> None:
+        if decision.action == "delete" and not decision.dry_run:
+            pass  # logged by _delete_managed
+        elif decision.action != "nothing" or decision.changes:
+            prefix = "(dry run) " if decision.dry_run else ""
+            lines = decision.reasons or decision.notes
+            log.info("%s%s %s: %s", prefix, decision.action, namespace, "; ".join(lines) or "state")
+        else:
+            for note in decision.notes:
+                log.debug("%s: %s", namespace, note)
+        if not decision.dry_run:
+            for change in decision.changes:
+                if change.old is None or change.new is None:
+                    continue
+                with contextlib.suppress(QuantityError):
+                    old = parse_quantity(change.old).ceil()
+                    new = parse_quantity(change.new).ceil()
+                    direction = "up" if new > old else "down"
+                    self.metrics.resizes.labels(direction, change.kind).inc()
+            if quota is not None and governance.kind == "managed":
+                for resource in TRACKED_RESOURCES:
+                    hard = quota.hard_int(resource)
+                    if hard is not None:
+                        self.metrics.hard.labels(namespace, resource).set(hard)
+            if decision.action == "delete":
+                for resource in TRACKED_RESOURCES:
+                    with contextlib.suppress(KeyError):
+                        self.metrics.hard.remove(namespace, resource)
+        elif decision.hard:
+            for resource, value in decision.hard.items():
+                self.metrics.hard.labels(namespace, resource).set(value)
+        active = quota is not None and OVERRIDE_GRANTED_AT in quota.annotations
+        if decision.dry_run:
+            simulated = self.simulated.get(namespace)
+            active = simulated is not None and (OVERRIDE_GRANTED_AT in simulated.annotations)
+        if active:
+            self._overrides.add(namespace)
+            self.metrics.overrides_active.labels(namespace).set(1)
+        else:
+            self._overrides.discard(namespace)
+            with contextlib.suppress(KeyError):
+                self.metrics.overrides_active.remove(namespace)
+        ref = ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, quota.uid if quota else "")
+        for event in decision.events:
+            if event.type != "Warning":
+                await self._emit(ref, event.type, event.reason, event.message)
+            elif event.reason in RECURRING_REASONS:
+                await self._warn_once(
+                    ref, event.reason, event.message, key=namespace, cause=event.cause
+                )
+            else:
+                await self._warn(ref, event.reason, event.message)
+        view = self._record_view(namespace, decision.action, decision.reasons or decision.notes)
+        view.dry_run = decision.dry_run
+        view.governance = f"{governance.kind}: {governance.reason}"
+        if decision.dry_run:
+            simulated = self.simulated.get(namespace)
+            view.hard = {
+                r: v.ceil() if not isinstance(v, int) else v
+                for r, v in (simulated.hard.items() if simulated else ())
+                if r in TRACKED_RESOURCES
+            }
+        elif quota is not None:
+            view.hard = {r: v for r in TRACKED_RESOURCES if (v := quota.hard_int(r)) is not None}
+        else:
+            view.hard = {}
+        if self.on_decision is not None:
+            self.on_decision(namespace, decision)
+
+    def _record_view(self, namespace: str, action: str, reasons: Iterable[str]) -> NamespaceView:
+        view = self.views.setdefault(namespace, NamespaceView())
+        if action != "nothing" or not view.action:
+            view.action = action
+            view.reasons = tuple(reasons)
+            view.at = self.clock()
+        return view
+
+    async def _report_foreign(self, quota: QuotaSnapshot) -> None:
+        ref = ObjectRef.quota(quota.namespace, quota.name, quota.uid)
+        await self._warn_once(
+            ref,
+            EventReason.FOREIGN_QUOTA,
+            f"a ResourceQuota named {MANAGED_QUOTA_NAME} without the label "
+            "app.kubernetes.io/managed-by=dynquota exists: dynquota leaves it alone and does not "
+            "manage this namespace",
+            key=quota.namespace,
+        )
+        request = quota.annotations.get(OVERRIDE)
+        if request is not None:
+            event = reject_unmanaged_override(quota.name, request)
+            await self._warn_once(ref, event.reason, event.message, key=quota.namespace)
+
+    async def _emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None:
+        if not self.gate.is_leader:
+            return
+        if await self.events.emit(ref, type_, reason, message):
+            self.metrics.events.labels(reason).inc()
+
+    async def _warn(
+        self, ref: ObjectRef, reason: str, message: str, *, logged: bool = False
+    ) -> None:
+        """Log a Warning at WARNING (unless the caller ``logged`` it already) and post it as
+        an Event (leader only)."""
+        if not self.gate.is_leader:
+            return
+        if not logged:
+            where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+            log.warning("%s on %s %s: %s", reason, ref.kind, where, message)
+        await self._emit(ref, "Warning", reason, message)
+
+    async def _warn_once(
+        self,
+        ref: ObjectRef,
+        reason: str,
+        message: str,
+        key: str,
+        *,
+        cause: str = "",
+        logged: bool = False,
+    ) -> None:
+        """:meth:`_warn`, unless a Warning with this ``reason`` about this ``cause`` was
+        posted for ``key`` within the last hour (Warnings that recur while their cause lasts).
+
+        Keyed on ``(key, reason, cause)``, never on ``message``: a message changes with usage
+        and with what a tenant writes, and a tenant-chosen key would let the cache grow.
+        """
+        if not self.gate.is_leader:
+            return
+        cache_key = (key, reason, cause)
+        if cache_key in self._warned:
+            return
+        self._warned[cache_key] = True
+        await self._warn(ref, reason, message, logged=logged)
