@@ -316,6 +316,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
             try:
                 deployment = find_release(api, args.release, args.release_namespace)
             except ReleaseNotFoundError as exc:
+                if args.release or args.release_namespace:
+                    # a release the admin named and that is not there: a typo, not a default
+                    raise UserError(f"{exc} (--release/--release-namespace as given)") from exc
                 settings = Settings()
                 header.append(
                     f"settings: no dynquota release found ({exc}): using the local environment "

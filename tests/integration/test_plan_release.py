@@ -192,20 +192,24 @@ def test_plan_reads_the_release_settings_and_says_why(
         {"namespace": foreign, "name": "team", "hard": {"configmaps": "20", "pods": "5"}}
     ]
 
-    # named explicitly: the same release; a release that does not exist: the local fallback
+    # named explicitly: the same release; a named release that does not exist: an error
     named = run_plan(
         ["--kubeconfig", admin, "--release", RELEASE, "--release-namespace", RELEASE_NS,
          "-n", excluded],
         capsys,
     )  # fmt: skip
     assert named[:3] == lines[:3]
-    missing = run_plan(["--kubeconfig", admin, "--release", "nope", "-n", excluded], capsys)
-    assert missing[0] == (
-        "settings: no dynquota release found (no Deployment labelled "
-        "app.kubernetes.io/part-of=dynquota,app.kubernetes.io/component=operator,"
-        "app.kubernetes.io/instance=nope in any namespace): using the local environment "
-        "(DYNQUOTA_*) instead; --release/--release-namespace to name one"
-    )
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--kubeconfig", admin, "--release", "nope", "-n", excluded])
+    assert exited.value.code == 2
+    missing = capsys.readouterr()
+    assert missing.out == ""
+    assert (
+        "no Deployment labelled app.kubernetes.io/part-of=dynquota,"
+        "app.kubernetes.io/component=operator,app.kubernetes.io/instance=nope in any namespace "
+        "(--release/--release-namespace as given)"
+    ) in missing.err
 
 
 def test_without_a_release_plan_says_so_and_uses_the_local_environment(
