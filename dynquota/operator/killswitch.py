@@ -243,12 +243,26 @@ class KillSwitch(PolicyStatusWriter):
 
     async def _delete_managed(self, namespace: str, uid: str | None, cause: str, why: str) -> bool:
         """Delete the managed quota of ``namespace`` (the object ``uid``) for ``cause``
-        (``kill-switch`` or ``unmanaged``): waits for the shared client-side rate limit
-        (``KILL_SWITCH_DELETE_QPS``), logs the deletion with ``why`` at WARNING, counts it in
-        ``dynquota_quota_deletions_total{cause}``. Returns ``False`` if the quota was already
-        gone or replaced. Raises :class:`~dynquota.kube.errors.KubeError`.
+        (``kill-switch``, ``unmanaged`` or ``dry-run``): waits for the shared client-side rate
+        limit (``KILL_SWITCH_DELETE_QPS``), then checks again that the Lease covers the request
+        (and, for ``kill-switch``, that the switch is still engaged), logs the deletion with
+        ``why`` at WARNING, counts it in ``dynquota_quota_deletions_total{cause}``. Returns
+        ``False`` if the quota was already gone or replaced, or the check after the wait failed
+        (the caller decides again). Raises :class:`~dynquota._k8s.errors.KubeError`.
         """
         await self._delete_limiter.acquire()
+        # The wait can be long (a sweep shares the rate): what allowed this delete — the Lease
+        # for the whole request, the kill switch for its deletes — is checked again after it.
+        if not self.gate.can_write(WRITE_TIMEOUT) or (
+            cause == "kill-switch" and self.kill_switch is not True
+        ):
+            log.info(
+                "managed quota of %s not deleted (%s): the Lease or the kill switch changed "
+                "while the delete waited for its turn",
+                namespace,
+                cause,
+            )
+            return False
         self._own_deletes[namespace] = True
         try:
             deleted = await self.quotas.delete(namespace, uid)

@@ -125,6 +125,45 @@ async def test_case2_the_kill_switch_sweep_stops_when_the_lease_cannot_cover_a_d
     assert sorted(world.quotas.objects) == ["ns-0", "ns-1"]
 
 
+class GatedLimiter:
+    """A delete rate limiter whose turn comes when the test says so."""
+
+    def __init__(self) -> None:
+        self.turn = asyncio.Event()
+        self.waiting = 0
+
+    async def acquire(self) -> None:
+        self.waiting += 1
+        await self.turn.wait()
+
+
+@pytest.mark.parametrize("change", ["lease", "kill-switch"])
+async def test_a_delete_waiting_for_its_turn_checks_the_lease_and_the_switch_again(
+    change: str,
+) -> None:
+    """The Lease (and the kill switch, for its deletes) is checked after the rate limiter's
+    wait, not only before it: a delete queued behind a long sweep never lands on a lapsed
+    Lease or after the switch was released."""
+    world = World()
+    world.quotas.put("ns-0", {"pods": "10"})
+    world.op.kill_switch = True
+    limiter = GatedLimiter()
+    world.op._delete_limiter = limiter  # type: ignore[assignment]
+    uid = world.quotas.objects["ns-0"]["metadata"]["uid"]
+    delete = asyncio.ensure_future(
+        world.op._delete_managed("ns-0", uid, "kill-switch", "kill switch engaged")
+    )
+    await async_wait_until(lambda: limiter.waiting == 1, "the delete waits for its turn")
+    if change == "lease":
+        world.leader.valid_for = 1.0  # lapses before a 10 s request could end
+    else:
+        world.op.kill_switch = False
+    limiter.turn.set()
+    assert await asyncio.wait_for(delete, 5) is False
+    assert sorted(world.quotas.objects) == ["ns-0"]
+    assert world.quotas.writes == []
+
+
 # -- case 3: a hung call never stalls the queue -----------------------------------------------
 
 
