@@ -122,6 +122,9 @@ class Demo:
             return
         if decision.action != "nothing":
             text = "; ".join(decision.reasons or decision.notes)
+            if not text:  # no resize: only dynquota's annotations change (e.g. the tenant line)
+                keys = sorted({*decision.set_annotations, *decision.remove_annotations})
+                text = "annotations only: " + ", ".join(keys)
             self.show.line("operator", f"{decision.action} {namespace}: {text}")
 
     def rows(self) -> list[tuple[str, str, str, str, str]]:
