@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import gc
 import itertools
 import json
@@ -198,6 +199,32 @@ async def main(mode: str, kubeconfig: str) -> dict[str, Any]:
         }
 
 
+async def create_retrying(gate: asyncio.Semaphore, call: Any, *args: Any) -> None:
+    """``call(*args)`` under ``gate``, with a 60 s request timeout: a 409 means done; 403 (the
+    ServiceAccount ``default`` not there yet), 429 and 5xx are retried every 0.5 s, 100 times at
+    most; any other error raises."""
+    async with gate:
+        for attempt in range(100):
+            try:
+                await call(*args, _request_timeout=60)
+                return
+            except kubernetes_asyncio.client.ApiException as exc:
+                if exc.status == 409:
+                    return
+                if exc.status not in (403, 429, 500, 503, 504) or attempt == 99:
+                    raise
+            await asyncio.sleep(0.5)
+
+
+async def create_namespaces(create: Any, core: Any, names: list[str], prefix: str) -> None:
+    """Create the namespaces ``names`` labelled ``bench=prefix`` with ``create`` (a
+    :func:`create_retrying` bound to its gate), all at once."""
+    labels = {"bench": prefix}
+    await asyncio.gather(
+        *(create(core.create_namespace, {"metadata": {"name": n, "labels": labels}}) for n in names)
+    )
+
+
 def configmap_size(i: int) -> int:
     return 50_000 if i % 10 == 0 else 5_000 if i % 10 in (1, 2) else 200
 
@@ -212,29 +239,9 @@ async def populate(
         gate = asyncio.Semaphore(concurrency)
         names = [f"{prefix}-{i}" for i in range(namespaces)]
 
-        async def create(call: Any, *args: Any) -> None:
-            async with gate:
-                for attempt in range(100):
-                    try:
-                        await call(*args)
-                        return
-                    except kubernetes_asyncio.client.ApiException as exc:
-                        if exc.status == 409:
-                            return
-                        # 403: ServiceAccount `default` not there yet; 429/5xx: back off
-                        if exc.status not in (403, 429, 500, 503, 504) or attempt == 99:
-                            raise
-                    await asyncio.sleep(0.5)
-
+        create = functools.partial(create_retrying, gate)
         started = time.monotonic()
-        await asyncio.gather(
-            *(
-                create(
-                    core.create_namespace, {"metadata": {"name": n, "labels": {"bench": prefix}}}
-                )
-                for n in names
-            )
-        )
+        await create_namespaces(create, core, names, prefix)
         namespaces_done = time.monotonic()
         noise = base64.b64encode(random.Random(7).randbytes(60_000)).decode()
         cm_work = []

@@ -17,26 +17,20 @@ round-robin, at most CONC requests in flight. Prints one JSON line with timings.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
 import time
 import uuid
 from collections.abc import Coroutine, Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes_asyncio
+from bench_informer_probe import create_namespaces, create_retrying, rss_bytes  # same directory
 
 from dynquota.operator.runtime import Runtime, run
 from dynquota.settings import Settings
-
-
-def rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def _sample(runtime: Runtime, name: str) -> float:
@@ -137,29 +131,9 @@ async def populate(
         gate = asyncio.Semaphore(conc)
         names = [f"{prefix}-{i}" for i in range(namespaces)]
 
-        async def create(call: Any, *args: Any) -> None:
-            async with gate:
-                for attempt in range(100):
-                    try:
-                        await call(*args, _request_timeout=60)
-                        return
-                    except kubernetes_asyncio.client.ApiException as exc:
-                        if exc.status == 409:
-                            return
-                        # 403: ServiceAccount `default` not there yet; 429/5xx: back off
-                        if exc.status not in (403, 429, 500, 503, 504) or attempt == 99:
-                            raise
-                    await asyncio.sleep(0.5)
-
+        create = functools.partial(create_retrying, gate)
         started = time.monotonic()
-        await asyncio.gather(
-            *(
-                create(
-                    core.create_namespace, {"metadata": {"name": n, "labels": {"bench": prefix}}}
-                )
-                for n in names
-            )
-        )
+        await create_namespaces(create, core, names, prefix)
         namespaces_done = time.monotonic()
 
         def objects() -> Iterator[Coroutine[Any, Any, None]]:

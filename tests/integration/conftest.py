@@ -40,13 +40,13 @@ def op_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorClu
         api.close()
 
 
-@pytest.fixture
-def start_operator(op_cluster: OperatorCluster) -> Iterator[Callable[..., OperatorThread]]:
-    """``start_operator(**settings)`` runs an operator; every one is stopped after the test."""
+def _operators(cluster: OperatorCluster) -> Iterator[Callable[..., OperatorThread]]:
+    """Yield ``start(**settings)``, which runs an operator on ``cluster``; every operator it
+    started is stopped afterwards."""
     running: list[OperatorThread] = []
 
     def start(**overrides: Any) -> OperatorThread:
-        op = OperatorThread(operator_settings(op_cluster, **overrides))
+        op = OperatorThread(operator_settings(cluster, **overrides))
         running.append(op)
         return op.start()
 
@@ -54,6 +54,12 @@ def start_operator(op_cluster: OperatorCluster) -> Iterator[Callable[..., Operat
     for op in running:
         with contextlib.suppress(AssertionError):
             op.stop()
+
+
+@pytest.fixture
+def start_operator(op_cluster: OperatorCluster) -> Iterator[Callable[..., OperatorThread]]:
+    """``start_operator(**settings)`` runs an operator; every one is stopped after the test."""
+    yield from _operators(op_cluster)
 
 
 @pytest.fixture
@@ -99,17 +105,7 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorC
 @pytest.fixture
 def start_node_operator(node_cluster: OperatorCluster) -> Iterator[Callable[..., OperatorThread]]:
     """``start_node_operator(**settings)`` runs an operator on ``node_cluster``; stopped after."""
-    running: list[OperatorThread] = []
-
-    def start(**overrides: Any) -> OperatorThread:
-        op = OperatorThread(operator_settings(node_cluster, **overrides))
-        running.append(op)
-        return op.start()
-
-    yield start
-    for op in running:
-        with contextlib.suppress(AssertionError):
-            op.stop()
+    yield from _operators(node_cluster)
 
 
 @pytest.fixture

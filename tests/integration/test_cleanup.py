@@ -63,6 +63,17 @@ def quota(name: str, hard: str, labels: dict[str, str] | None = None) -> dict[st
     }
 
 
+def managed_namespaces(core: kubernetes.client.CoreV1Api, prefix: str, count: int) -> list[str]:
+    """``count`` new namespaces ``<prefix>-<random>-<i>``, each with a managed quota
+    (``pods: 10``)."""
+    tag = uuid.uuid4().hex[:4]
+    names = [f"{prefix}-{tag}-{i}" for i in range(count)]
+    for ns in names:
+        core.create_namespace({"metadata": {"name": ns}})
+        core.create_namespaced_resource_quota(ns, quota("dynquota", "10", MANAGED))
+    return names
+
+
 def quotas_in(core: kubernetes.client.CoreV1Api, ns: str) -> dict[str, tuple[str, dict[str, str]]]:
     """``{name: (uid, labels)}`` of the quotas in ``ns``."""
     items = core.list_namespaced_resource_quota(ns).items
@@ -265,10 +276,7 @@ def test_the_deadline_stops_the_deletes_and_says_what_is_left(
     cp = private_cp
     api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
     core = kubernetes.client.CoreV1Api(api)
-    names = [f"dq-late-{uuid.uuid4().hex[:4]}-{i}" for i in range(20)]
-    for ns in names:
-        core.create_namespace({"metadata": {"name": ns}})
-        core.create_namespaced_resource_quota(ns, quota("dynquota", "10", MANAGED))
+    names = managed_namespaces(core, "dq-late", 20)
     listed = asyncio.run(_list(cp.kubeconfig))
     assert len(listed) == len(names)
     # 2 per second for 1.2 s: deletes start at 0, 0.5 and 1.0 s; at least 15 are left
@@ -316,10 +324,7 @@ def test_a_delete_without_an_answer_is_tried_again(
     cp = private_cp
     api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
     core = kubernetes.client.CoreV1Api(api)
-    names = [f"dq-retry-{uuid.uuid4().hex[:4]}-{i}" for i in range(5)]
-    for ns in names:
-        core.create_namespace({"metadata": {"name": ns}})
-        core.create_namespaced_resource_quota(ns, quota("dynquota", "10", MANAGED))
+    names = managed_namespaces(core, "dq-retry", 5)
     listed = sorted(asyncio.run(_list(cp.kubeconfig)), key=lambda q: q.namespace)
     assert [q.namespace for q in listed] == sorted(names)
     retried: list[tuple[str, int]] = []
@@ -349,10 +354,7 @@ def test_a_refused_delete_stops_the_cleanup(
     api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
     core = kubernetes.client.CoreV1Api(api)
     rbac = kubernetes.client.RbacAuthorizationV1Api(api)
-    names = [f"dq-403-{uuid.uuid4().hex[:4]}-{i}" for i in range(3)]
-    for ns in names:
-        core.create_namespace({"metadata": {"name": ns}})
-        core.create_namespaced_resource_quota(ns, quota("dynquota", "10", MANAGED))
+    names = managed_namespaces(core, "dq-403", 3)
     sa = f"list-only-{uuid.uuid4().hex[:4]}"
     core.create_namespaced_service_account("default", {"metadata": {"name": sa}})
     rbac.create_cluster_role(
