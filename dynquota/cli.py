@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from dynquota._k8s.timeouts import REQUEST_TIMEOUT
 from dynquota.settings import Settings
 
 __all__ = [
@@ -395,7 +396,9 @@ def cmd_override(args: argparse.Namespace) -> int:
     with api:
         core: Any = kubernetes.client.CoreV1Api(api)
         try:
-            quota = core.read_namespaced_resource_quota(MANAGED_QUOTA_NAME, args.namespace)
+            quota = core.read_namespaced_resource_quota(
+                MANAGED_QUOTA_NAME, args.namespace, _request_timeout=REQUEST_TIMEOUT
+            )
         except kubernetes.client.exceptions.ApiException as exc:
             if exc.status == 404:
                 raise UserError(
@@ -417,6 +420,7 @@ def cmd_override(args: argparse.Namespace) -> int:
                 MANAGED_QUOTA_NAME,
                 args.namespace,
                 {"metadata": {"annotations": {OVERRIDE: value}}},
+                _request_timeout=REQUEST_TIMEOUT,
             ),
         )
     if args.off:
@@ -446,14 +450,15 @@ def cmd_kill_switch(args: argparse.Namespace) -> int:
         core: Any = kubernetes.client.CoreV1Api(api)
         if args.state == "status":
             namespace = _guard(
-                "reading namespace kube-system", lambda: core.read_namespace("kube-system")
+                "reading namespace kube-system",
+                lambda: core.read_namespace("kube-system", _request_timeout=REQUEST_TIMEOUT),
             )
             raw = (namespace.metadata.annotations or {}).get(KILL_SWITCH)
             reading = parse_kill_switch(raw)
             quotas = _guard(
                 "listing managed quotas",
                 lambda: core.list_resource_quota_for_all_namespaces(
-                    label_selector=MANAGED_SELECTOR
+                    label_selector=MANAGED_SELECTOR, _request_timeout=REQUEST_TIMEOUT
                 ),
             )
             state = {True: "ENGAGED", False: "released", None: "INVALID"}[reading.engaged]
@@ -467,7 +472,9 @@ def cmd_kill_switch(args: argparse.Namespace) -> int:
         _guard(
             "annotating namespace kube-system",
             lambda: core.patch_namespace(
-                "kube-system", {"metadata": {"annotations": {KILL_SWITCH: value}}}
+                "kube-system",
+                {"metadata": {"annotations": {KILL_SWITCH: value}}},
+                _request_timeout=REQUEST_TIMEOUT,
             ),
         )
     if args.state == "on":
