@@ -1,0 +1,235 @@
+"""A tenant budget sliced into per-namespace quotas: one allocation pass (Pure: no I/O).
+
+Issue #13. A budget holds ``B`` units of one quota key (counts, millicores, bytes: whatever
+integer unit the caller sized the key in) for a set of namespaces, each of which has one
+managed ResourceQuota (its *slice*). Admission enforces a quota's ``status.hard`` against its
+``status.used``, and the quota controller copies ``spec.hard`` into ``status.hard`` on its own
+schedule, so both the written and the enforced value can admit. A namespace's *commitment* is
+therefore ``max(spec.hard, status.hard, status.used)``, and the invariant this module keeps is
+
+    sum of commitments over the budget's namespaces <= B.
+
+:func:`allocate` decides one pass from one consistent snapshot of the slices (one LIST of the
+quotas, taken after the caller's previous writes were acknowledged, so it is at or after them):
+
+1. **Fair targets.** Every namespace's floor is its usage (a slice is never shrunk below
+   ``status.used``); its need above the floor is ``demand - used`` (``demand``: the target its
+   DynamicQuotaPolicy would set without a budget). When the demands fit, each target is its
+   demand; otherwise the room above the floors is shared max-min fairly (water-filling, whole
+   units, the odd units to namespaces in name order): deterministic, and every namespace with
+   pending need gets a share of any free room in the same pass (no starvation).
+2. **Shrinks first.** A slice above its target is written down to it at once; the room it frees
+   counts only once ``status.hard`` shows the lower value (its commitment is unchanged until
+   then): shrink, observe, grow.
+3. **Bounding writes.** A namespace whose slice is not enforced yet (no quota, or the key not in
+   ``status.hard``) limits nothing for admission: it is *at risk*. It gets a slice at once (its
+   target, cut to the free room, never below its known usage): bounding it is always safer
+   than leaving it unbounded.
+4. **Grows last**, only when no namespace is at risk and the budget is not over (``OverBudget``:
+   sum of commitments above ``B``, e.g. a namespace joined with usage above the free room);
+   then the free room (``B`` minus the commitments after this pass's writes) is shared among
+   the growing slices by the same water-filling, so the sum of commitments stays within ``B``
+   whatever the quota controller and admission do next (admission never charges beyond
+   ``status.hard``; the controller only copies ``spec.hard``).
+
+A namespace whose usage is unknown (``used`` None: the quota controller has not counted the
+key) is held: no shrink, no grow; its commitment counts what is known.
+
+Limits of the promise (docs/budgets.md): admission's own races (kubernetes#123434, a recount
+from a lagging informer overwriting an admission charge) can admit beyond ``status.hard``;
+nothing here can prevent that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Allocation", "Slice", "allocate", "commitment", "water_fill"]
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One namespace's managed quota for one budgeted key, from one consistent snapshot.
+
+    ``spec_hard``: its ``spec.hard[key]`` (None: no managed quota, or the key absent);
+    ``status_hard``: its ``status.hard[key]`` (None: not enforced yet); ``used``: its
+    ``status.used[key]`` or a better count (None: unknown); ``demand``: the hard its
+    DynamicQuotaPolicy would set without the budget (buffer, cooldowns, minimum, maximum
+    applied; an override asks for the maximum). All in the key's integer unit, ``>= 0``.
+    """
+
+    namespace: str
+    spec_hard: int | None
+    status_hard: int | None
+    used: int | None
+    demand: int
+
+    @property
+    def bounded(self) -> bool:
+        """Whether admission enforces a limit for the key in this namespace."""
+        return self.status_hard is not None
+
+
+def commitment(item: Slice) -> int:
+    """``max(spec.hard, status.hard, status.used)`` of ``item``, unknown parts as 0 (units)."""
+    return max(item.spec_hard or 0, item.status_hard or 0, item.used or 0)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The outcome of one :func:`allocate` pass (all amounts in the key's unit).
+
+    ``writes``: namespace -> the ``spec.hard`` to write (only slices that change; shrinks,
+    bounding writes and grows). ``targets``: each namespace's fair target. ``committed``:
+    sum of commitments in the snapshot; ``committed_after``: the same once the writes land,
+    before the controller observes any shrink (the bound the writes keep). ``free``:
+    ``budget - committed_after`` (negative when over). ``over_budget``: ``committed > budget``.
+    ``at_risk``: namespaces not yet enforced, sorted. ``held``: namespaces with unknown usage,
+    sorted. ``waiting``: namespace -> units its demand still lacks after this pass.
+    """
+
+    budget: int
+    writes: dict[str, int]
+    targets: dict[str, int]
+    committed: int
+    committed_after: int
+    free: int
+    over_budget: bool
+    at_risk: tuple[str, ...]
+    held: tuple[str, ...]
+    waiting: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def grows_allowed(self) -> bool:
+        """Whether this pass could grant new room (nothing at risk, not over budget)."""
+        return not self.at_risk and not self.over_budget
+
+
+def water_fill(room: int, needs: Mapping[str, int]) -> dict[str, int]:
+    """Share ``room`` whole units max-min fairly among ``needs`` (name -> units wanted, >= 0).
+
+    Returns name -> units given, ``<= need`` each, summing to ``min(room, sum(needs))``: the
+    largest level ``L`` with ``sum(min(need, L)) <= room`` is given to all, then one more unit
+    to each name still in need, in name order, until the room is spent. Deterministic.
+    Raises ``ValueError`` if ``room`` or a need is negative.
+    """
+    if room < 0 or any(n < 0 for n in needs.values()):
+        raise ValueError("room and needs must be non-negative")
+    given = dict.fromkeys(needs, 0)
+    if room >= sum(needs.values()):
+        return dict(needs)
+    # Binary search of the level: room < sum(needs), so the level is below max(needs).
+    low, high = 0, max(needs.values(), default=0)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if sum(min(n, mid) for n in needs.values()) <= room:
+            low = mid
+        else:
+            high = mid - 1
+    for name, need in needs.items():
+        given[name] = min(need, low)
+    left = room - sum(given.values())
+    for name in sorted(needs):
+        if left == 0:
+            break
+        if given[name] < needs[name]:
+            given[name] += 1
+            left -= 1
+    return given
+
+
+def _fair_targets(budget: int, slices: Sequence[Slice]) -> dict[str, int]:
+    floors = {s.namespace: s.used if s.used is not None else commitment(s) for s in slices}
+    needs = {s.namespace: max(s.demand - floors[s.namespace], 0) for s in slices}
+    shares = water_fill(max(budget - sum(floors.values()), 0), needs)
+    return {name: floors[name] + shares[name] for name in floors}
+
+
+def allocate(budget: int, slices: Iterable[Slice]) -> Allocation:
+    """One allocation pass for ``budget`` units of one key over ``slices`` (see the module).
+
+    ``slices``: one per namespace of the budget, from one consistent snapshot (names unique).
+    Returns the :class:`Allocation`; the caller writes ``writes`` (each conditional on the
+    quota's resourceVersion), shrinks and bounding writes before grows, and decides the next
+    pass from a fresh snapshot. Raises ``ValueError`` on a negative budget or amount, or a
+    namespace listed twice.
+    """
+    items = sorted(slices, key=lambda s: s.namespace)
+    names = [s.namespace for s in items]
+    if len(set(names)) != len(names):
+        raise ValueError("a namespace is listed twice")
+    if budget < 0 or any(
+        v is not None and v < 0
+        for s in items
+        for v in (s.spec_hard, s.status_hard, s.used, s.demand)
+    ):
+        raise ValueError("budget and amounts must be non-negative")
+
+    committed = sum(commitment(s) for s in items)
+    over_budget = committed > budget
+    at_risk = tuple(s.namespace for s in items if not s.bounded)
+    held = tuple(s.namespace for s in items if s.used is None and s.bounded)
+    targets = _fair_targets(budget, items)
+
+    writes: dict[str, int] = {}
+    after = {s.namespace: commitment(s) for s in items}
+    # Shrinks: always safe (never below usage: the target's floor is the usage).
+    for s in items:
+        if s.namespace in held or not s.bounded or s.spec_hard is None:
+            continue
+        if targets[s.namespace] < s.spec_hard:
+            writes[s.namespace] = targets[s.namespace]
+    # Bounding writes: a slice for every namespace admission does not limit yet, within the
+    # free room but never below what it is known to use.
+    for s in items:
+        if s.bounded:
+            continue
+        room = max(budget - sum(after.values()), 0)
+        known = s.used or 0
+        current = s.spec_hard
+        want = targets[s.namespace] if current is None else min(targets[s.namespace], current)
+        value = max(known, min(want, after[s.namespace] + room))
+        if current != value:
+            writes[s.namespace] = value
+        after[s.namespace] = max(value, s.status_hard or 0, known)
+
+    waiting: dict[str, int] = {}
+    if not at_risk and not over_budget:
+        room = max(budget - sum(after.values()), 0)
+        # Growing to `want` costs only what exceeds the slice's present commitment.
+        costs = {
+            s.namespace: max(targets[s.namespace] - after[s.namespace], 0)
+            for s in items
+            if s.namespace not in held
+            and s.spec_hard is not None
+            and targets[s.namespace] > s.spec_hard
+        }
+        gains = water_fill(room, costs)
+        for s in items:
+            if s.namespace not in costs:
+                continue
+            assert s.spec_hard is not None
+            # Up to the present commitment is free (a shrink not yet observed, or usage).
+            value = min(targets[s.namespace], after[s.namespace] + gains[s.namespace])
+            if value > s.spec_hard:
+                writes[s.namespace] = value
+                after[s.namespace] = max(value, after[s.namespace])
+    for s in items:
+        granted = writes.get(s.namespace, s.spec_hard or 0)
+        lacking = max(s.demand, s.used or 0) - granted
+        if lacking > 0:
+            waiting[s.namespace] = lacking
+    committed_after = sum(after.values())
+    return Allocation(
+        budget=budget,
+        writes=writes,
+        targets=targets,
+        committed=committed,
+        committed_after=committed_after,
+        free=budget - committed_after,
+        over_budget=over_budget,
+        at_risk=at_risk,
+        held=held,
+        waiting=waiting,
+    )

@@ -1,0 +1,160 @@
+"""The tenant-budget allocation pass (dynquota.policy.budget): exact outcomes, then the invariant
+under a simulated quota controller and admission (hypothesis)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dynquota.policy.budget import Slice, allocate, commitment, water_fill
+
+
+def s(name: str, spec: int | None, status: int | None, used: int | None, demand: int) -> Slice:
+    return Slice(name, spec_hard=spec, status_hard=status, used=used, demand=demand)
+
+
+def test_water_fill_levels_then_gives_odd_units_in_name_order() -> None:
+    assert water_fill(10, {"a": 2, "b": 8, "c": 8}) == {"a": 2, "b": 4, "c": 4}
+    assert water_fill(11, {"c": 8, "b": 8, "a": 2}) == {"a": 2, "b": 5, "c": 4}
+    assert water_fill(100, {"a": 2, "b": 3}) == {"a": 2, "b": 3}
+    assert water_fill(0, {"a": 2}) == {"a": 0}
+    with pytest.raises(ValueError, match="non-negative"):
+        water_fill(-1, {"a": 1})
+
+
+def test_demands_that_fit_are_granted_in_full() -> None:
+    out = allocate(60, [s("a", 10, 10, 8, 12), s("b", 10, 10, 5, 6), s("c", 10, 10, 1, 20)])
+    assert out.targets == {"a": 12, "b": 6, "c": 20}
+    # b shrinks at once; a and c grow into the room left while b's shrink is unobserved
+    # (60 - 10 for b's old status.hard): a +2, c +10 fits in 50 - 20 = 30.
+    assert out.writes == {"a": 12, "b": 6, "c": 20}
+    assert out.committed == 30
+    assert out.committed_after == 42
+    assert not out.over_budget
+    assert out.at_risk == ()
+    assert out.waiting == {}
+
+
+def test_excess_demand_is_shared_max_min_fairly_above_usage() -> None:
+    out = allocate(60, [s("a", 20, 20, 18, 50), s("b", 20, 20, 10, 50), s("c", 20, 20, 2, 4)])
+    # floors 18+10+2 = 30; room 30 shared: c needs 2, then a and b 14 each.
+    assert out.targets == {"a": 32, "b": 24, "c": 4}
+    # c's shrink (20 -> 4) is not observed yet, so only 60 - 60 = 0 is free: a and b wait
+    # (their commitment stays 20), c shrinks.
+    assert out.writes == {"c": 4}
+    assert out.waiting == {"a": 30, "b": 30}
+
+
+def test_a_shrink_frees_room_only_once_status_hard_shows_it() -> None:
+    before = allocate(60, [s("a", 20, 20, 18, 50), s("b", 40, 40, 10, 10)])
+    assert before.writes == {"b": 10}  # shrink, nothing to grow into yet
+    observed = allocate(60, [s("a", 20, 20, 18, 50), s("b", 10, 10, 10, 10)])
+    assert observed.writes == {"a": 50}
+
+
+def test_a_slice_is_never_shrunk_below_its_usage() -> None:
+    out = allocate(30, [s("a", 25, 25, 25, 5), s("b", 5, 5, 5, 30)])
+    assert out.targets["a"] == 25
+    assert "a" not in out.writes
+
+
+def test_over_budget_grants_nothing_and_shrinks_nobody_below_usage() -> None:
+    # c joined with 30 used where only 10 were free.
+    out = allocate(60, [s("a", 25, 25, 20, 40), s("b", 25, 25, 25, 25), s("c", 30, 30, 30, 35)])
+    assert out.over_budget
+    assert out.committed == 80
+    assert out.targets == {"a": 20, "b": 25, "c": 30}
+    assert out.writes == {"a": 20}  # a's unused room comes back; nobody grows
+    assert out.free == -20
+
+
+def test_an_unenforced_namespace_puts_the_budget_at_risk_and_gets_bounded() -> None:
+    # d joined: no quota yet, 3 pods known from the tally.
+    out = allocate(60, [s("a", 20, 20, 5, 30), s("d", None, None, 3, 10)])
+    assert out.at_risk == ("d",)
+    assert not out.grows_allowed
+    assert out.writes == {"d": 10}  # bounded at its target; a may not grow this pass
+    assert out.waiting == {"a": 10}
+
+
+def test_a_bounding_write_is_cut_to_the_free_room_but_not_below_usage() -> None:
+    out = allocate(20, [s("a", 18, 18, 18, 18), s("d", None, None, 5, 10)])
+    assert out.writes == {"d": 5}  # 2 free, but 5 are already used
+    assert out.committed_after == 23
+    assert out.free == -3
+
+
+def test_unknown_usage_is_held() -> None:
+    out = allocate(60, [s("a", 20, 20, None, 50), s("b", 20, 20, 0, 0)])
+    assert out.held == ("a",)
+    assert out.writes == {"b": 0}
+
+
+def test_invalid_input_is_refused() -> None:
+    with pytest.raises(ValueError, match="listed twice"):
+        allocate(10, [s("a", 1, 1, 1, 1), s("a", 1, 1, 1, 1)])
+    with pytest.raises(ValueError, match="non-negative"):
+        allocate(-1, [])
+
+
+NAMES = ("a", "b", "c", "d")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    budget=st.integers(0, 80),
+    start=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 40)), min_size=4, max_size=4),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(("allocate", "observe", "admit", "release", "demand")),
+            st.sampled_from(NAMES),
+            st.integers(1, 15),
+        ),
+        max_size=60,
+    ),
+)
+def test_the_sum_of_commitments_never_exceeds_the_budget(
+    budget: int, start: list[tuple[int, int]], steps: list[tuple[str, str, int]]
+) -> None:
+    """Simulation: the quota controller copies spec.hard to status.hard when it likes,
+    admission charges only below status.hard, usage drops, demands move; allocate() decides
+    from the current state. Starting within the budget, no state ever exceeds it; starting
+    over it, the sum never grows."""
+    used = {n: min(u, budget // 4) for n, (u, _) in zip(NAMES, start, strict=True)}
+    demand = {n: d for n, (_, d) in zip(NAMES, start, strict=True)}
+    spec = dict(used)
+    status = dict(used)
+
+    def total() -> int:
+        return sum(max(spec[n], status[n], used[n]) for n in NAMES)
+
+    assert total() <= budget
+    for action, name, amount in steps:
+        if action == "allocate":
+            out = allocate(budget, [s(n, spec[n], status[n], used[n], demand[n]) for n in NAMES])
+            for n, value in out.writes.items():
+                assert value >= used[n]
+                spec[n] = value
+        elif action == "observe":
+            status[name] = spec[name]
+        elif action == "admit":
+            used[name] = max(used[name], min(used[name] + amount, status[name]))
+        elif action == "release":
+            used[name] = max(used[name] - amount, 0)
+        else:
+            demand[name] = amount * 3
+        assert total() <= budget
+
+
+def test_a_hungry_namespace_gets_freed_room_within_two_passes() -> None:
+    state = {"a": [30, 30, 5, 5], "b": [10, 10, 10, 40]}  # spec, status, used, demand
+    for _ in range(2):
+        out = allocate(40, [s(n, *v) for n, v in state.items()])
+        for n, value in out.writes.items():
+            state[n][0] = value
+        for v in state.values():
+            v[1] = v[0]  # the controller observes
+    assert state["a"][0] == 5
+    assert state["b"][0] == 35
+    assert commitment(s("b", *state["b"])) == 35
