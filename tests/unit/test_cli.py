@@ -289,3 +289,12 @@ def test_demo_without_the_testing_extra_is_one_clear_line(
         "plane from the repository (git clone, then `make demo`); the operator image does "
         "not include it\n"
     )
+
+
+def test_every_run_flag_names_a_setting() -> None:
+    from dynquota.settings import RUN_FLAGS
+
+    fields = {flag.removeprefix("--").replace("-", "_") for flag, _ in RUN_FLAGS}
+    assert fields <= set(Settings.model_fields)
+    run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    assert {a.dest for a in run._actions if a.dest != "help"} == fields
