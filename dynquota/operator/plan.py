@@ -1,11 +1,12 @@
 """``dynquota plan``: what the operator would do now, per namespace and resource (read-only).
 
-:func:`read_cluster` reads, with the official sync ``kubernetes`` client and never writing,
-everything a decision needs: the ``kube-system`` kill switch, namespaces, policies, every
-ResourceQuota, and metadata-only lists of non-terminal pods and of ConfigMaps (counted with
-:mod:`dynquota.usage`'s quota semantics). :func:`build_plan` then decides each namespace with
-the operator's own code, given the operator's :class:`~dynquota.settings.Settings` (the
-running release's, see :mod:`dynquota.operator.release`): the same
+:func:`read_cluster` reads, with the operator's own kubernetes_asyncio adapters and never
+writing, everything a decision needs: the ``kube-system`` kill switch, namespaces, policies,
+every ResourceQuota, and metadata-only lists of non-terminal pods and of ConfigMaps, tallied
+by the operator's informers (:mod:`dynquota.usage`'s quota semantics). :func:`build_plan` then
+decides each namespace with the operator's own code, given the operator's
+:class:`~dynquota.settings.Settings` (the running release's, see
+:mod:`dynquota.operator.release`): the same
 :func:`~dynquota.operator.decision.governance_of` and
 :func:`~dynquota.operator.decision.decide_args` the operator uses, on the same conversions
 (:meth:`QuotaSnapshot.state <dynquota.kube.quotas.QuotaSnapshot.state>`,
@@ -20,16 +21,19 @@ wait longer before a downscale than the plan shows (never shorter).
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes_asyncio import client
+
+from dynquota._k8s.reflector import Collection
+from dynquota.kube.cluster import ClusterClient
+from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
-from dynquota.names import DEFAULT_OVERRIDE_TTL, GROUP, PLURAL, VERSION
+from dynquota.names import DEFAULT_OVERRIDE_TTL
 from dynquota.operator.decision import decide_args, governance_of
 from dynquota.policy import (
     KILL_SWITCH,
@@ -48,7 +52,6 @@ from dynquota.policy import (
 )
 from dynquota.quantity import QuantityError, parse_quantity
 from dynquota.settings import Settings
-from dynquota.usage import POD_FIELD_SELECTOR, charge
 
 __all__ = [
     "ClusterSnapshot",
@@ -63,11 +66,6 @@ __all__ = [
     "read_cluster",
 ]
 
-REQUEST_TIMEOUT = 30.0
-"""Seconds per request of :func:`read_cluster` (a list page included)."""
-
-_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-
 
 @dataclass
 class ClusterSnapshot:
@@ -77,9 +75,9 @@ class ClusterSnapshot:
     """
 
     kube_system: Mapping[str, Any]
-    namespaces: list[Mapping[str, Any]]
-    policies: list[Mapping[str, Any]]
-    quotas: list[Mapping[str, Any]]
+    namespaces: Sequence[Mapping[str, Any]]
+    policies: Sequence[Mapping[str, Any]]
+    quotas: Sequence[Mapping[str, Any]]
     tally: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
@@ -382,61 +380,36 @@ def _columns(table: list[tuple[str, ...]]) -> str:
     )
 
 
-def _get(api: Any, path: str, query: list[tuple[str, str]], accept: str) -> Any:
-    """One GET through the sync client's low-level API; the decoded JSON body.
+async def read_cluster(api: client.ApiClient, now: float | None = None) -> ClusterSnapshot:
+    """Read a :class:`ClusterSnapshot` through ``api`` (a kubernetes_asyncio ``ApiClient``,
+    not closed here) with the operator's own adapters, never writing.
 
-    Raises ``ApiException`` for a non-2xx answer."""
-    from kubernetes.client.exceptions import ApiException
+    ``kube-system`` and the policies as the operator reads them
+    (:class:`~dynquota.kube.cluster.ClusterClient`); namespaces and every ResourceQuota as
+    consistent paginated lists (:class:`~dynquota._k8s.reflector.Collection`); the tally as the
+    operator's informers make it: one full metadata-only list of each tracked resource into a
+    :class:`~dynquota.usage.ResourceTally` (:class:`~dynquota.kube.informer.UsageWatcher`,
+    no watch), counted at ``now`` (default: the clock). Every request has the short timeout of
+    :mod:`dynquota._k8s.timeouts`.
 
-    method, url, headers, _, _ = api.param_serialize(
-        "GET",
-        path,
-        query_params=query,
-        header_params={"Accept": accept},
-        auth_settings=["BearerToken"],
-    )
-    response = api.call_api(method, url, header_params=headers, _request_timeout=REQUEST_TIMEOUT)
-    data = response.read()
-    if not 200 <= response.status < 300:
-        raise ApiException(http_resp=response)
-    return json.loads(data)
-
-
-def _pages(api: Any, path: str, query: list[tuple[str, str]], accept: str) -> Iterator[Any]:
-    token = ""
-    while True:
-        params = [*query, ("limit", "500")] + ([("continue", token)] if token else [])
-        page = _get(api, path, params, accept)
-        yield from page.get("items") or []
-        token = (page.get("metadata") or {}).get("continue") or ""
-        if not token:
-            return
-
-
-def read_cluster(api: Any, now: float | None = None) -> ClusterSnapshot:
-    """Read a :class:`ClusterSnapshot` through ``api`` (a ``kubernetes.client.ApiClient``).
-
-    Only GET requests. Raises ``kubernetes.client.exceptions.ApiException`` (404 on the
-    policies means the CRD is missing; 403 a missing permission) or urllib3 errors when the
-    cluster cannot be reached.
+    Raises ``ApiError`` (``NotFoundError`` on the policies: the CRD is missing;
+    ``ForbiddenError``: a missing permission) or ``TransportError`` (the cluster cannot be
+    reached).
     """
-    when = time.time() if now is None else now
-    plain = "application/json"
-    kube_system = _get(api, "/api/v1/namespaces/kube-system", [], plain)
-    namespaces = list(_pages(api, "/api/v1/namespaces", [], plain))
-    policies = list(_pages(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}", [], plain))
+    cluster = ClusterClient(api)
+    kube_system = await cluster.read_namespace("kube-system")
+    namespaces = await Collection(api, "/api/v1/namespaces").list_all()
+    policies = await cluster.list_policies()
     # every quota, not only dynquota's: the others limit the namespace too
-    quotas = list(_pages(api, "/api/v1/resourcequotas", [], plain))
-    tally: Counter[tuple[str, str]] = Counter()
-    for resource, query in (
-        ("pods", [("fieldSelector", POD_FIELD_SELECTOR)]),
-        ("configmaps", []),
-    ):
-        for item in _pages(api, f"/api/v1/{resource}", query, _LIST_ACCEPT):
-            try:
-                expiry = charge(resource, item)
-            except ValueError:  # malformed deletionTimestamp: keep charging, like the operator
-                expiry = math.inf
-            if expiry is not None and when <= expiry:
-                tally[(str(item["metadata"]["namespace"]), resource)] += 1
-    return ClusterSnapshot(kube_system, namespaces, policies, quotas, dict(tally))
+    quotas = await Collection(api, "/api/v1/resourcequotas").list_all()
+    usage = UsageWatcher.for_cluster(api)
+    for informer in usage.informers.values():
+        await informer.list_once()
+    when = time.time() if now is None else now
+    tally = {
+        (namespace, resource): count
+        for namespace in usage.namespaces()
+        for resource, count in usage.usages(namespace, when).items()
+        if count
+    }
+    return ClusterSnapshot(kube_system, namespaces, policies, quotas, tally)

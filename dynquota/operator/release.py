@@ -17,16 +17,23 @@ operator's :class:`~dynquota.settings.Settings` from its container, as the opera
 - container ``args`` (flags of ``dynquota run``, which take precedence over the
   environment), when the container has any.
 
-Read-only: GET and LIST only, with the official sync client, each with a timeout.
+Read-only: GET and LIST only, through the operator's own kubernetes_asyncio adapters
+(:func:`dynquota._k8s.request.call_api`: every request has the short timeout of
+:mod:`dynquota._k8s.timeouts`, failures are :mod:`dynquota._k8s.errors` types).
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dynquota.settings import ENV_PREFIX, Settings
+from kubernetes_asyncio import client
+
+from dynquota._k8s.errors import ForbiddenError, NotFoundError
+from dynquota._k8s.request import call_api
+from dynquota.settings import ENV_PREFIX, Settings, add_run_flags, flag_overrides
 
 __all__ = [
     "RELEASE_SELECTOR",
@@ -39,9 +46,6 @@ __all__ = [
 
 RELEASE_SELECTOR = "app.kubernetes.io/part-of=dynquota,app.kubernetes.io/component=operator"
 """Labels of the chart's operator Deployment (whatever ``nameOverride`` says)."""
-
-REQUEST_TIMEOUT = 30.0
-"""Seconds per request (``_request_timeout`` of the sync client)."""
 
 
 class ReleaseNotFoundError(LookupError):
@@ -69,32 +73,38 @@ class Release:
     ready: int = 0
 
 
-def find_release(
-    api: Any, release: str | None = None, namespace: str | None = None
+async def find_release(
+    api: client.ApiClient, release: str | None = None, namespace: str | None = None
 ) -> dict[str, Any]:
     """The operator Deployment of the release, as decoded JSON.
 
-    ``api``: a ``kubernetes.client.ApiClient``. Lists Deployments labelled
+    ``api``: a kubernetes_asyncio ``ApiClient`` (not closed here). Lists Deployments labelled
     :data:`RELEASE_SELECTOR` (plus ``app.kubernetes.io/instance=release`` when given) in
     ``namespace``, or in all namespaces.
 
     Raises:
         ReleaseNotFoundError: none matched.
         ValueError: several matched (the message names them: pass the release and namespace).
-        kubernetes.client.exceptions.ApiException: the list failed (403: no right to list
-            Deployments).
+        ApiError: the list failed (``ForbiddenError``: no right to list Deployments).
+        TransportError: no answer.
     """
-    import kubernetes
-
-    apps: Any = kubernetes.client.AppsV1Api(api)
+    apps: Any = client.AppsV1Api(api)
     selector = RELEASE_SELECTOR + (f",app.kubernetes.io/instance={release}" if release else "")
     if namespace:
-        listed = apps.list_namespaced_deployment(
-            namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
+        listed = await call_api(
+            "list",
+            "deployments",
+            lambda t: apps.list_namespaced_deployment(
+                namespace, label_selector=selector, _request_timeout=t
+            ),
         )
     else:
-        listed = apps.list_deployment_for_all_namespaces(
-            label_selector=selector, _request_timeout=REQUEST_TIMEOUT
+        listed = await call_api(
+            "list",
+            "deployments",
+            lambda t: apps.list_deployment_for_all_namespaces(
+                label_selector=selector, _request_timeout=t
+            ),
         )
     found = [api.sanitize_for_serialization(d) for d in listed.items]
     where = f"in namespace {namespace}" if namespace else "in any namespace"
@@ -130,15 +140,15 @@ def _operator_container(deployment: Mapping[str, Any]) -> Mapping[str, Any]:
     return dict(containers[0]) if containers else {}
 
 
-def release_settings(api: Any, deployment: Mapping[str, Any]) -> Release:
+async def release_settings(api: client.ApiClient, deployment: Mapping[str, Any]) -> Release:
     """Rebuild the operator's settings from ``deployment`` (see the module docstring).
 
-    ``api``: a ``kubernetes.client.ApiClient`` (reads referenced ConfigMaps).
+    ``api``: a kubernetes_asyncio ``ApiClient`` (reads referenced ConfigMaps).
 
     Raises:
         pydantic.ValidationError: a value the operator would refuse as well.
-        kubernetes.client.exceptions.ApiException: reading a ConfigMap failed other than 404
-            or 403 (those become notes).
+        ApiError: reading a ConfigMap failed other than 404 or 403 (those become notes).
+        TransportError: no answer.
     """
     meta = deployment.get("metadata") or {}
     namespace = str(meta.get("namespace") or "")
@@ -147,16 +157,16 @@ def release_settings(api: Any, deployment: Mapping[str, Any]) -> Release:
     env: dict[str, str] = {}
     configmaps: dict[str, Mapping[str, str] | None] = {}
 
-    def configmap(name: str, optional: bool) -> Mapping[str, str] | None:
+    async def configmap(name: str, optional: bool) -> Mapping[str, str] | None:
         if name not in configmaps:
-            configmaps[name] = _read_configmap(api, namespace, name, optional, notes)
+            configmaps[name] = await _read_configmap(api, namespace, name, optional, notes)
         return configmaps[name]
 
     for source in container.get("envFrom") or []:
         prefix = str(source.get("prefix") or "")
         if "configMapRef" in source:
             ref = source["configMapRef"]
-            data = configmap(str(ref.get("name")), bool(ref.get("optional")))
+            data = await configmap(str(ref.get("name")), bool(ref.get("optional")))
             for key, value in (data or {}).items():
                 env[prefix + key] = value
         elif "secretRef" in source:
@@ -178,7 +188,7 @@ def release_settings(api: Any, deployment: Mapping[str, Any]) -> Release:
             env[name] = f"{meta.get('name')}-<pod>"
         elif "configMapKeyRef" in value_from:
             ref = value_from["configMapKeyRef"]
-            data = configmap(str(ref.get("name")), bool(ref.get("optional")))
+            data = await configmap(str(ref.get("name")), bool(ref.get("optional")))
             if data is not None and str(ref.get("key")) in data:
                 env[name] = data[str(ref.get("key"))]
             elif data is not None and name.upper().startswith(ENV_PREFIX):
@@ -206,27 +216,28 @@ def release_settings(api: Any, deployment: Mapping[str, Any]) -> Release:
     )
 
 
-def _read_configmap(
-    api: Any, namespace: str, name: str, optional: bool, notes: list[str]
+async def _read_configmap(
+    api: client.ApiClient, namespace: str, name: str, optional: bool, notes: list[str]
 ) -> Mapping[str, str] | None:
-    import kubernetes
-    from kubernetes.client.exceptions import ApiException
-
-    core: Any = kubernetes.client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     try:
-        found = core.read_namespaced_config_map(name, namespace, _request_timeout=REQUEST_TIMEOUT)
-    except ApiException as exc:
-        if exc.status == 404:
-            if not optional:
-                notes.append(f"ConfigMap {namespace}/{name} not found: its settings are not set")
-            return None
-        if exc.status == 403:
-            notes.append(
-                f"ConfigMap {namespace}/{name} not resolved (403: no right to read it): the "
-                "settings it holds keep their defaults here"
-            )
-            return None
-        raise
+        found = await call_api(
+            "get",
+            "configmaps",
+            lambda t: core.read_namespaced_config_map(name, namespace, _request_timeout=t),
+        )
+    except NotFoundError:
+        if not optional:
+            notes.append(f"ConfigMap {namespace}/{name} not found: its settings are not set")
+        return None
+    except ForbiddenError as exc:
+        if exc.status != 403:
+            raise
+        notes.append(
+            f"ConfigMap {namespace}/{name} not resolved (403: no right to read it): the "
+            "settings it holds keep their defaults here"
+        )
+        return None
     data: Mapping[str, str] = found.data or {}
     return data
 
@@ -247,17 +258,18 @@ def _flag_overrides(container: Mapping[str, Any], notes: list[str]) -> dict[str,
         flags = list(args)  # the image's entrypoint is `dynquota run`
     if not flags:
         return {}
-    from dynquota.cli import build_parser
-
+    parser = add_run_flags(argparse.ArgumentParser(prog="dynquota run", add_help=False))
+    parser.exit_on_error = False
     try:
-        parsed = build_parser().parse_args(["run", *flags])
-    except SystemExit:
+        parsed, extra = parser.parse_known_args(flags)
+    except (argparse.ArgumentError, SystemExit):
+        extra = flags
+    if extra:
         notes.append(f"container args {' '.join(flags)!r} not understood: ignored here")
         return {}
     return {
         f"{ENV_PREFIX}{key.upper()}": _flag_text(value)
-        for key, value in vars(parsed).items()
-        if key in Settings.model_fields and value is not None
+        for key, value in flag_overrides(parsed).items()
     }
 
 

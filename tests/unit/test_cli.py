@@ -7,14 +7,17 @@ import socket
 from pathlib import Path
 
 import aiohttp
-import kubernetes
 import pytest
-import urllib3
 import yaml
 from aiohttp import web
 
 import dynquota
-from dynquota._k8s.errors import ForbiddenError, NotFoundError, TransportError
+from dynquota._k8s.errors import (
+    ForbiddenError,
+    NotFoundError,
+    TransportError,
+    error_from_response,
+)
 from dynquota.cli import (
     CRD_HINT,
     UserError,
@@ -84,24 +87,25 @@ def test_unreachable_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_explain_rbac_crd_and_transport_errors() -> None:
-    forbidden = kubernetes.client.exceptions.ApiException(status=403, reason="Forbidden")
-    forbidden.body = (
-        '{"kind":"Status","message":"namespaces \\"kube-system\\" is forbidden: User '
-        '\\"bob\\" cannot get resource \\"namespaces\\""}'
+    # as call_api raises them: the one (kubernetes_asyncio) stack's answers, mapped
+    forbidden = error_from_response(
+        403,
+        b'{"kind":"Status","message":"namespaces \\"kube-system\\" is forbidden: User '
+        b'\\"bob\\" cannot get resource \\"namespaces\\""}',
     )
     error = explain(forbidden, "reading namespace kube-system")
     assert str(error) == (
         "reading namespace kube-system: insufficient RBAC permissions (403): namespaces "
         '"kube-system" is forbidden: User "bob" cannot get resource "namespaces"'
     )
-    missing = kubernetes.client.exceptions.ApiException(status=404, reason="Not Found")
+    missing = error_from_response(404, b"404 page not found")
     assert str(explain(missing, "listing dynamicquotapolicies")) == (
         f"listing dynamicquotapolicies: {CRD_HINT}"
     )
     assert str(explain(NotFoundError(404, "NotFound", "x"))) == CRD_HINT
     assert "insufficient RBAC" in str(explain(ForbiddenError(403, "Forbidden", "no")))
     assert "cannot reach" in str(explain(TransportError("refused")))
-    assert "cannot reach" in str(explain(urllib3.exceptions.MaxRetryError(None, "/", None)))
+    assert "cannot reach" in str(explain(aiohttp.ServerDisconnectedError()))
     assert "cannot reach" in str(explain(aiohttp.ClientConnectionError("refused")))
     assert explain(ValueError("bug")) is None
 
@@ -259,3 +263,38 @@ async def test_preflight_retries_rbac_and_crd_refusals_as_after_an_apiserver_res
     levels = [r.levelname for r in caplog.records]
     assert levels == ["ERROR"] * 4
     assert "insufficient RBAC permissions (403)" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize("missing", ["cryptography", "kubernetes"])
+def test_demo_without_the_testing_extra_is_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], missing: str
+) -> None:
+    """As in the operator image: the launcher's ``cryptography`` (or the test bed's sync
+    client) is not installed, so ``dynquota demo`` says what to do instead, exit 2."""
+    import sys
+
+    for name in list(sys.modules):
+        if name == "dynquota.demo" or name.startswith("dynquota.testing"):
+            monkeypatch.delitem(sys.modules, name)
+        if name == missing or name.startswith(f"{missing}."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, missing, None)  # `import missing` raises ImportError
+    with pytest.raises(SystemExit) as done:
+        main(["demo", "--fast"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"dynquota: error: dynquota demo needs the 'testing' extra ({missing} is not "
+        "installed) and a dynquota source checkout: it builds and starts a local control "
+        "plane from the repository (git clone, then `make demo`); the operator image does "
+        "not include it\n"
+    )
+
+
+def test_every_run_flag_names_a_setting() -> None:
+    from dynquota.settings import RUN_FLAGS
+
+    fields = {flag.removeprefix("--").replace("-", "_") for flag, _ in RUN_FLAGS}
+    assert fields <= set(Settings.model_fields)
+    run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    assert {a.dest for a in run._actions if a.dest != "help"} == fields

@@ -52,6 +52,12 @@ def test_the_package_keeps_every_contract() -> None:
             "admission imports only _k8s and quantity",
         ),
         ("kube/events.py", "import kubernetes", "no sync kubernetes client in the product"),
+        # the CLI and `plan` read through the operator's async adapters, never the sync client
+        ("cli/plan.py", "import kubernetes", "no sync kubernetes client in the product"),
+        # the upward import issue #11 removed: `run`'s flags now live in settings
+        ("operator/release.py", "import dynquota.cli", "layers"),
+        # one command reaching into another (they share only cli/errors.py)
+        ("cli/plan.py", "import dynquota.cli.cleanup", "cli: one command a module"),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(

@@ -1,0 +1,77 @@
+"""The ``dynquota`` command line.
+
+- ``dynquota run``: the operator (flags override the ``DYNQUOTA_*`` environment, see
+  :class:`dynquota.settings.Settings`);
+- ``dynquota plan``: a read-only table per namespace and resource: usage, status.used, hard,
+  target, next action and why, with the running release's settings (found in the cluster);
+  the namespaces not managed or not enforced, and why; the other quotas of each namespace;
+- ``dynquota override NAMESPACE [--off]``: request (or cancel) the tenant override on the
+  namespace's managed quota;
+- ``dynquota kill-switch on|off|status``: the admin kill switch on ``kube-system``;
+- ``dynquota cleanup [--yes] [--scale-down DEPLOYMENT]``: delete every managed quota (the
+  chart's uninstall hook; ``--scale-down`` stops the operator first);
+- ``dynquota demo``: a local control plane and a real workload (see :mod:`dynquota.demo`).
+
+Every command talks to the cluster through the operator's own kubernetes_asyncio adapters
+(``asyncio.run``), each request with a timeout. Errors a user can fix (no kubeconfig, cluster
+unreachable, CRD missing, RBAC) are printed as one clear line on stderr with exit code 2;
+other failures exit with 1.
+
+One module per command (``run``, ``plan``, ``admin``: override and kill-switch, ``cleanup``,
+``demo``), the parser in ``parser``, the error translation in ``errors``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from pydantic import ValidationError
+
+from dynquota.cli.errors import CRD_HINT, UserError, check_kubeconfig, explain
+from dynquota.cli.parser import build_parser
+from dynquota.cli.run import preflight, settings_from_args
+
+__all__ = [
+    "CRD_HINT",
+    "UserError",
+    "build_parser",
+    "check_kubeconfig",
+    "explain",
+    "kubectl_plugin",
+    "main",
+    "settings_from_args",
+]
+
+_preflight = preflight  # the name the unit tests use
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    print(f"dynquota: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "dynquota") -> int:
+    """Entry point of the ``dynquota`` console script; returns the exit code.
+
+    ``prog``: the command name usage and errors show (``python -m dynquota``,
+    ``kubectl dynquota``)."""
+    args = build_parser(prog).parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except UserError as exc:
+        _fail(str(exc), 2)
+    except ValidationError as exc:
+        _fail(f"invalid setting: {exc}", 2)
+    except KeyboardInterrupt:
+        return 130
+
+
+def kubectl_plugin() -> int:
+    """Entry point of the ``kubectl-dynquota`` console script: on ``$PATH`` it makes
+    ``kubectl dynquota plan`` (any command) work as a kubectl plugin; kubectl passes the
+    arguments after ``dynquota`` unchanged."""
+    return main(prog="kubectl dynquota")

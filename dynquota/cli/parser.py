@@ -1,0 +1,111 @@
+"""The argument parser of ``dynquota``: one subcommand per module of :mod:`dynquota.cli`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dynquota.cli.admin import cmd_kill_switch, cmd_override
+from dynquota.cli.cleanup import cmd_cleanup
+from dynquota.cli.demo import cmd_demo
+from dynquota.cli.plan import cmd_plan
+from dynquota.cli.run import cmd_run
+from dynquota.settings import add_run_flags
+
+__all__ = ["build_parser"]
+
+
+def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
+    """The argument parser of ``dynquota`` (``prog``: the command name its messages show).
+
+    Each subcommand sets ``handler`` (``args -> exit code``); ``run``'s flags are
+    :data:`dynquota.settings.RUN_FLAGS`."""
+    from dynquota import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Size one ResourceQuota per namespace from observed usage."
+    )
+    parser.add_argument("--version", action="version", version=f"dynquota {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = add_run_flags(commands.add_parser("run", help="run the operator"))
+    run.set_defaults(handler=cmd_run)
+
+    plan = commands.add_parser("plan", help="show what the operator would do now (read-only)")
+    plan.add_argument("--kubeconfig")
+    plan.add_argument("-n", "--namespace", action="append", help="only these namespaces")
+    plan.add_argument(
+        "--operator-namespace", default="", help="the operator's namespace (excluded)"
+    )
+    plan.add_argument(
+        "--release", help="the Helm release whose settings to use (default: the only one)"
+    )
+    plan.add_argument("--release-namespace", help="the namespace of that release")
+    plan.add_argument(
+        "--local",
+        action="store_true",
+        help="use the local DYNQUOTA_* environment instead of the release's settings",
+    )
+    plan.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    plan.set_defaults(handler=cmd_plan)
+
+    override = commands.add_parser(
+        "override",
+        help="request the tenant override (it lasts the configured TTL: the governing policy's "
+        "spec.override.ttl, else the operator's overrideTTL)",
+    )
+    override.add_argument("namespace")
+    override.add_argument("--off", action="store_true", help="cancel the override")
+    override.add_argument("--kubeconfig")
+    override.set_defaults(handler=cmd_override)
+
+    kill = commands.add_parser("kill-switch", help="the admin kill switch")
+    kill.add_argument("state", choices=("on", "off", "status"))
+    kill.add_argument("--kubeconfig")
+    kill.set_defaults(handler=cmd_kill_switch)
+
+    cleanup = commands.add_parser(
+        "cleanup", help="delete every managed quota (after uninstalling the operator)"
+    )
+    cleanup.add_argument("--yes", action="store_true", help="really delete (else: list)")
+    cleanup.add_argument(
+        "--scale-down",
+        metavar="DEPLOYMENT",
+        help="first scale this operator Deployment (in $DYNQUOTA_NAMESPACE) to 0 and wait",
+    )
+    cleanup.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for pods")
+    cleanup.add_argument(
+        "--qps",
+        type=float,
+        help="deletes per second at most (default: $DYNQUOTA_KILL_SWITCH_DELETE_QPS, 20)",
+    )
+    cleanup.add_argument(
+        "--concurrency", type=int, default=16, help="deletes in flight at most (default 16)"
+    )
+    cleanup.add_argument(
+        "--deadline",
+        type=float,
+        help="seconds for the deletes of one round (default: count / qps + 30)",
+    )
+    cleanup.add_argument(
+        "--progress-interval",
+        type=float,
+        default=5.0,
+        help="seconds between two progress lines (default 5)",
+    )
+    cleanup.add_argument("-v", "--verbose", action="store_true", help="one line per deleted quota")
+    cleanup.add_argument("--kubeconfig")
+    cleanup.set_defaults(handler=cmd_cleanup)
+
+    demo = commands.add_parser("demo", help="run the demo on a local control plane")
+    demo.add_argument(
+        "--fast", action="store_true", help="shorter scenario (for tests), about 2 minutes"
+    )
+    demo.add_argument(
+        "--picture",
+        type=Path,
+        help="where to write the picture of hard and usage over time (PNG, or SVG by suffix; "
+        "default: a new file under $TMPDIR/dynquota-demo/)",
+    )
+    demo.set_defaults(handler=cmd_demo)
+    return parser

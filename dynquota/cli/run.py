@@ -1,0 +1,127 @@
+"""``dynquota run``: the operator, after a pre-flight check of what it needs.
+
+Flags override the ``DYNQUOTA_*`` environment; they are defined once, with the settings
+(:data:`dynquota.settings.RUN_FLAGS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from dynquota.cli.errors import check_kubeconfig, explain
+from dynquota.settings import Settings, flag_overrides
+
+__all__ = ["cmd_run", "preflight", "settings_from_args"]
+
+log = logging.getLogger("dynquota.cli")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """:class:`Settings` from the environment, overridden by the flags given to ``run``.
+
+    Raises ``pydantic.ValidationError`` on a malformed value.
+    """
+    return Settings(**flag_overrides(args))
+
+
+def _setup_logging(settings: Settings) -> None:
+    import kopf
+
+    kopf.configure(
+        debug=settings.log_level == "DEBUG",
+        verbose=settings.log_level == "DEBUG",
+        log_format=kopf.LogFormat.JSON if settings.log_format == "json" else kopf.LogFormat.FULL,
+        log_prefix=False,
+    )
+    logging.getLogger().setLevel(settings.log_level)
+    # kopf logs every handled event at INFO; ours are the interesting lines
+    logging.getLogger("kopf.objects").setLevel(
+        logging.DEBUG if settings.log_level == "DEBUG" else logging.WARNING
+    )
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the apiserver is not reachable (yet): no answer, 429 or 5xx."""
+    import aiohttp
+
+    from dynquota._k8s.errors import ApiError, TransportError
+
+    if isinstance(exc, ApiError):
+        return exc.status in (0, 429) or exc.status >= 500
+    return isinstance(exc, TransportError | aiohttp.ClientError | ConnectionError | TimeoutError)
+
+
+def _refused_for_now(exc: BaseException) -> bool:
+    """Whether ``exc`` is a 401, 403 or 404 (RBAC, credentials or the CRD): fatal if it
+    lasts, but what an apiserver answers for a few seconds after a restart."""
+    from dynquota._k8s.errors import ApiError
+
+    return isinstance(exc, ApiError) and exc.status in (401, 403, 404)
+
+
+async def preflight(settings: Settings, attempts: int | None = None, delay: float = 1.0) -> None:
+    """Check what ``run`` needs before starting kopf: the kubeconfig, then reading
+    ``kube-system`` and listing policies.
+
+    A missing or malformed kubeconfig raises :class:`UserError` at once. Anything the
+    apiserver answers is retried with exponential backoff (``delay`` seconds doubling, capped
+    at 30 s) until it succeeds — or, with ``attempts`` (tests), that many attempts failed
+    (then :class:`UserError`): an unreachable apiserver (no answer, 429, 5xx) logged at
+    WARNING; a 401/403 or a missing CRD logged at ERROR with what to fix, because right after
+    an apiserver restart its authorizer and CRD caches answer exactly that for a few seconds
+    (an operator that exited then would crash-loop through the incident it exists for).
+    """
+    from dynquota._k8s.backoff import Backoff
+    from dynquota.kube.client import new_api_client
+    from dynquota.kube.cluster import ClusterClient
+
+    check_kubeconfig(settings.kubeconfig or None)
+    try:
+        api_client = await new_api_client(settings.kubeconfig or None)
+    except Exception as exc:
+        error = explain(exc)
+        if error is not None:
+            raise error from exc
+        raise
+    backoff = Backoff(initial=delay, maximum=30.0)
+    async with api_client:
+        cluster = ClusterClient(api_client)
+        for what, call in (
+            ("reading namespace kube-system", lambda: cluster.read_namespace("kube-system")),
+            ("listing dynamicquotapolicies", cluster.list_policies),
+        ):
+            while True:
+                try:
+                    await call()
+                    break
+                except Exception as exc:
+                    error = explain(exc, what)
+                    refused = _refused_for_now(exc)
+                    if not (_unreachable(exc) or refused) or (
+                        attempts is not None and backoff.failures + 1 >= attempts
+                    ):
+                        if error is not None:
+                            raise error from exc
+                        raise
+                    wait = backoff.next_delay()
+                    log.log(
+                        logging.ERROR if refused else logging.WARNING,
+                        "%s (attempt %d); retrying in %.1f s",
+                        error or f"{what}: {exc}",
+                        backoff.failures,
+                        wait,
+                    )
+                    await asyncio.sleep(wait)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the operator until SIGINT/SIGTERM."""
+    from dynquota.operator.runtime import run
+
+    settings = settings_from_args(args)
+    _setup_logging(settings)
+    asyncio.run(preflight(settings))
+    asyncio.run(run(settings))
+    return 0
