@@ -44,29 +44,67 @@ def _sample(runtime: Runtime, name: str) -> float:
 
 
 def instrument(runtime: Runtime, reaction_ns: str, reactions: list[float]) -> None:
-    """Timestamp the first tally change of ``reaction_ns`` after each patch, and the patch."""
+    """Time each crossing in ``reaction_ns`` from its first signal to the patch it causes.
+
+    The signal is whichever reaches the operator first: the pod's tally change (its metadata
+    watch) or the quota's ``status.used`` going up (admission's charge, seen by the quota
+    watch); under churn the busy pod watch often lags the quota watch. A signal counts only
+    if it shows more pods than the last patch saw, so the late twin of a crossing already
+    answered does not start the next sample's clock.
+    """
     pending: dict[str, float] = {}
+    seen = {"patched": -1}
+    pods_informer = runtime.watcher.informers.get("pods")
+
+    def pods_now(status_used: int = 0) -> int:
+        tally = runtime.watcher.usage(reaction_ns, "pods") if pods_informer else 0
+        return max(tally, status_used)
+
+    def signal(count: int) -> None:
+        if count > seen["patched"]:
+            pending.setdefault(reaction_ns, time.perf_counter())
+
     for informer in runtime.watcher.informers.values():
         original = informer.on_change
         if original is None:
             continue
 
         def on_change(namespace: str, resource: str, original: Any = original) -> None:
-            if namespace == reaction_ns:
-                pending.setdefault(namespace, time.perf_counter())
+            if namespace == reaction_ns and resource == "pods":
+                signal(pods_now())
             original(namespace, resource)
 
         informer.on_change = on_change
-    quotas: Any = runtime.operator.quotas
+    operator_ = runtime.operator
+    on_quota = operator_.on_quota
+
+    def timed_on_quota(event_type: str | None, obj: Any) -> None:
+        meta = obj.get("metadata") or {}
+        if meta.get("namespace") == reaction_ns:
+            used = ((obj.get("status") or {}).get("used") or {}).get("pods")
+            if used is not None and used.isdigit():
+                signal(int(used))
+        on_quota(event_type, obj)
+
+    operator_.on_quota = timed_on_quota  # type: ignore[method-assign]
+    quotas: Any = operator_.quotas
     patch = quotas.patch
 
     async def timed_patch(namespace: str, body: Any, *args: Any, **kwargs: Any) -> Any:
-        started = pending.pop(namespace, None)
-        if started is not None:
-            reactions.append(time.perf_counter() - started)
+        if namespace == reaction_ns:
+            started = pending.pop(namespace, None)
+            if started is not None:
+                reactions.append(time.perf_counter() - started)
+            seen["patched"] = pods_now(int(_used_pods(operator_, namespace)))
         return await patch(namespace, body, *args, **kwargs)
 
     quotas.patch = timed_patch
+
+
+def _used_pods(operator_: Any, namespace: str) -> int:
+    """The pods count of the last ``status.used`` the operator saw for ``namespace``."""
+    used = getattr(operator_, "_status_used", {}).get(namespace) or {}
+    return int(used.get("pods", 0))
 
 
 def write_stats(path: str, stats: dict[str, Any]) -> None:
