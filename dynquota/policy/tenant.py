@@ -288,6 +288,7 @@ class SizerBase:
         granted = by_kind.pop("override-granted", [])
         expired = by_kind.pop("override-expired", [])
         by_kind.pop("revert", None)  # reported as ManualEditReverted
+        by_kind.pop("not-counted", None)  # reported as KeyNotCounted
         resized = [c for kind, changes in by_kind.items() for c in changes]
         resized.sort(key=lambda c: self.changes.index(c))
         if override.mode == "grant":

@@ -91,8 +91,9 @@ class KeyUnit:
         """Canonical quantity text of ``units``: ``1500`` (cpu) -> ``1500m``, ``2000`` -> ``2``,
         ``1610612736`` (memory) -> ``1536Mi``, ``7`` (count) -> ``7``."""
         if self.counted:
-            return str(units)
-        return format_quantity(Decimal(units) * self.step, self.fmt)
+            return str(units)  # as pods/configmaps always were (the apiserver stores 1k for 1000)
+        # re-parsed: the text the apiserver stores for what we send (10^9 bytes is ``1G``)
+        return str(parse_quantity(format_quantity(Decimal(units) * self.step, self.fmt)))
 
     def base(self, units: int) -> float:
         """``units`` in the key's base unit (cores, bytes, objects), for metrics only."""
