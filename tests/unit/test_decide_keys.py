@@ -123,7 +123,8 @@ def test_state_annotation_names_are_valid_annotation_keys() -> None:
     assert hard_key("count/jobs.batch") == "dynquota.io/hard.count_jobs.batch"
     long_key = "a-very-long-storage-class-name.storageclass.storage.k8s.io/requests.storage"
     name = last_change_key(long_key).split("/", 1)[1]
-    assert name.startswith("last-change.sha-") and len(name) <= 63
+    assert name.startswith("last-change.sha-")
+    assert len(name) <= 63
 
 
 def test_observed_usage_reads_status_keys_from_status_only() -> None:
@@ -222,7 +223,7 @@ def test_compute_key_without_a_default_is_not_added() -> None:
         ("NeedsDefaultRequests", "requests.cpu"),
         ("NeedsDefaultRequests", "requests.memory"),
     ]
-    assert [e.message for e in d.events if e.reason == "NeedsDefaultRequests"][0] == (
+    assert next(e.message for e in d.events if e.reason == "NeedsDefaultRequests") == (
         "requests.cpu not added to the quota: with a quota on it the apiserver refuses every "
         "pod whose containers do not all declare a cpu request, and this namespace has no "
         "LimitRange (type Container) with defaultRequest.cpu; add one and dynquota adds the key"
