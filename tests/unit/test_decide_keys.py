@@ -245,3 +245,18 @@ def test_override_raises_every_key_to_its_maximum() -> None:
     assert hard_text(d.hard)["requests.cpu"] == "8"
     assert hard_text(d.hard)["requests.memory"] == "64Gi"
     assert hard_text(d.hard)["secrets"] == "100"
+
+
+def test_plan_table_shows_each_key_in_its_unit() -> None:
+    from dynquota.operator.plan import PlanRow, format_table
+
+    rows = [
+        PlanRow("a", "pods", 4, 4, 10, 10, "nothing", "x"),
+        PlanRow("a", "requests.cpu", None, 1234, 1500, 1500, "nothing", "y"),
+        PlanRow("a", "requests.memory", None, None, 2**30, None, "nothing", "held"),
+    ]
+    assert format_table(rows).splitlines()[1:] == [
+        "a          pods             4      4            10     10      nothing  x",
+        "a          requests.cpu     -      1234m        1500m  1500m   nothing  y",
+        "a          requests.memory  -      -            1Gi    -       nothing  held",
+    ]
