@@ -14,8 +14,7 @@ timestamps stored in annotations.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Final
 
 from dynquota.names import DEFAULT_OVERRIDE_TTL, EventReason
@@ -32,6 +31,15 @@ from dynquota.policy.decision import (
     target,
 )
 from dynquota.policy.durations import format_duration
+from dynquota.policy.keyrules import (
+    DEFAULT_NOT_COUNTED_AFTER,
+    KeyRules,
+    clamp_note,
+    edited_note,
+    not_counted_after,
+    parse_record,
+    stored_text,
+)
 from dynquota.policy.models import ResourceProfile
 from dynquota.policy.override import (
     FUTURE_STAMP_ALLOWANCE,
@@ -51,19 +59,18 @@ from dynquota.policy.state import (
     hard_key,
     last_change_key,
     last_upscale_key,
-    not_counted_key,
-    parse_time,
     profile_key,
     quoted,
     resource_keys,
 )
-from dynquota.policy.tenant import TENANT_MESSAGE_REFRESH, SizerBase
-from dynquota.policy.units import KeyUnit, unit_for
-from dynquota.quantity import Quantity, QuantityError
+from dynquota.policy.tenant import TENANT_MESSAGE_REFRESH
+from dynquota.policy.units import unit_for
+from dynquota.quantity import Quantity
 
 __all__ = [
     "DEFAULT_NOT_COUNTED_AFTER",
     "DEFAULT_OVERRIDE_TTL",
+    "FUTURE_STAMP_ALLOWANCE",
     "RECURRING_REASONS",
     "TENANT_MESSAGE_REFRESH",
     "Action",
@@ -84,52 +91,6 @@ _STATE_PREFIXES: Final = tuple(
     f"{ANNOTATION_PREFIX}{name}."
     for name in ("last-upscale", "last-change", "hard", "profile", "not-counted")
 )
-_RECORD: Final = re.compile(r"[0-9]+")
-DISCOVERY_RESYNC: Final = 30
-"""Seconds between the quota controller's discovery resyncs (it picks up a new kind's
-evaluator at the next one; kube-controller-manager's fixed 30 s)."""
-
-
-def not_counted_after(sync_period: int) -> int:
-    """Seconds a key may stay in ``status.hard`` without a ``status.used`` before it is
-    removed from ``spec.hard`` (``KeyNotCounted``): ``2 x (30 s + sync_period)``, with
-    ``sync_period`` the quota controller's ``--resource-quota-sync-period`` in seconds."""
-    return 2 * (DISCOVERY_RESYNC + sync_period)
-
-
-DEFAULT_NOT_COUNTED_AFTER: Final = not_counted_after(300)
-"""660 s: :func:`not_counted_after` of the controller's default 5-minute sync period."""
-
-
-def _text(value: Quantity | int | None) -> str | None:
-    """``spec.hard`` text as stored (a Quantity's canonical text; an int as is)."""
-    return None if value is None else str(value)
-
-
-def _parse_record(raw: str | None, unit: KeyUnit) -> int | None:
-    """The ``dynquota.io/hard.<key>`` record in units: digits for counts, quantity text for
-    the other keys; ``None`` when absent or malformed."""
-    if raw is None:
-        return None
-    if unit.counted:
-        return int(raw) if _RECORD.fullmatch(raw) else None
-    try:
-        return unit.parse(raw)
-    except QuantityError:
-        return None
-
-
-def _edited(resource: str, spec: Quantity | int | None) -> str:
-    return f"{resource} removed" if spec is None else f"{resource} edited to {_text(spec)}"
-
-
-def _clamp_note(usage: int, profile: ResourceProfile, unit: KeyUnit) -> str:
-    grown = ceil_div(usage * (100 + profile.buffer_percent), 100)
-    if grown > profile.maximum:
-        return f", at maximum {unit.text(profile.maximum)}"
-    if grown < profile.minimum:
-        return f", at minimum {unit.text(profile.minimum)}"
-    return ""
 
 
 def _nothing(note: str, dry_run: bool, events: list[Event] | None = None) -> Decision:
@@ -223,28 +184,8 @@ def decide(
     return sizer.run(dry_run or governance.dry_run)
 
 
-class _Sizer(SizerBase):
+class _Sizer(KeyRules):
     """The managed case of :func:`decide`, one resource at a time."""
-
-    def _stamp(self, key: str, repairs: list[str]) -> int:
-        raw = self.annotations.get(key)
-        if raw is None:
-            if self.quota is not None:
-                repairs.append(f"{key} missing")
-            return self.now
-        try:
-            stamp = parse_time(raw)
-        except ValueError:
-            repairs.append(f"{key} malformed ({quoted(raw)})")
-            return self.now
-        if stamp > self.now + FUTURE_STAMP_ALLOWANCE:
-            # A typo (2062 for 2026) or a skewed clock would otherwise block the cooldown for
-            # as long as the skew: restart it now instead (never earlier than honest history).
-            repairs.append(f"{key} malformed: in the future ({quoted(raw)})")
-            return self.now
-        return stamp
-
-    # -- the decision -------------------------------------------------------------------------
 
     def run(self, dry_run: bool) -> Decision:
         override: Override | None
@@ -275,7 +216,7 @@ class _Sizer(SizerBase):
             k for k in (self.quota.hard if self.quota else {}) if k not in self.hard
         )
         for key in sorted(null_hard - self.dropped):
-            foreign = _text(self.quota.hard[key]) if self.quota else None
+            foreign = stored_text(self.quota.hard[key]) if self.quota else None
             self.edits.append(f"{key} set to {foreign}, removed (not tracked by dynquota)")
             self.changes.append(
                 Change(
@@ -308,83 +249,6 @@ class _Sizer(SizerBase):
             dry_run=dry_run,
         )
 
-    def _counted(self, resource: str, unit: KeyUnit, spec: Quantity | int | None) -> bool:
-        """Whether ``resource`` is sized in this decision: not while its
-        ``dynquota.io/not-counted.<key>`` annotation says the quota controller never counted it
-        (the annotation stays; a value someone wrote back into ``spec.hard`` is removed)."""
-        marker = not_counted_key(resource)
-        if marker not in self.annotations:
-            return True
-        self.keep.add(marker)
-        self.notes.append(
-            f"{resource} not sized: the quota controller never counted it (removed at "
-            f"{self.annotations[marker]}); remove the annotation {marker} to try again"
-        )
-        return False
-
-    def _hold_unknown(self, resource: str, base: int, fmt: Callable[[int], str]) -> None:
-        """A status-driven key of ``spec.hard`` whose ``status.used`` is missing: held at its
-        hard, never sized from a guess; removed (``KeyNotCounted``) once ``status.hard`` has
-        shown it for :attr:`not_counted_after` seconds without a ``status.used``."""
-        since = self.uncounted_since.get(resource)
-        deadline = None if since is None else math.floor(since) + self.not_counted_after
-        if deadline is None or self.now < deadline:
-            self.hard[resource] = base
-            self.keep.update(resource_keys(resource))
-            self.unknown.append(resource)
-            note = (
-                f"usage of {resource} unknown (status.used has no {resource}): held at {fmt(base)}"
-            )
-            if deadline is not None:
-                self.pending.append(deadline)
-                note += f"; removed at {format_time(deadline)} if still not counted"
-            self.notes.append(note)
-            return
-        self.dropped.add(resource)
-        self.set[not_counted_key(resource)] = format_time(self.now)
-        self.keep.add(not_counted_key(resource))
-        why = (
-            f"the quota controller has not counted {resource} for "
-            f"{format_duration(self.now - math.floor(since or self.now))} since status.hard "
-            "showed it (no status.used), and admission refuses every create of a kind whose "
-            f"usage is unknown: {resource} removed from spec.hard"
-        )
-        self.changes.append(
-            Change(resource, "not-counted", fmt(base), None, f"not-counted {resource}: {why}")
-        )
-        self.events.append(
-            Event(
-                "Warning",
-                EventReason.KEY_NOT_COUNTED,
-                f"{why}. Check the key (a typo, a kind the controller ignores, or its CRD "
-                f"removed); to try again, remove the annotation {not_counted_key(resource)}",
-            )
-        )
-
-    def _needs_defaults(self, resource: str, unit: KeyUnit) -> None:
-        """A compute key the namespace has no LimitRange default for: not added (Warning
-        ``NeedsDefaultRequests``), since quota admission would refuse every pod that does not
-        declare it."""
-        field_name = "default" if unit.info.needs_default_limits else "defaultRequest"
-        name = unit.info.canonical.split(".", 1)[1]
-        message = (
-            f"{resource} not added to the quota: with a quota on it the apiserver refuses every "
-            f"pod whose containers do not all declare a {name} "
-            f"{'limit' if unit.info.needs_default_limits else 'request'}, and this namespace "
-            f"has no LimitRange (type Container) with {field_name}.{name}; add one and "
-            "dynquota adds the key"
-        )
-        self.notes.append(message)
-        self.events.append(
-            Event("Warning", EventReason.NEEDS_DEFAULT_REQUESTS, message, cause=resource)
-        )
-
-    @staticmethod
-    def _dry(events: list[Event], dry_run: bool) -> tuple[Event, ...]:
-        if not dry_run:
-            return tuple(events)
-        return tuple(Event(e.type, e.reason, f"(dry run) {e.message}", e.cause) for e in events)
-
     def _resource(
         self, resource: str, profile: ResourceProfile, override: Override, policy_renamed: bool
     ) -> None:
@@ -399,7 +263,7 @@ class _Sizer(SizerBase):
         peak = max(used, self.peak.get(resource, used))
         repairs: list[str] = []
         record_raw = self.annotations.get(hard_key(resource))
-        record = _parse_record(record_raw, unit)
+        record = parse_record(record_raw, unit)
         if record_raw is not None and record is None:
             repairs.append(f"{hard_key(resource)} malformed ({quoted(record_raw)})")
         base: int | None
@@ -472,13 +336,13 @@ class _Sizer(SizerBase):
                 why = f"policy {self.policy}, override active until {until}, maximum {fmt(desired)}"
         elif base is None:
             desired = t_used
-            kind, why = "create", f"usage {fmt(used)}, {buffer}{_clamp_note(used, profile, unit)}"
+            kind, why = "create", f"usage {fmt(used)}, {buffer}{clamp_note(used, profile, unit)}"
         elif override.mode in ("expire", "cancel"):
             desired = t_peak
             kind = "override-expired"
             ended = ended_text(override, now, detailed=True)
             why = f"{ended}, peak {fmt(peak)} over {window}, {buffer}"
-            why += _clamp_note(peak, profile, unit)
+            why += clamp_note(peak, profile, unit)
         elif policy_changed:
             desired = t_peak
             kind = "policy"
@@ -493,7 +357,7 @@ class _Sizer(SizerBase):
                 desired = t_used
                 kind, why = (
                     "upscale",
-                    f"usage {fmt(used)}, {buffer}{_clamp_note(used, profile, unit)}",
+                    f"usage {fmt(used)}, {buffer}{clamp_note(used, profile, unit)}",
                 )
             else:
                 if t_used > max(used, base):  # after a repair, only the buffer is left to wait
@@ -516,7 +380,7 @@ class _Sizer(SizerBase):
             if now >= ready_at:
                 desired = t_peak
                 kind = "downscale"
-                why = f"peak {fmt(peak)} over {window}, {buffer}{_clamp_note(peak, profile, unit)}"
+                why = f"peak {fmt(peak)} over {window}, {buffer}{clamp_note(peak, profile, unit)}"
             else:
                 self.pending.append(ready_at)
         else:
@@ -542,18 +406,18 @@ class _Sizer(SizerBase):
             label = f"{resource} {new}" if base is None else f"{resource} {fmt(base)}->{new}"
             reason = f"{kind} {label}: {why}"
             if edited:
-                reason += f" (spec.hard was {_text(spec) or 'absent'}, edited directly)"
-                self.edits.append(f"{_edited(resource, spec)}, set to {fmt(desired)} ({kind})")
-            self.changes.append(Change(resource, kind, _text(spec), fmt(desired), reason))
+                reason += f" (spec.hard was {stored_text(spec) or 'absent'}, edited directly)"
+                self.edits.append(f"{edited_note(resource, spec)}, set to {fmt(desired)} ({kind})")
+            self.changes.append(Change(resource, kind, stored_text(spec), fmt(desired), reason))
         elif edited:
-            self.edits.append(f"{_edited(resource, spec)}, restored to {fmt(desired)}")
+            self.edits.append(f"{edited_note(resource, spec)}, restored to {fmt(desired)}")
             self.changes.append(
                 Change(
                     resource,
                     "revert",
-                    _text(spec),
+                    stored_text(spec),
                     fmt(desired),
-                    f"revert {resource} {_text(spec) or 'absent'}->{fmt(desired)}: "
+                    f"revert {resource} {stored_text(spec) or 'absent'}->{fmt(desired)}: "
                     "spec.hard was edited directly",
                 )
             )
@@ -564,6 +428,6 @@ class _Sizer(SizerBase):
         self.limits[resource] = (used, desired, profile, last_upscale)
         self._put_time(last_upscale_key(resource), last_upscale)
         self._put_time(last_change_key(resource), last_change)
-        if _parse_record(self.annotations.get(hard_key(resource)), unit) != desired:
+        if parse_record(self.annotations.get(hard_key(resource)), unit) != desired:
             self.set[hard_key(resource)] = fmt(desired)
         self._put(profile_key(resource), sizing_key)
