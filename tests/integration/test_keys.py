@@ -9,11 +9,13 @@ Services or Jobs and sizes them anyway. The test bed's kube-controller-manager r
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import kubernetes
+import pytest
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
@@ -235,3 +237,40 @@ def test_compute_keys_need_a_default_request_then_size_from_status_used(
     assert quota.spec.hard["requests.memory"] == "1Gi"  # 640Mi * 1.2 = 768Mi < minimum 1Gi
     assert quota.status.used["requests.memory"] == "640Mi"
     assert quota.status.used["requests.cpu"] == "1"
+
+
+@pytest.mark.bench
+def test_key_never_counted_is_removed_with_key_not_counted(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """count/ of a kind nothing serves (a typo of a CRD's plural): the quota controller never
+    writes its status.used. The key is held, then removed with KeyNotCounted 2 x (30 s + the
+    operator's quotaSyncPeriod) after status.hard showed it, and not added again.
+
+    Outside `make test` (about 65 s even with quotaSyncPeriod 1s: the 30 s discovery resync is
+    upstream's); run it with `pytest -m bench tests/integration/test_keys.py`."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    key = "count/widgets.example.com"
+    create_policy(c, "p-uncounted", scope, **{key: profile(1, 5)})
+    op = start_operator(quota_sync_period=1)  # window 2 x (30 + 1) = 62 s
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", key: "1"})
+    wait_until(lambda: key in (c.quota(ns).status.hard or {}), "status.hard shows the key")
+    shown = time.time()
+    assert key not in (c.quota(ns).status.used or {})
+    wait_until(
+        lambda: op.sample("dynquota_usage_unknown", {"namespace": ns, "resource": key}) == 1,
+        "usage unknown reported",
+    )
+    c.core.create_namespaced_config_map(ns, {"metadata": {"name": "still-works"}})
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50"}, timeout=120)
+    removed = time.time()
+    assert 55 <= removed - shown <= 90, removed - shown
+    event = c.wait_event(ns, "KeyNotCounted")
+    assert event.type == "Warning"
+    assert event.message.startswith(f"the quota controller has not counted {key} for ")
+    ann = c.annotations(ns)
+    assert "dynquota.io/not-counted.count_widgets.example.com" in ann
+    assert "dynquota.io/hard.count_widgets.example.com" not in ann
+    op.idle()
+    assert c.hard(ns) == {"pods": "10", "configmaps": "50"}  # not added again
