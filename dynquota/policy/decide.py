@@ -217,6 +217,11 @@ class _Sizer(KeyRules):
         )
         for key in sorted(null_hard - self.dropped):
             foreign = stored_text(self.quota.hard[key]) if self.quota else None
+            if hard_key(key) in self.annotations:
+                # dynquota sized it: the policy no longer lists it (not a manual edit)
+                reason = f"policy {key} {foreign}->absent: policy {self.policy} no longer sizes it"
+                self.changes.append(Change(key, "policy", foreign, None, reason))
+                continue
             self.edits.append(f"{key} set to {foreign}, removed (not tracked by dynquota)")
             self.changes.append(
                 Change(

@@ -260,3 +260,15 @@ def test_plan_table_shows_each_key_in_its_unit() -> None:
         "a          requests.cpu     -      1234m        1500m  1500m   nothing  y",
         "a          requests.memory  -      -            1Gi    -       nothing  held",
     ]
+
+
+def test_key_dropped_from_the_policy_is_removed_as_a_policy_change() -> None:
+    quota = stored(None, run(None, T0, {}))
+    gov = governance({"requests.cpu": {"minimum": "500m", "maximum": "8"}})
+    d = run(quota, T0 + 10, {"requests.cpu": 0}, gov=gov)
+    hard = d.merge_patch()["spec"]["hard"]
+    assert hard["secrets"] is None
+    assert hard["count/jobs.batch"] is None
+    assert "policy secrets 10->absent: policy keys no longer sizes it" in d.reasons
+    assert [e.reason for e in d.events] == ["Resized"]  # no ManualEditReverted
+    assert "dynquota.io/hard.secrets" in d.remove_annotations
