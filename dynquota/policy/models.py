@@ -225,8 +225,9 @@ def validate_policy(obj: Mapping[str, Any]) -> PolicyInfo:
 
     Never raises for a bad spec: returns a :class:`PolicyInfo` whose ``reason`` lists every
     problem (``spec.resources: resource key not counted by the Kubernetes quota system:
-    'count/nodes': 'nodes' is cluster-scoped; a namespace quota cannot count it``). The selector and priority are also validated on their own so that an
-    invalid policy can still be placed in policy selection.
+    'count/nodes': 'nodes' is cluster-scoped; a namespace quota cannot count it``). The selector and
+    priority are also validated on their own so that an invalid policy can still be placed in
+    policy selection.
     """
     metadata = obj.get("metadata")
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
