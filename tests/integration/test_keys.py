@@ -82,6 +82,36 @@ def creator(c: OperatorCluster, ns: str, key: str) -> Callable[[], None]:
                 },
             },
         )
+    if key == "requests.storage":
+        # no StorageClass and no provisioner: Pending, yet charged by quota admission
+        return lambda: c.core.create_namespaced_persistent_volume_claim(
+            ns,
+            {
+                "metadata": {"name": name()},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        )
+    if key.endswith(".deviceclass.resource.k8s.io/devices"):
+        device_class = key.split(".deviceclass.", 1)[0]
+        return lambda: c.custom.create_namespaced_custom_object(
+            "resource.k8s.io",
+            "v1",
+            ns,
+            "resourceclaims",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name()},
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]
+                    }
+                },
+            },
+        )
     return lambda: c.create_pod(ns)
 
 
@@ -130,13 +160,29 @@ def can_i(kubeconfig: str, verb: str, resource: str, group: str = "") -> bool:
 def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
     op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
 ) -> None:
-    """secrets, services and count/jobs.batch from status.used, pods from the tally, in one
-    namespace: each grows by its buffer once per cooldown while the test mints objects."""
+    """secrets, services, count/jobs.batch, requests.storage (PVCs) and a DRA device-class key
+    from status.used, pods from the tally, in one namespace: each grows by its buffer once per
+    cooldown while the test mints objects."""
     c = op_cluster
     for verb in ("get", "list", "watch"):
         assert not can_i(c.sa_kubeconfig, verb, "secrets")
         assert not can_i(c.sa_kubeconfig, verb, "services")
         assert not can_i(c.sa_kubeconfig, verb, "jobs", "batch")
+        assert not can_i(c.sa_kubeconfig, verb, "persistentvolumeclaims")
+        assert not can_i(c.sa_kubeconfig, verb, "resourceclaims", "resource.k8s.io")
+    device_class = f"gpu-{uuid.uuid4().hex[:6]}.example.com"
+    c.custom.create_cluster_custom_object(
+        "resource.k8s.io",
+        "v1",
+        "deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": device_class},
+            "spec": {},
+        },
+    )
+    devices = f"{device_class}.deviceclass.resource.k8s.io/devices"
     ns = c.new_namespace(scope)
     create_policy(
         c,
@@ -145,7 +191,11 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
         pods=profile(2, 5),
         secrets=profile(4, 20),
         services=profile(2, 6),
-        **{"count/jobs.batch": profile(2, 5)},
+        **{
+            "count/jobs.batch": profile(2, 5),
+            "requests.storage": profile("2Gi", "5Gi"),
+            devices: profile(1, 3),
+        },
     )
     # the apiserver stores count/deployment.apps (a typo); the operator refuses it, naming it
     create_policy(c, "p-typo", {"dq-none": "x"}, **{"count/deployment.apps": profile(1, 5)})
@@ -155,6 +205,9 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
         "secrets": ["4", "6", "9", "14", "20"],
         "services": ["2", "3", "5", "6"],
         "count/jobs.batch": ["2", "3", "5"],
+        # 2Gi * 1.5 = 3Gi; 3Gi * 1.5 = 4.5Gi, rounded up to 5Gi (the maximum)
+        "requests.storage": ["2Gi", "3Gi", "5Gi"],
+        devices: ["1", "2", "3"],
     }
     created = run_pressure(c, ns, expected)
     assert created == {
@@ -162,6 +215,8 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
         "secrets": [4, 2, 3, 5, 6],
         "services": [2, 1, 2, 1],
         "count/jobs.batch": [2, 1, 2],
+        "requests.storage": [2, 1, 2],
+        devices: [1, 1, 1],
     }
     quota = c.quota(ns)
     assert quota.spec.hard == {
@@ -170,6 +225,8 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
         "secrets": "20",
         "services": "6",
         "count/jobs.batch": "5",
+        "requests.storage": "5Gi",
+        devices: "3",
     }
     assert quota.status.used["secrets"] == "20"
     ann = quota.metadata.annotations
