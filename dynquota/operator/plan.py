@@ -101,11 +101,16 @@ class PlanRow:
     why: str
 
 
-def _count(text: object) -> int | None:
+def _units(resource: str, text: object) -> int | None:
+    """``text`` in the unit of ``resource`` (millicores, bytes, objects), or ``None``."""
     try:
-        return parse_quantity(str(text)).ceil()
+        quantity = parse_quantity(str(text))
     except QuantityError:
         return None
+    try:
+        return unit_for(resource).units(quantity)
+    except QuotaKeyError:
+        return quantity.ceil()
 
 
 @dataclass(frozen=True)
@@ -321,7 +326,7 @@ def _lower_limits(
         if other.namespace != namespace:
             continue
         for key in (resource, f"count/{resource}"):
-            found = _count(other.hard.get(key)) if key in other.hard else None
+            found = _units(resource, other.hard[key]) if key in other.hard else None
             if found is not None and found < limit:
                 notes += (
                     f"; lower limit in quota {other.name}: {key}={other.hard[key]} "

@@ -33,6 +33,7 @@ from dynquota.policy.state import (
     format_time,
     parse_time,
 )
+from dynquota.policy.units import unit_for
 
 __all__ = ["TENANT_MESSAGE_REFRESH", "SizerBase"]
 
@@ -229,6 +230,8 @@ class SizerBase:
         for resource, (used, hard, profile, last_upscale) in self.limits.items():
             if used < hard:
                 continue
+            fmt = self.units.get(resource, str)
+            goal = target(used, profile, unit_for(resource).granularity)
             if override.mode in ("grant", "active"):
                 kind = "override"
                 until = format_time(override.expires_at or self.now)
@@ -236,24 +239,24 @@ class SizerBase:
             elif used > profile.maximum:
                 kind = "maximum"
                 when = (
-                    f"above the maximum {profile.maximum} of policy {self.policy}: held at "
+                    f"above the maximum {fmt(profile.maximum)} of policy {self.policy}: held at "
                     "usage, no automatic raise"
                 )
             elif hard >= profile.maximum:
                 kind = "maximum"
                 when = f"the maximum of policy {self.policy}: no automatic raise"
-            elif target(used, profile) > hard:
+            elif goal > hard:
                 kind = "cooldown"
                 raise_at = max(last_upscale + profile.upscale_cooldown, self.now)
                 when = f"next automatic raise at {format_time(raise_at)}"
             else:
                 kind = "no-buffer"
                 when = (
-                    f"no automatic raise (its target is {target(used, profile)}: bufferPercent "
-                    f"{profile.buffer_percent}, minimum {profile.minimum})"
+                    f"no automatic raise (its target is {fmt(goal)}: bufferPercent "
+                    f"{profile.buffer_percent}, minimum {fmt(profile.minimum)})"
                 )
             part = (
-                f"{resource} at its limit (used {used} of hard {hard}): {when}; "
+                f"{resource} at its limit (used {fmt(used)} of hard {fmt(hard)}): {when}; "
                 f"{self._override_hint(override, kind)}"
             )
             parts.append(part)

@@ -272,3 +272,14 @@ def test_key_dropped_from_the_policy_is_removed_as_a_policy_change() -> None:
     assert "policy secrets 10->absent: policy keys no longer sizes it" in d.reasons
     assert [e.reason for e in d.events] == ["Resized"]  # no ManualEditReverted
     assert "dynquota.io/hard.secrets" in d.remove_annotations
+
+
+def test_tenant_line_shows_quantities() -> None:
+    quota = stored(None, run(None, T0, {}))
+    usage = {"requests.cpu": 500, "requests.memory": 0, "secrets": 0, "count/jobs.batch": 0}
+    d = run(quota, T0 + 10, usage)  # cooldown (5m) not over: held at 500m
+    (line,) = [e.message for e in d.events if e.reason == "QuotaAtLimit"]
+    assert line.startswith(
+        "requests.cpu at its limit (used 500m of hard 500m): next automatic raise at "
+        f"{format_time(T0 + 300)}; "
+    )
