@@ -52,7 +52,7 @@ dynquota_quota_write_conflicts_total        counter outcome (retried/gave-up)
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -88,6 +88,13 @@ class Metrics:
         self.drift = Gauge("dynquota_drift", "Informer tally minus status.used", _NR, registry=r)
         self.above_maximum = Gauge(
             "dynquota_usage_above_maximum", "1 when usage exceeds the maximum", _NR, registry=r
+        )
+        self.usage_unknown = Gauge(
+            "dynquota_usage_unknown",
+            "1 while a status-driven key of the managed quota has no status.used (held at its "
+            "hard; removed with KeyNotCounted if it stays so)",
+            _NR,
+            registry=r,
         )
         self.resizes = Counter(
             "dynquota_resizes", "Changes of spec.hard", ("direction", "reason"), registry=r
@@ -191,9 +198,13 @@ class Metrics:
         if resource == "resourcequotas" and status == 200 and verb in ("create", "patch", "delete"):
             self.quota_writes.labels(verb).inc()
 
-    def forget_namespace(self, namespace: str, resources: tuple[str, ...]) -> None:
-        """Remove the per-namespace series of ``namespace`` (deleted or unmanaged)."""
-        for gauge in (self.usage, self.tally, self.hard, self.target, self.maximum, self.drift):
+    def forget_namespace(self, namespace: str, resources: Iterable[str]) -> None:
+        """Remove the per-namespace series of ``namespace`` (deleted or unmanaged) for the
+        quota keys ``resources``. Values of the per-key gauges are in each key's base unit
+        (objects, cores, bytes)."""
+        resources = tuple(resources)
+        gauges = (self.usage, self.tally, self.hard, self.target, self.maximum, self.drift)
+        for gauge in (*gauges, self.usage_unknown):
             for resource in resources:
                 with contextlib.suppress(KeyError):
                     gauge.remove(namespace, resource)

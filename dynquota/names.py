@@ -61,7 +61,9 @@ class EventReason(StrEnum):
     On the managed quota — Normal: ``Resized``, ``OverrideGranted``, ``OverrideExpired``,
     ``QuotaReleased``; Warning: ``OverrideRejected``, ``UsageAboveMaximum``, ``QuotaAtLimit``,
     ``StateRepaired``, ``ManualEditReverted``, ``QuotaRecreated``, ``QuotaWriteFailed``,
-    ``ForeignQuota``. On a Namespace: ``ManagedLabelIgnored``, ``QuotaRemoved``; on
+    ``ForeignQuota``, ``KeyNotCounted`` (a key the quota controller never counted, removed
+    from ``spec.hard``), ``NeedsDefaultRequests`` (a compute key held: no LimitRange
+    default). On a Namespace: ``ManagedLabelIgnored``, ``QuotaRemoved``; on
     ``kube-system``: ``KillSwitchEngaged``, ``KillSwitchReleased``, ``KillSwitchInvalid``. On a
     policy: ``PolicyInvalid``.
     """
@@ -84,3 +86,5 @@ class EventReason(StrEnum):
     KILL_SWITCH_RELEASED = "KillSwitchReleased"
     KILL_SWITCH_INVALID = "KillSwitchInvalid"
     POLICY_INVALID = "PolicyInvalid"
+    KEY_NOT_COUNTED = "KeyNotCounted"
+    NEEDS_DEFAULT_REQUESTS = "NeedsDefaultRequests"

@@ -86,6 +86,13 @@ class Settings(BaseSettings):
         DEFAULT_OVERRIDE_TTL,
         description="tenant override lifetime, seconds (accepts 168h, 90m, ...)",
     )
+    quota_sync_period: int = Field(
+        300,
+        ge=1,
+        description="the cluster's kube-controller-manager --resource-quota-sync-period, "
+        "seconds (accepts 5m, 10s): a quota key still missing from status.used "
+        "2 x (30 s + this) after status.hard shows it is removed (KeyNotCounted)",
+    )
     tenant_help_url: str = Field(
         "",
         max_length=512,
@@ -138,7 +145,7 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
 
-    @field_validator("override_ttl", mode="before")
+    @field_validator("override_ttl", "quota_sync_period", mode="before")
     @classmethod
     def _duration(cls, value: str | int | float) -> int:
         return parse_duration_seconds(value)

@@ -51,6 +51,29 @@ class ClusterClient:
         result: dict[str, Any] = self._sanitize(model)
         return result
 
+    async def limit_range_defaults(self, namespace: str) -> frozenset[str]:
+        """The compute quota keys a LimitRange of ``namespace`` gives every container a
+        default for (type ``Container``): ``defaultRequest.cpu`` covers ``requests.cpu`` and
+        ``cpu``, ``default.cpu`` covers ``limits.cpu`` (likewise memory). One LIST of
+        ``limitranges`` in the namespace (RBAC: ``list`` on ``limitranges``; nothing else is
+        read). Raises ``ApiError``, ``TransportError``."""
+        model = await call_api(
+            "list",
+            "limitranges",
+            lambda t: self._core.list_namespaced_limit_range(namespace, _request_timeout=t),
+            self._observer,
+        )
+        covered: set[str] = set()
+        for item in self._sanitize(model).get("items") or []:
+            for limit in (item.get("spec") or {}).get("limits") or []:
+                if limit.get("type") != "Container":
+                    continue
+                for name in limit.get("defaultRequest") or {}:
+                    covered.update({name, f"requests.{name}"})
+                for name in limit.get("default") or {}:
+                    covered.add(f"limits.{name}")
+        return frozenset(covered)
+
     async def list_namespaces(self, page_size: int = 500) -> list[dict[str, Any]]:
         """Every Namespace (paginated by ``page_size``).
 

@@ -32,7 +32,7 @@ from dynquota.names import (
     MANAGED_BY_VALUE,
     MANAGED_QUOTA_NAME,
 )
-from dynquota.policy import QuotaState
+from dynquota.policy import QuotaKeyError, QuotaState, unit_for
 from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -100,9 +100,10 @@ class QuotaSnapshot:
         )
 
     def hard_int(self, resource: str) -> int | None:
-        """``spec.hard[resource]`` as an integer count (rounded up), or ``None`` if absent or
+        """``spec.hard[resource]`` as an integer in the key's unit (a count; millicores,
+        bytes: :func:`dynquota.policy.unit_for`; rounded up), or ``None`` if absent or
         unparsable."""
-        return _count(self.spec_hard.get(resource))
+        return _units(resource, self.spec_hard.get(resource))
 
     def state(self) -> QuotaState:
         """The quota as :func:`~dynquota.policy.decide` reads it (``spec.hard`` parsed, a
@@ -110,21 +111,33 @@ class QuotaSnapshot:
         return QuotaState.parse(self.spec_hard, self.annotations)
 
     def used_counts(self) -> dict[str, int]:
-        """``status.used`` as integer counts (rounded up; unparsable values left out)."""
-        return {k: n for k, text in self.status_used.items() if (n := _count(text)) is not None}
+        """``status.used`` as integers in each key's unit (counts; millicores, bytes; rounded
+        up; unparsable values left out)."""
+        return {k: n for k, text in self.status_used.items() if (n := _units(k, text)) is not None}
 
     def used_int(self, resource: str) -> int | None:
-        """``status.used[resource]`` as an integer count, or ``None`` if absent."""
-        return _count(self.status_used.get(resource))
+        """``status.used[resource]`` as an integer in the key's unit, or ``None`` if absent."""
+        return _units(resource, self.status_used.get(resource))
+
+    def uncounted(self) -> frozenset[str]:
+        """Keys the quota controller has taken into ``status.hard`` but not counted into
+        ``status.used`` (and still in ``spec.hard``)."""
+        return frozenset(
+            k for k in self.spec_hard if k in self.status_hard and k not in self.status_used
+        )
 
 
-def _count(text: str | None) -> int | None:
+def _units(key: str, text: str | None) -> int | None:
     if text is None:
         return None
     try:
-        return parse_quantity(text).ceil()
+        quantity = parse_quantity(text)
     except QuantityError:
         return None
+    try:
+        return unit_for(key).units(quantity)
+    except QuotaKeyError:
+        return quantity.ceil()  # a key dynquota never sizes: a plain count
 
 
 class QuotaClient:

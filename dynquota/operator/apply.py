@@ -35,6 +35,7 @@ from dynquota.policy import (
     Decision,
     Governance,
     QuotaState,
+    hard_text,
 )
 
 __all__ = [
@@ -111,7 +112,7 @@ class QuotaWriter(KillSwitch):
             if decision.action == "create":
                 created = await self.quotas.create(
                     namespace,
-                    {k: str(v) for k, v in decision.hard.items()},
+                    hard_text(decision.hard),
                     dict(decision.set_annotations),
                 )
                 self._deleted_by_others.discard(namespace)
@@ -155,9 +156,9 @@ class QuotaWriter(KillSwitch):
         else:
             who = f"policy {governance.policy} is in dry run (spec.dryRun)"
         hard = {
-            r: v.ceil() if not isinstance(v, int) else v
+            r: str(v)
             for r, v in (simulated.hard.items() if simulated is not None else ())
-            if r in TRACKED_RESOURCES
+            if r in TRACKED_RESOURCES or r in governance.profiles
         }
         would = (
             "it would set " + ", ".join(f"{r}={v}" for r, v in sorted(hard.items()))

@@ -32,6 +32,7 @@ from dynquota.operator.ports import (
     AlwaysLeading,
     EventSink,
     LeaderView,
+    LimitRangeReader,
     NamespaceReader,
     NamespaceView,
     PolicyRecord,
@@ -86,6 +87,7 @@ class OperatorCache(abc.ABC):
         gate: LeaderView | None = None,
         clock: Callable[[], float] = time.time,
         namespace_reader: NamespaceReader | None = None,
+        limit_ranges: LimitRangeReader | None = None,
     ) -> None:
         self.settings = settings
         self.quotas = quotas
@@ -95,6 +97,9 @@ class OperatorCache(abc.ABC):
         """Consistent reads of ``kube-system`` confirming a kill-switch change seen in a
         watch event before it deletes or re-creates quotas (``None``: the event is trusted;
         unit tests only)."""
+        self.limit_ranges = limit_ranges
+        """LimitRange defaults per namespace, read before a compute key (the compute trap) is
+        added to a quota (``None``: no defaults known, such keys are held)."""
         self.metrics = metrics if metrics is not None else Metrics()
         self.gate: LeaderView = gate if gate is not None else AlwaysLeading()
         self.clock = clock
@@ -126,6 +131,11 @@ class OperatorCache(abc.ABC):
         """Namespaces whose managed quota dynquota itself is deleting (kill switch,
         unmanaged), so their DELETED event is not taken for someone else's."""
         self._status_used: dict[str, dict[str, int]] = {}
+        self._metric_keys: dict[str, set[str]] = {}
+        """Per namespace, the quota keys it has per-key metric series for."""
+        self._uncounted: dict[str, dict[str, float]] = {}
+        """Per namespace, per status-driven key: since when ``status.hard`` shows it while
+        ``status.used`` does not (in memory: a restart only delays ``KeyNotCounted``)."""
         self.simulated: dict[str, QuotaState | None] = {}
         self.views: dict[str, NamespaceView] = {}
         self._background_tasks: set[asyncio.Task[Any]] = set()
@@ -298,12 +308,15 @@ class OperatorCache(abc.ABC):
         if namespace != KUBE_SYSTEM:
             self._namespace_uid.pop(namespace, None)
         self._status_used.pop(namespace, None)
+        self._uncounted.pop(namespace, None)
         self.simulated.pop(namespace, None)
         self.views.pop(namespace, None)
         self._overrides.discard(namespace)
         with contextlib.suppress(KeyError):
             self.metrics.overrides_active.remove(namespace)
-        self.metrics.forget_namespace(namespace, TRACKED_RESOURCES)
+        self.metrics.forget_namespace(
+            namespace, self._metric_keys.pop(namespace, TRACKED_RESOURCES)
+        )
 
     # -- reconcile --------------------------------------------------------------------------------
 

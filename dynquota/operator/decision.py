@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypedDict
 
-from dynquota.policy import Governance, NamespaceInfo, PolicyInfo, govern
+from dynquota.policy import Governance, NamespaceInfo, PolicyInfo, govern, not_counted_after
 from dynquota.settings import Settings
 
 __all__ = ["DecideArgs", "decide_args", "governance_of"]
@@ -22,15 +22,22 @@ __all__ = ["DecideArgs", "decide_args", "governance_of"]
 
 class DecideArgs(TypedDict):
     """The keyword arguments of :func:`dynquota.policy.decide` that come from the settings:
-    ``dry_run`` (the global flag) and ``override_ttl`` (seconds)."""
+    ``dry_run`` (the global flag), ``override_ttl`` and ``not_counted_after`` (seconds)."""
 
     dry_run: bool
     override_ttl: int
+    not_counted_after: int
 
 
 def decide_args(settings: Settings) -> DecideArgs:
-    """The arguments of :func:`dynquota.policy.decide` that ``settings`` fix."""
-    return DecideArgs(dry_run=settings.dry_run, override_ttl=settings.override_ttl)
+    """The arguments of :func:`dynquota.policy.decide` that ``settings`` fix
+    (``not_counted_after``: :func:`dynquota.policy.not_counted_after` of the quota
+    controller's sync period)."""
+    return DecideArgs(
+        dry_run=settings.dry_run,
+        override_ttl=settings.override_ttl,
+        not_counted_after=not_counted_after(settings.quota_sync_period),
+    )
 
 
 def governance_of(

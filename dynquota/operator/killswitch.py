@@ -276,7 +276,7 @@ class KillSwitch(PolicyStatusWriter):
         self.metrics.quota_deletions.labels(cause).inc()
         view = self._record_view(namespace, "delete", (why,))
         view.hard = {}
-        for resource in TRACKED_RESOURCES:
+        for resource in self._metric_keys.get(namespace, TRACKED_RESOURCES):
             with contextlib.suppress(KeyError):
                 self.metrics.hard.remove(namespace, resource)
         return True

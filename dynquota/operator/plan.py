@@ -43,11 +43,14 @@ from dynquota.policy import (
     TRACKED_RESOURCES,
     Governance,
     NamespaceInfo,
+    QuotaKeyError,
     decide,
     format_time,
     observed_usage,
     parse_kill_switch,
+    resource_order,
     target,
+    unit_for,
     validate_policy,
 )
 from dynquota.quantity import QuantityError, parse_quantity
@@ -83,8 +86,10 @@ class ClusterSnapshot:
 
 @dataclass(frozen=True)
 class PlanRow:
-    """One line of the plan. Counts are ints (``None``: unknown/absent); ``next`` is the
-    action (``create``, ``patch``, ``delete``, ``nothing``) and ``why`` the reason."""
+    """One line of the plan, one quota key. Values are ints in the key's unit (objects,
+    millicores, bytes: :func:`dynquota.policy.unit_for`; ``None``: unknown/absent; ``tally``
+    only for ``pods``/``configmaps``); ``next`` is the action (``create``, ``patch``,
+    ``delete``, ``nothing``) and ``why`` the reason."""
 
     namespace: str
     resource: str
@@ -96,11 +101,16 @@ class PlanRow:
     why: str
 
 
-def _count(text: object) -> int | None:
+def _units(resource: str, text: object) -> int | None:
+    """``text`` in the unit of ``resource`` (millicores, bytes, objects), or ``None``."""
     try:
-        return parse_quantity(str(text)).ceil()
+        quantity = parse_quantity(str(text))
     except QuantityError:
         return None
+    try:
+        return unit_for(resource).units(quantity)
+    except QuotaKeyError:
+        return quantity.ceil()
 
 
 @dataclass(frozen=True)
@@ -222,7 +232,8 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
         if governance.kind == "unmanaged" and quota is None and kill_switch is not None:
             continue  # nothing to do: said in not_managed
         tally = {r: snapshot.tally.get((name, r), 0) for r in TRACKED_RESOURCES}
-        usage = observed_usage(tally, quota.used_counts() if quota is not None else {})
+        keys = resource_order(set(TRACKED_RESOURCES) | set(governance.profiles))
+        usage = observed_usage(tally, quota.used_counts() if quota is not None else {}, keys)
         decision = decide(
             governance=governance,
             usage=usage,
@@ -244,15 +255,21 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
         written = (
             "dry run, not written: " if decision.dry_run and decision.action != "nothing" else ""
         )
-        for resource in TRACKED_RESOURCES:
+        for resource in keys:
             profile = governance.profiles.get(resource)
-            goal = target(usage[resource], profile) if profile is not None else None
+            goal = (
+                target(usage[resource], profile, unit_for(resource).granularity)
+                if profile is not None and resource in usage
+                else None
+            )
             hard_now = quota.hard_int(resource) if quota is not None else None
             rows.append(
                 PlanRow(
                     name,
                     resource,
-                    snapshot.tally.get((name, resource), 0),
+                    snapshot.tally.get((name, resource), 0)
+                    if resource in TRACKED_RESOURCES
+                    else None,
                     quota.used_int(resource) if quota is not None else None,
                     hard_now,
                     goal,
@@ -309,7 +326,7 @@ def _lower_limits(
         if other.namespace != namespace:
             continue
         for key in (resource, f"count/{resource}"):
-            found = _count(other.hard.get(key)) if key in other.hard else None
+            found = _units(resource, other.hard[key]) if key in other.hard else None
             if found is not None and found < limit:
                 notes += (
                     f"; lower limit in quota {other.name}: {key}={other.hard[key]} "
@@ -318,14 +335,25 @@ def _lower_limits(
     return notes
 
 
+def _shown(resource: str, value: int | None) -> str:
+    """A value of the plan in its key's unit as quantity text (``1500m``, ``3687Mi``, ``7``)."""
+    if value is None:
+        return "-"
+    try:
+        return unit_for(resource).text(value)
+    except QuotaKeyError:
+        return str(value)
+
+
 def format_table(rows: list[PlanRow]) -> str:
-    """The plan as an aligned text table (``-`` for unknown values)."""
+    """The plan as an aligned text table (``-`` for unknown values; quantities with their
+    unit, ``1500m``, ``4Gi``)."""
     header = ("NAMESPACE", "RESOURCE", "TALLY", "STATUS.USED", "HARD", "TARGET", "NEXT", "WHY")
     table = [header] + [
         (
             r.namespace,
             r.resource,
-            *("-" if v is None else str(v) for v in (r.tally, r.status_used, r.hard, r.target)),
+            *(_shown(r.resource, v) for v in (r.tally, r.status_used, r.hard, r.target)),
             r.next,
             r.why,
         )

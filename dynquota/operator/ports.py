@@ -29,6 +29,7 @@ __all__ = [
     "Applied",
     "EventSink",
     "LeaderView",
+    "LimitRangeReader",
     "NamespaceReader",
     "NamespaceView",
     "PolicyStatusSink",
@@ -117,6 +118,13 @@ class NamespaceReader(Protocol):
     """Consistent reads of a Namespace (:class:`dynquota.kube.cluster.ClusterClient`)."""
 
     async def read_namespace(self, name: str) -> dict[str, Any]: ...
+
+
+class LimitRangeReader(Protocol):
+    """Which compute keys a namespace's LimitRanges give a default for
+    (:meth:`dynquota.kube.cluster.ClusterClient.limit_range_defaults`)."""
+
+    async def limit_range_defaults(self, namespace: str) -> frozenset[str]: ...
 
 
 class LeaderView(Protocol):

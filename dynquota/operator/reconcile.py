@@ -49,6 +49,8 @@ from dynquota.policy import (
     apply_decision,
     decide,
     observed_usage,
+    resource_order,
+    unit_for,
 )
 
 __all__ = [
@@ -116,7 +118,8 @@ class Operator(QuotaWriter):
                 await self._report_foreign(current)
                 return Outcome(), "ok"
             now = self.clock()
-            decision = self._decide(namespace, governance, current, now, dry_run)
+            missing = await self._missing_defaults(namespace, governance, current)
+            decision = self._decide(namespace, governance, current, now, dry_run, missing)
             if decision.dry_run:
                 simulated = apply_decision(
                     self._quota_for_decision(namespace, current, dry_run), decision
@@ -166,6 +169,7 @@ class Operator(QuotaWriter):
         current: QuotaSnapshot | None,
         now: float,
         dry_run: bool,
+        missing_defaults: frozenset[str] = frozenset(),
     ) -> Decision:
         """Usage, peaks and :func:`~dynquota.policy.decide` for ``current`` (reports usage)."""
         status_used = current.used_counts() if current is not None else {}
@@ -174,9 +178,12 @@ class Operator(QuotaWriter):
         tally = {
             r: self.usage.usage(namespace, r, now) if self.usage else 0 for r in TRACKED_RESOURCES
         }
-        usage = observed_usage(tally, status_used)
+        keys = resource_order(set(TRACKED_RESOURCES) | set(governance.profiles))
+        usage = observed_usage(tally, status_used, keys)
         peak: dict[str, int] = {}
-        for resource in TRACKED_RESOURCES:
+        for resource in keys:
+            if resource not in usage:
+                continue  # usage unknown: held, no peak sample
             self.peaks.observe(namespace, resource, usage[resource], now)
             profile = governance.profiles.get(resource)
             if profile is not None:
@@ -193,10 +200,43 @@ class Operator(QuotaWriter):
             previously_managed=namespace in self._deleted_by_others,
             namespace=namespace,
             help_url=self.settings.tenant_help_url,
+            uncounted_since=self._uncounted_since(namespace, current, now),
+            missing_defaults=missing_defaults,
             **decide_args(self.settings),
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)
         return decision
+
+    def _uncounted_since(
+        self, namespace: str, current: QuotaSnapshot | None, now: float
+    ) -> dict[str, float]:
+        """Per status-driven key of the managed quota: since when ``status.hard`` shows it
+        without a ``status.used`` (first seen by this replica)."""
+        keys = current.uncounted() if current is not None else frozenset()
+        keys = frozenset(k for k in keys if k not in TRACKED_RESOURCES)
+        seen = self._uncounted.get(namespace, {})
+        since = {k: seen.get(k, now) for k in keys}
+        if since:
+            self._uncounted[namespace] = since
+        else:
+            self._uncounted.pop(namespace, None)
+        return since
+
+    async def _missing_defaults(
+        self, namespace: str, governance: Governance, current: QuotaSnapshot | None
+    ) -> frozenset[str]:
+        """Keys of the policy that force pods to declare a resource (the compute trap), are not
+        in the quota yet, and have no LimitRange default in ``namespace``: one LIST of its
+        LimitRanges, only when there is such a key to add (raises ``KubeError``)."""
+        hard = current.spec_hard if current is not None else {}
+        trapped = frozenset(
+            k for k in governance.profiles if k not in hard and unit_for(k).info.compute_trap
+        )
+        if not trapped or governance.kind != "managed":
+            return frozenset()
+        if self.limit_ranges is None:
+            return trapped
+        return trapped - await self.limit_ranges.limit_range_defaults(namespace)
 
     def _quota_for_decision(
         self, namespace: str, current: QuotaSnapshot | None, dry_run: bool

@@ -25,7 +25,9 @@ from dynquota.policy import (
     TRACKED_RESOURCES,
     Decision,
     Governance,
+    resource_order,
     target,
+    unit_for,
 )
 from dynquota.policy.decide import reject_unmanaged_override
 from dynquota.quantity import QuantityError, parse_quantity
@@ -51,30 +53,49 @@ class Reporting(OperatorCache):
         usage: Mapping[str, int],
         current: QuotaSnapshot | None,
     ) -> None:
+        """Per-key gauges, in each key's base unit (objects, cores, bytes); a status-driven
+        key whose ``status.used`` is missing sets ``dynquota_usage_unknown`` instead."""
         m = self.metrics
         if governance.kind != "managed":
-            m.forget_namespace(namespace, TRACKED_RESOURCES)
+            m.forget_namespace(namespace, self._metric_keys.pop(namespace, TRACKED_RESOURCES))
         view = self.views.setdefault(namespace, NamespaceView())
         view.usage = dict(usage)
         view.tally = dict(tally)
         view.status_used = dict(status_used)
-        view.target = {r: target(usage[r], p) for r, p in governance.profiles.items() if r in usage}
-        for resource in TRACKED_RESOURCES:
-            profile = governance.profiles.get(resource)
-            if governance.kind != "managed" or profile is None:
-                continue
-            m.usage.labels(namespace, resource).set(usage[resource])
-            m.tally.labels(namespace, resource).set(tally[resource])
-            m.target.labels(namespace, resource).set(target(usage[resource], profile))
-            m.maximum.labels(namespace, resource).set(profile.maximum)
-            m.above_maximum.labels(namespace, resource).set(
-                1 if usage[resource] > profile.maximum else 0
-            )
-            if resource in status_used:
-                m.drift.labels(namespace, resource).set(tally[resource] - status_used[resource])
+        view.target = {
+            r: target(usage[r], p, unit_for(r).granularity)
+            for r, p in governance.profiles.items()
+            if r in usage
+        }
+        if governance.kind != "managed":
+            return
+        keys = resource_order(governance.profiles)
+        stale = self._metric_keys.get(namespace, set()) - set(keys)
+        if stale:
+            m.forget_namespace(namespace, stale)
+        self._metric_keys[namespace] = set(keys)
+        for resource in keys:
+            profile = governance.profiles[resource]
+            unit = unit_for(resource)
             hard = current.hard_int(resource) if current is not None else None
             if hard is not None:
-                m.hard.labels(namespace, resource).set(hard)
+                m.hard.labels(namespace, resource).set(unit.base(hard))
+            m.maximum.labels(namespace, resource).set(unit.base(profile.maximum))
+            if resource not in usage:
+                m.usage_unknown.labels(namespace, resource).set(1)
+                continue
+            with contextlib.suppress(KeyError):
+                m.usage_unknown.remove(namespace, resource)
+            used = usage[resource]
+            m.usage.labels(namespace, resource).set(unit.base(used))
+            m.target.labels(namespace, resource).set(
+                unit.base(target(used, profile, unit.granularity))
+            )
+            m.above_maximum.labels(namespace, resource).set(1 if used > profile.maximum else 0)
+            if resource in tally:
+                m.tally.labels(namespace, resource).set(tally[resource])
+                if resource in status_used:
+                    m.drift.labels(namespace, resource).set(tally[resource] - status_used[resource])
 
     async def _report_decision(
         self,
@@ -98,22 +119,23 @@ class Reporting(OperatorCache):
                 if change.old is None or change.new is None:
                     continue
                 with contextlib.suppress(QuantityError):
-                    old = parse_quantity(change.old).ceil()
-                    new = parse_quantity(change.new).ceil()
-                    direction = "up" if new > old else "down"
+                    old_q, new_q = parse_quantity(change.old), parse_quantity(change.new)
+                    direction = "up" if new_q > old_q else "down"
                     self.metrics.resizes.labels(direction, change.kind).inc()
             if quota is not None and governance.kind == "managed":
-                for resource in TRACKED_RESOURCES:
+                for resource in resource_order(governance.profiles):
                     hard = quota.hard_int(resource)
                     if hard is not None:
-                        self.metrics.hard.labels(namespace, resource).set(hard)
+                        self.metrics.hard.labels(namespace, resource).set(
+                            unit_for(resource).base(hard)
+                        )
             if decision.action == "delete":
-                for resource in TRACKED_RESOURCES:
+                for resource in self._metric_keys.get(namespace, TRACKED_RESOURCES):
                     with contextlib.suppress(KeyError):
                         self.metrics.hard.remove(namespace, resource)
         elif decision.hard:
             for resource, value in decision.hard.items():
-                self.metrics.hard.labels(namespace, resource).set(value)
+                self.metrics.hard.labels(namespace, resource).set(unit_for(resource).base(value))
         active = quota is not None and OVERRIDE_GRANTED_AT in quota.annotations
         if decision.dry_run:
             simulated = self.simulated.get(namespace)
@@ -141,12 +163,13 @@ class Reporting(OperatorCache):
         if decision.dry_run:
             simulated = self.simulated.get(namespace)
             view.hard = {
-                r: v.ceil() if not isinstance(v, int) else v
+                r: unit_for(r).units(v)
                 for r, v in (simulated.hard.items() if simulated else ())
-                if r in TRACKED_RESOURCES
+                if r in governance.profiles or r in TRACKED_RESOURCES
             }
         elif quota is not None:
-            view.hard = {r: v for r in TRACKED_RESOURCES if (v := quota.hard_int(r)) is not None}
+            keys = resource_order(set(governance.profiles) | set(TRACKED_RESOURCES))
+            view.hard = {r: v for r in keys if (v := quota.hard_int(r)) is not None}
         else:
             view.hard = {}
         if self.on_decision is not None:

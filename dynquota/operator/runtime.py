@@ -143,6 +143,7 @@ class Runtime:
             metrics=self.metrics,
             gate=self.gate,
             namespace_reader=self.cluster,
+            limit_ranges=self.cluster,
         )
         if isinstance(self.gate, LeaderGate):
             self.gate.on_change = self.operator.on_leadership

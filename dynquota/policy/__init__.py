@@ -5,12 +5,15 @@
 - :mod:`~dynquota.policy.selection`: excluded namespaces and which policy governs a namespace;
 - :mod:`~dynquota.policy.state`: annotation names, RFC 3339 times, the kill switch;
 - :mod:`~dynquota.policy.decide`: :func:`decide`, the one sizing function;
+- :mod:`~dynquota.policy.keys` and :mod:`~dynquota.policy.units`: which quota keys are counted,
+  and the integer unit each is sized in;
 - :mod:`~dynquota.policy.durations`: ``90s``/``5m``/``1h30m`` durations.
 
 The rules as implemented, and how their open points were settled: ``docs/sizing.md``.
 """
 
 from dynquota.policy.decide import (
+    DEFAULT_NOT_COUNTED_AFTER,
     DEFAULT_OVERRIDE_TTL,
     RECURRING_REASONS,
     Action,
@@ -22,16 +25,18 @@ from dynquota.policy.decide import (
     apply_decision,
     ceil_div,
     decide,
-    observed_usage,
+    not_counted_after,
     reject_unmanaged_override,
     target,
 )
+from dynquota.policy.decision import hard_text, observed_usage
 from dynquota.policy.durations import (
     DURATION_PATTERN,
     MAX_DURATION_SECONDS,
     format_duration,
     parse_duration,
 )
+from dynquota.policy.keys import KeyInfo, QuotaKeyError, classify, classify_static
 from dynquota.policy.models import (
     CONFIGMAPS,
     DEFAULT_PROFILES,
@@ -48,6 +53,7 @@ from dynquota.policy.models import (
     validate_label_value,
     validate_policy,
 )
+from dynquota.policy.profiles import resource_order
 from dynquota.policy.selection import (
     MANAGED_LABEL,
     SYSTEM_NAMESPACES,
@@ -81,10 +87,12 @@ from dynquota.policy.state import (
     resolve_kill_switch,
     resource_keys,
 )
+from dynquota.policy.units import KeyUnit, unit_for
 
 __all__ = [
     "ANNOTATION_PREFIX",
     "CONFIGMAPS",
+    "DEFAULT_NOT_COUNTED_AFTER",
     "DEFAULT_OVERRIDE_TTL",
     "DEFAULT_PROFILES",
     "DURATION_PATTERN",
@@ -110,6 +118,8 @@ __all__ = [
     "Exclusion",
     "Governance",
     "GovernanceKind",
+    "KeyInfo",
+    "KeyUnit",
     "KillSwitchReading",
     "KillSwitchState",
     "LabelSelector",
@@ -117,20 +127,25 @@ __all__ = [
     "NamespaceInfo",
     "OverrideSettings",
     "PolicyInfo",
+    "QuotaKeyError",
     "QuotaState",
     "ResourceProfile",
     "apply_decision",
     "ceil_div",
+    "classify",
+    "classify_static",
     "decide",
     "describe_validation_error",
     "format_duration",
     "format_time",
     "govern",
     "hard_key",
+    "hard_text",
     "last_change_key",
     "last_upscale_key",
     "managed_label_warning",
     "namespace_exclusion",
+    "not_counted_after",
     "observed_usage",
     "parse_duration",
     "parse_kill_switch",
@@ -140,7 +155,9 @@ __all__ = [
     "reject_unmanaged_override",
     "resolve_kill_switch",
     "resource_keys",
+    "resource_order",
     "target",
+    "unit_for",
     "validate_label_key",
     "validate_label_value",
     "validate_policy",

@@ -53,6 +53,7 @@ __all__ = [
     "ServedResources",
     "Source",
     "classify",
+    "classify_static",
     "conflicting_aliases",
 ]
 
@@ -310,3 +311,88 @@ def conflicting_aliases(keys: Iterable[str]) -> list[tuple[str, str]]:
         else:
             seen[canonical] = key
     return pairs
+
+
+# The API groups Kubernetes v1.37 serves itself, with their listable resources and whether each
+# is namespaced (`kubectl api-resources` on the local control plane, 2026-12-01). A `count/` key
+# in one of these groups must name one of its namespaced resources: this catches a typo such as
+# `count/deployment.apps` before it reaches a quota. Groups not listed (custom resources) are
+# checked at run time instead (KeyNotCounted).
+_BUILTIN_NAMESPACED: Final[Mapping[str, frozenset[str]]] = {
+    "": frozenset(
+        {
+            "pods", "configmaps", "secrets", "services", "serviceaccounts", "endpoints",
+            "persistentvolumeclaims", "replicationcontrollers", "resourcequotas", "limitranges",
+            "podtemplates", "events",
+        }
+    ),
+    "apps": frozenset(
+        {"deployments", "replicasets", "statefulsets", "daemonsets", "controllerrevisions"}
+    ),
+    "batch": frozenset({"jobs", "cronjobs"}),
+    "autoscaling": frozenset({"horizontalpodautoscalers"}),
+    "networking.k8s.io": frozenset({"ingresses", "networkpolicies"}),
+    "policy": frozenset({"poddisruptionbudgets"}),
+    "rbac.authorization.k8s.io": frozenset({"roles", "rolebindings"}),
+    "coordination.k8s.io": frozenset({"leases", "leasecandidates"}),
+    "discovery.k8s.io": frozenset({"endpointslices"}),
+    "events.k8s.io": frozenset({"events"}),
+    "storage.k8s.io": frozenset({"csistoragecapacities"}),
+    "resource.k8s.io": frozenset({"resourceclaims", "resourceclaimtemplates"}),
+    "authorization.k8s.io": frozenset({"localsubjectaccessreviews"}),
+    "admissionregistration.k8s.io": frozenset(),
+    "apiextensions.k8s.io": frozenset(),
+    "apiregistration.k8s.io": frozenset(),
+    "certificates.k8s.io": frozenset(),
+    "scheduling.k8s.io": frozenset(),
+    "node.k8s.io": frozenset(),
+    "flowcontrol.apiserver.k8s.io": frozenset(),
+    "authentication.k8s.io": frozenset(),
+}  # fmt: skip
+_BUILTIN_CLUSTER_SCOPED: Final = frozenset(
+    {
+        ("", "nodes"), ("", "namespaces"), ("", "persistentvolumes"), ("", "componentstatuses"),
+        ("storage.k8s.io", "storageclasses"), ("storage.k8s.io", "volumeattachments"),
+        ("storage.k8s.io", "csidrivers"), ("storage.k8s.io", "csinodes"),
+        ("storage.k8s.io", "volumeattributesclasses"), ("resource.k8s.io", "deviceclasses"),
+        ("resource.k8s.io", "resourceslices"), ("networking.k8s.io", "ingressclasses"),
+        ("networking.k8s.io", "ipaddresses"), ("networking.k8s.io", "servicecidrs"),
+        ("rbac.authorization.k8s.io", "clusterroles"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings"),
+        ("scheduling.k8s.io", "priorityclasses"), ("node.k8s.io", "runtimeclasses"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+        ("apiregistration.k8s.io", "apiservices"),
+        ("certificates.k8s.io", "certificatesigningrequests"),
+        ("certificates.k8s.io", "clustertrustbundles"),
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies"),
+        ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
+    }
+)  # fmt: skip
+
+
+def classify_static(key: str) -> KeyInfo:
+    """:func:`classify` without discovery, as a policy is validated (no I/O): a ``count/`` key
+    in an API group Kubernetes serves itself must name one of that group's namespaced
+    resources (so ``count/nodes`` and ``count/deployment.apps`` are refused); a ``count/`` key of
+    any other group (a custom resource) passes on syntax alone.
+
+    Raises:
+        QuotaKeyError: as :func:`classify`.
+    """
+    info = classify(key)
+    if key.startswith(_COUNT):
+        resource, _, group = key[len(_COUNT) :].partition(".")
+        if (group, resource) in _BUILTIN_CLUSTER_SCOPED:
+            target = key[len(_COUNT) :]
+            raise QuotaKeyError(
+                key, f"{target!r} is cluster-scoped; a namespace quota cannot count it"
+            )
+        served = _BUILTIN_NAMESPACED.get(group)
+        if served is not None and resource not in served:
+            where = f"group {group!r}" if group else "the core group"
+            raise QuotaKeyError(
+                key, f"{where} serves no namespaced resource {resource!r} (check the plural)"
+            )
+    return info

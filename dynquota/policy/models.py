@@ -1,23 +1,31 @@
-"""DynamicQuotaPolicy spec models, label selectors and policy validation (Pure; pydantic v2).
+"""DynamicQuotaPolicy spec models and policy validation (Pure; pydantic v2).
 
 These models repeat, in the operator, the checks the CRD's OpenAPI schema and CEL rules make at
 the apiserver (``crds/dynamicquotapolicies.yaml``), so a spec stored despite them (an older CRD,
 a schema change, a direct etcd write) is reported ``Valid=False`` instead of being acted on.
-Field aliases are the CRD's camelCase names; error locations use them.
+Field aliases are the CRD's camelCase names; error locations use them. Profiles and the
+``spec.resources`` rules are in :mod:`dynquota.policy.profiles`, label selectors in
+:mod:`dynquota.policy.labels` (re-exported here).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
 from dynquota.names import CONFIGMAPS, PODS, TRACKED_RESOURCES
 from dynquota.policy.durations import format_duration, parse_duration
+from dynquota.policy.labels import (
+    LabelSelector,
+    LabelSelectorRequirement,
+    validate_label_key,
+    validate_label_value,
+)
+from dynquota.policy.profiles import DEFAULT_PROFILES, ResourceProfile, fill_resources
 
 __all__ = [
     "CONFIGMAPS",
@@ -37,107 +45,12 @@ __all__ = [
 ]
 
 
-_INT64_MAX: Final = 2**63 - 1
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
 
 _STRICT = ConfigDict(
     frozen=True, extra="forbid", strict=True, validate_by_name=True, validate_by_alias=True
 )
-
-
-class ResourceProfile(BaseModel):
-    """How one resource's hard limit follows its usage.
-
-    Fields (CRD names in brackets): ``buffer_percent`` [bufferPercent] int 0..1000;
-    ``minimum`` and ``maximum`` counts, ``0 <= minimum <= maximum <= 2^63-1``;
-    ``upscale_cooldown`` [upscaleCooldown] and ``downscale_cooldown`` [downscaleCooldown] in
-    whole seconds, given as duration strings (``90s``, ``5m``, ``1h30m``) when validated from a
-    policy. Build one from numbers with :meth:`of`.
-    """
-
-    model_config = _STRICT
-
-    buffer_percent: int = Field(alias="bufferPercent")
-    minimum: int
-    maximum: int
-    upscale_cooldown: int = Field(alias="upscaleCooldown")
-    downscale_cooldown: int = Field(alias="downscaleCooldown")
-
-    @field_validator("buffer_percent")
-    @classmethod
-    def _buffer_range(cls, value: int) -> int:
-        if not 0 <= value <= 1000:
-            raise ValueError(f"must be between 0 and 1000, not {value}")
-        return value
-
-    @field_validator("minimum", "maximum")
-    @classmethod
-    def _count_range(cls, value: int) -> int:
-        if not 0 <= value <= _INT64_MAX:
-            raise ValueError(f"must be between 0 and {_INT64_MAX}, not {value}")
-        return value
-
-    @field_validator("upscale_cooldown", "downscale_cooldown", mode="before")
-    @classmethod
-    def _duration(cls, value: object) -> int:
-        if not isinstance(value, str):
-            raise ValueError(f"must be a duration string like 90s, 5m or 1h30m, not {value!r}")
-        return parse_duration(value)
-
-    @model_validator(mode="after")
-    def _min_le_max(self) -> ResourceProfile:
-        if self.minimum > self.maximum:
-            raise ValueError(
-                f"minimum ({self.minimum}) must be less than or equal to maximum ({self.maximum})"
-            )
-        return self
-
-    @classmethod
-    def of(
-        cls,
-        buffer_percent: int,
-        minimum: int,
-        maximum: int,
-        upscale_cooldown: int,
-        downscale_cooldown: int,
-    ) -> ResourceProfile:
-        """A validated profile from numbers (cooldowns in whole seconds).
-
-        Raises ``pydantic.ValidationError`` like validation from a policy would.
-        """
-        return cls.model_validate(
-            {
-                "bufferPercent": buffer_percent,
-                "minimum": minimum,
-                "maximum": maximum,
-                "upscaleCooldown": format_duration(upscale_cooldown),
-                "downscaleCooldown": format_duration(downscale_cooldown),
-            }
-        )
-
-    def sizing_key(self) -> str:
-        """The fields that decide the target, as stored in the ``dynquota.io/profile.<resource>``
-        annotation: ``bufferPercent=40,minimum=10,maximum=1000``. Cooldowns are not part of it:
-        changing a cooldown is not a policy change that resizes at once."""
-        return f"bufferPercent={self.buffer_percent},minimum={self.minimum},maximum={self.maximum}"
-
-    def to_crd(self) -> dict[str, int | str]:
-        """The profile as CRD JSON (camelCase keys, duration strings)."""
-        return {
-            "bufferPercent": self.buffer_percent,
-            "minimum": self.minimum,
-            "maximum": self.maximum,
-            "upscaleCooldown": format_duration(self.upscale_cooldown),
-            "downscaleCooldown": format_duration(self.downscale_cooldown),
-        }
-
-
-DEFAULT_PROFILES: Final[Mapping[str, ResourceProfile]] = {
-    PODS: ResourceProfile.of(40, 10, 1000, 5 * 60, 3600),
-    CONFIGMAPS: ResourceProfile.of(40, 50, 2000, 2 * 60, 6 * 3600),
-}
-"""Built-in profiles: pods 40%/10/1000/5m/1h; configmaps 40%/50/2000/2m/6h."""
 
 
 class OverrideSettings(BaseModel):
@@ -202,176 +115,17 @@ class OverrideSettings(BaseModel):
         return body
 
 
-# -- label selectors (apimachinery pkg/apis/meta/v1/validation ValidateLabelSelector,
-#    pkg/util/validation IsQualifiedName / IsValidLabelValue, pkg/labels selector semantics) --
-
-_NAME: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS_SUBDOMAIN: Final = re.compile(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-)
-_NAME_RULE: Final = (
-    "alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character"
-)
-
-
-def validate_label_key(key: str) -> str:
-    """Check a label key: ``[prefix/]name``, name at most 63 characters of :data:`_NAME_RULE`,
-    prefix a lowercase DNS subdomain of at most 253 characters. Returns the key.
-
-    Raises ``ValueError`` naming the key and the broken rule. Upstream:
-    ``k8s.io/apimachinery/pkg/util/validation`` ``IsQualifiedName``.
-    """
-    if not isinstance(key, str):
-        raise ValueError(f"label key must be a string, not {key!r}")
-    parts = key.split("/")
-    if len(parts) > 2:
-        raise ValueError(f"invalid label key {key!r}: at most one '/' allowed")
-    name = parts[-1]
-    if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
-            raise ValueError(f"invalid label key {key!r}: the prefix before '/' is empty")
-        if len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix):
-            raise ValueError(
-                f"invalid label key {key!r}: the prefix must be a lowercase DNS subdomain "
-                "(at most 253 characters)"
-            )
-    if not name:
-        raise ValueError(f"invalid label key {key!r}: the name part is empty")
-    if len(name) > 63 or not _NAME.fullmatch(name):
-        raise ValueError(
-            f"invalid label key {key!r}: the name part must be at most 63 {_NAME_RULE}"
-        )
-    return key
-
-
-def validate_label_value(value: str) -> str:
-    """Check a label value: empty, or at most 63 characters of :data:`_NAME_RULE`.
-
-    Raises ``ValueError`` naming the value. Upstream: ``IsValidLabelValue``.
-    """
-    if not isinstance(value, str):
-        raise ValueError(f"label value must be a string, not {value!r}")
-    if value and (len(value) > 63 or not _NAME.fullmatch(value)):
-        raise ValueError(f"invalid label value {value!r}: must be empty or at most 63 {_NAME_RULE}")
-    return value
-
-
-SelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
-_OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist")
-
-
-class LabelSelectorRequirement(BaseModel):
-    """One ``matchExpressions`` entry: ``key``, ``operator`` (``In``, ``NotIn``, ``Exists``,
-    ``DoesNotExist``; case-sensitive) and ``values``: non-empty for ``In``/``NotIn``, empty or
-    absent for ``Exists``/``DoesNotExist`` (apimachinery ``ValidateLabelSelectorRequirement``)."""
-
-    model_config = _STRICT
-
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        return validate_label_key(value)
-
-    @field_validator("operator")
-    @classmethod
-    def _operator(cls, value: str) -> str:
-        if value not in _OPERATORS:
-            raise ValueError(
-                f"unknown operator {value!r}: expected In, NotIn, Exists or DoesNotExist"
-            )
-        return value
-
-    @field_validator("values", mode="before")
-    @classmethod
-    def _values_list(cls, value: object) -> object:
-        if value is None:
-            return ()
-        if isinstance(value, list):
-            return tuple(value)
-        return value
-
-    @field_validator("values")
-    @classmethod
-    def _values(cls, values: tuple[str, ...]) -> tuple[str, ...]:
-        for value in values:
-            validate_label_value(value)
-        return values
-
-    @model_validator(mode="after")
-    def _values_match_operator(self) -> LabelSelectorRequirement:
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"values must be non-empty for operator {self.operator}")
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"values must be empty for operator {self.operator}")
-        return self
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """Whether ``labels`` satisfy this requirement (``NotIn`` holds when the key is absent)."""
-        present = self.key in labels
-        if self.operator == "In":
-            return present and labels[self.key] in self.values
-        if self.operator == "NotIn":
-            return not present or labels[self.key] not in self.values
-        if self.operator == "Exists":
-            return present
-        return not present
-
-
-class LabelSelector(BaseModel):
-    """A Kubernetes label selector over Namespace labels: ``matchLabels`` and
-    ``matchExpressions``, all ANDed; an empty selector matches every namespace."""
-
-    model_config = _STRICT
-
-    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
-    match_expressions: tuple[LabelSelectorRequirement, ...] = Field(
-        default=(), alias="matchExpressions"
-    )
-
-    @field_validator("match_labels", mode="before")
-    @classmethod
-    def _null_labels(cls, value: object) -> object:
-        return {} if value is None else value
-
-    @field_validator("match_labels")
-    @classmethod
-    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, label in value.items():
-            validate_label_key(key)
-            validate_label_value(label)
-        return value
-
-    @field_validator("match_expressions", mode="before")
-    @classmethod
-    def _null_expressions(cls, value: object) -> object:
-        if value is None:
-            return ()
-        if isinstance(value, list):
-            return tuple(value)
-        return value
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """Whether a namespace with ``labels`` is selected."""
-        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
-            requirement.matches(labels) for requirement in self.match_expressions
-        )
-
-
 class DynamicQuotaPolicySpec(BaseModel):
     """``spec`` of a DynamicQuotaPolicy (``dynquota.io/v1alpha1``).
 
     ``namespace_selector`` [namespaceSelector] (omitted: matches every namespace),
     ``priority`` int32 (default 0), ``resources``: after validation always holds both
     ``pods`` and ``configmaps``, each listed profile's omitted fields and each unlisted resource
-    taken from :data:`DEFAULT_PROFILES` (the CRD's documented defaulting); any other key is
-    refused. ``dry_run`` [dryRun] bool (default false). ``override``: the tenant override's
-    rules (:class:`OverrideSettings`; omitted: allowed, the operator's TTL, no minimum
-    interval).
+    taken from :data:`DEFAULT_PROFILES` (the CRD's documented defaulting), plus every other
+    listed quota key the quota system counts (:func:`~dynquota.policy.profiles.fill_resources`);
+    an uncounted key or an alias with its long form is refused. ``dry_run`` [dryRun] bool
+    (default false). ``override``: the tenant override's rules (:class:`OverrideSettings`;
+    omitted: allowed, the operator's TTL, no minimum interval).
     """
 
     model_config = _STRICT
@@ -399,25 +153,7 @@ class DynamicQuotaPolicySpec(BaseModel):
     @field_validator("resources", mode="before")
     @classmethod
     def _fill_defaults(cls, value: object) -> object:
-        if value is None:
-            value = {}
-        if not isinstance(value, Mapping):
-            return value  # reported by the dict type check
-        unknown = sorted(str(k) for k in value if k not in TRACKED_RESOURCES)
-        if unknown:
-            listed = ", ".join(repr(k) for k in unknown)
-            noun = "key" if len(unknown) == 1 else "keys"
-            raise ValueError(
-                f"unknown resource {noun} {listed}: allowed keys are 'pods' and 'configmaps'"
-            )
-        merged: dict[str, object] = {}
-        for resource in TRACKED_RESOURCES:
-            given = value.get(resource, {})
-            if not isinstance(given, Mapping):
-                merged[resource] = given  # reported by the model type check
-                continue
-            merged[resource] = {**DEFAULT_PROFILES[resource].to_crd(), **given}
-        return merged
+        return fill_resources(value)
 
 
 _TYPE_MESSAGES: Final = {
@@ -488,9 +224,10 @@ def validate_policy(obj: Mapping[str, Any]) -> PolicyInfo:
     ``metadata`` and ``spec``).
 
     Never raises for a bad spec: returns a :class:`PolicyInfo` whose ``reason`` lists every
-    problem (``spec.resources: unknown resource key 'count/nodes': allowed keys are 'pods' and
-    'configmaps'``). The selector and priority are also validated on their own so that an
-    invalid policy can still be placed in policy selection.
+    problem (``spec.resources: resource key not counted by the Kubernetes quota system:
+    'count/nodes': 'nodes' is cluster-scoped; a namespace quota cannot count it``). The selector and
+    priority are also validated on their own so that an invalid policy can still be placed in
+    policy selection.
     """
     metadata = obj.get("metadata")
     name = metadata.get("name") if isinstance(metadata, Mapping) else None

@@ -55,12 +55,14 @@ __all__ = [
     "hard_key",
     "last_change_key",
     "last_upscale_key",
+    "not_counted_key",
     "parse_kill_switch",
     "parse_time",
     "profile_key",
     "quoted",
     "resolve_kill_switch",
     "resource_keys",
+    "state_name",
 ]
 
 ANNOTATION_PREFIX: Final = "dynquota.io/"
@@ -73,24 +75,49 @@ POLICY: Final = "dynquota.io/policy"
 KILL_SWITCH: Final = "dynquota.io/kill-switch"
 
 
+_LONGEST_STATE: Final = "last-upscale."
+_ANNOTATION_NAME_LIMIT: Final = 63
+
+
+def state_name(resource: str) -> str:
+    """The ``<resource>`` part of a state annotation's name.
+
+    An annotation name is at most 63 characters of ``[A-Za-z0-9-_.]``, so a quota key with a
+    ``/`` (``count/jobs.batch``, ``requests.nvidia.com/gpu``) has it written as ``_``
+    (``count_jobs.batch``; no counted key contains ``_`` where a ``/`` could stand), and a key
+    still too long is written ``sha-`` and the first 16 hex digits of its SHA-256.
+    ``pods`` -> ``pods``; ``requests.cpu`` -> ``requests.cpu``."""
+    name = resource.replace("/", "_")
+    if len(_LONGEST_STATE) + len(name) <= _ANNOTATION_NAME_LIMIT:
+        return name
+    return "sha-" + hashlib.sha256(resource.encode()).hexdigest()[:16]
+
+
 def last_upscale_key(resource: str) -> str:
-    """``dynquota.io/last-upscale.<resource>``."""
-    return f"{ANNOTATION_PREFIX}last-upscale.{resource}"
+    """``dynquota.io/last-upscale.<resource>`` (see :func:`state_name`)."""
+    return f"{ANNOTATION_PREFIX}last-upscale.{state_name(resource)}"
 
 
 def last_change_key(resource: str) -> str:
     """``dynquota.io/last-change.<resource>``."""
-    return f"{ANNOTATION_PREFIX}last-change.{resource}"
+    return f"{ANNOTATION_PREFIX}last-change.{state_name(resource)}"
 
 
 def hard_key(resource: str) -> str:
     """``dynquota.io/hard.<resource>``: the hard limit dynquota last wrote."""
-    return f"{ANNOTATION_PREFIX}hard.{resource}"
+    return f"{ANNOTATION_PREFIX}hard.{state_name(resource)}"
 
 
 def profile_key(resource: str) -> str:
     """``dynquota.io/profile.<resource>``: the sizing key of the profile that sized it."""
-    return f"{ANNOTATION_PREFIX}profile.{resource}"
+    return f"{ANNOTATION_PREFIX}profile.{state_name(resource)}"
+
+
+def not_counted_key(resource: str) -> str:
+    """``dynquota.io/not-counted.<resource>``: when dynquota removed ``resource`` from
+    ``spec.hard`` because the quota controller never counted it (``KeyNotCounted``); the key
+    is not added again while this annotation is there."""
+    return f"{ANNOTATION_PREFIX}not-counted.{state_name(resource)}"
 
 
 def resource_keys(resource: str) -> tuple[str, str, str, str]:

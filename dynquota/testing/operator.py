@@ -400,6 +400,7 @@ def operator_settings(op_cluster: OperatorCluster, **overrides: Any) -> Settings
         "resync_seconds": 10,
         "coalesce_seconds": 0.05,
         "override_ttl": "8s",
+        "quota_sync_period": 10,  # the test bed's kube-controller-manager (controlplane.py)
         "kill_switch_delete_qps": 50,
         "pod_name": f"test-{uuid.uuid4().hex[:6]}",
     }

@@ -103,7 +103,7 @@ def release(
     rel.helm(
         "install", name, str(CHART), "--namespace", namespace,
         "--set", f"defaultPolicy.name={rel.policy}",
-        "--set", f"defaultPolicy.namespaceSelector.matchLabels.dqtest={tag}",
+        "--set-string", f"defaultPolicy.namespaceSelector.matchLabels.dqtest={tag}",
     )  # fmt: skip
     try:
         yield rel
@@ -316,7 +316,7 @@ def test_an_upgrade_never_switches_the_default_policys_enforcement_by_itself(
     tag = release.name.removeprefix("dqt")
     install_args = (
         "--set", f"defaultPolicy.name={release.policy}",
-        "--set", f"defaultPolicy.namespaceSelector.matchLabels.dqtest={tag}",
+        "--set-string", f"defaultPolicy.namespaceSelector.matchLabels.dqtest={tag}",
     )  # fmt: skip
 
     def live_dry_run() -> object:

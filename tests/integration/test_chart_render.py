@@ -191,6 +191,7 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
         "DYNQUOTA_METRICS_PORT": "8080",
         "DYNQUOTA_PROBE_PORT": "8081",
         "DYNQUOTA_OVERRIDE_TTL": "168h",
+        "DYNQUOTA_QUOTA_SYNC_PERIOD": "5m",
         "DYNQUOTA_TENANT_HELP_URL": "",
         "DYNQUOTA_LEADER_ELECTION": "false",
         "DYNQUOTA_WATCH_TIMEOUT_SECONDS": "300",
@@ -244,6 +245,8 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
             "resourceNames": ["dynquota"],
             "verbs": ["patch", "delete"],
         },
+        # issue #12: LimitRange defaults before a compute key is added; list only
+        {"apiGroups": [""], "resources": ["limitranges"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {

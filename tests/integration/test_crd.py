@@ -181,19 +181,74 @@ def test_status_subresource_accepts_conditions(
 def test_unknown_resource_key_is_refused_not_pruned(
     policies: kubernetes.client.CustomObjectsApi,
 ) -> None:
-    message = refusal(policies, {"resources": {"count/nodes": {"maximum": 5}}})
-    assert message == (
-        "spec.resources: Invalid value: resources may only have the keys 'pods' and "
-        "'configmaps' (dynquota tracks no other resource)"
-    )
+    for key in ("count/nodes", "nvidia.com/gpu", "limits.nvidia.com/gpu", "count/events"):
+        message = refusal(policies, {"resources": {key: {"maximum": 5}}})
+        assert message.startswith(
+            "spec.resources: Invalid value: every key must be a ResourceQuota key the "
+            "Kubernetes quota system counts: pods, configmaps, secrets,"
+        ), message
     # Also next to a valid key: the whole policy is refused, nothing is pruned.
-    message = refusal(policies, {"resources": {"pods": {"maximum": 50}, "secrets": {}}})
-    assert message.startswith("spec.resources: Invalid value: resources may only have the keys")
+    message = refusal(
+        policies, {"resources": {"pods": {"maximum": 50}, "nvidia.com/gpu": {"maximum": 1}}}
+    )
+    assert message.startswith("spec.resources: Invalid value: every key must be a ResourceQuota")
     names = [
         i["metadata"]["name"]
         for i in policies.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
     ]
     assert [n for n in names if n.startswith("crdtest-")] == []
+
+
+def test_counted_keys_are_stored_with_quantities(
+    policies: kubernetes.client.CustomObjectsApi,
+) -> None:
+    resources = {
+        "secrets": {"maximum": 100},
+        "count/jobs.batch": {"maximum": 30},
+        "requests.cpu": {"minimum": "500m", "maximum": "8"},
+        "requests.memory": {"maximum": "16Gi"},
+        "gold.storageclass.storage.k8s.io/requests.storage": {"maximum": "1Ti"},
+        "gpu.example.com.deviceclass.resource.k8s.io/devices": {"maximum": 4},
+        "requests.nvidia.com/gpu": {"maximum": 2},
+    }
+    stored = policies.create_cluster_custom_object(
+        GROUP, VERSION, PLURAL, policy({"resources": resources})
+    )
+    assert stored["spec"]["resources"] == resources
+    assert validate_policy(stored).valid
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        (
+            {"cpu": {"maximum": "1"}, "requests.cpu": {"maximum": "2"}},
+            "spec.resources: Invalid value: an alias and its long form name the same quota "
+            "resource (cpu and requests.cpu, secrets and count/secrets, hugepages-<size> and "
+            "requests.hugepages-<size>): give only one of them",
+        ),
+        (
+            {"secrets": {"minimum": 5}},
+            "spec.resources: Invalid value: every key but pods and configmaps needs a maximum "
+            "(only those two have a built-in one)",
+        ),
+        (
+            {"count/jobs.batch": {"maximum": "30"}},
+            "spec.resources: Invalid value: minimum and maximum of object counts, extended "
+            "resources and devices are whole numbers (quantity strings such as 500m or 4Gi are "
+            "for cpu, memory, ephemeral-storage, hugepages and storage keys)",
+        ),
+        (
+            {"requests.memory": {"minimum": "2Gi", "maximum": "1Gi"}},
+            "spec.resources[requests.memory]: Invalid value: minimum must be less than or "
+            "equal to maximum",
+        ),
+    ],
+)
+def test_bad_counted_keys_are_refused(
+    policies: kubernetes.client.CustomObjectsApi, resources: dict[str, Any], expected: str
+) -> None:
+    assert refusal(policies, {"resources": resources}) == expected
 
 
 def test_minimum_above_maximum_is_refused(policies: kubernetes.client.CustomObjectsApi) -> None:

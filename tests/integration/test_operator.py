@@ -502,7 +502,9 @@ def test_invalid_policy_is_refused_by_the_apiserver_and_frozen_by_the_operator(
             },
         )
     assert refused.value.status == 422
-    assert "resources may only have the keys 'pods' and 'configmaps'" in str(refused.value.body)
+    assert "every key must be a ResourceQuota key the Kubernetes quota system counts" in str(
+        refused.value.body
+    )
     # 2. stored anyway: the operator reports Valid=False and freezes the namespace
     _etcd_put(
         op_cluster,
@@ -527,7 +529,7 @@ def test_invalid_policy_is_refused_by_the_apiserver_and_frozen_by_the_operator(
     condition = wait_until(invalid_condition, "Valid=False on p-typo")
     assert condition["type"] == "Valid"
     assert condition["reason"] == "InvalidSpec"
-    assert "spec.resources: unknown resource key 'count/nodes'" in condition["message"]
+    assert "'count/nodes': 'nodes' is cluster-scoped" in condition["message"]
     wait_until(lambda: op.sample("dynquota_frozen_namespaces") == 1, "one frozen namespace")
     wait_until(
         lambda: (op_cluster.get_policy("p-typo").get("status") or {}).get("frozenNamespaces") == 1,
@@ -547,7 +549,7 @@ def test_invalid_policy_is_refused_by_the_apiserver_and_frozen_by_the_operator(
         "PolicyInvalid on p-typo",
     )
     assert event.type == "Warning"
-    assert "spec.resources: unknown resource key 'count/nodes'" in event.message
+    assert "'count/nodes': 'nodes' is cluster-scoped" in event.message
     assert event.message.endswith(
         "; it freezes 1 namespaces (their managed quota is left as it is) until it is fixed"
     )

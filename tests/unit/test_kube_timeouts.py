@@ -108,6 +108,7 @@ def drivers(api: client.ApiClient) -> dict[str, Callable[[], Awaitable[Any]]]:
         "QuotaClient.delete": lambda: quotas.delete("team", "uid-1"),
         "ClusterClient.read_namespace": lambda: cluster.read_namespace("kube-system"),
         "ClusterClient.list_namespaces": cluster.list_namespaces,
+        "ClusterClient.limit_range_defaults": lambda: cluster.limit_range_defaults("team-a"),
         "ClusterClient.list_policies": cluster.list_policies,
         "ClusterClient.patch_policy_status": lambda: cluster.patch_policy_status("p", {}),
         "EventRecorder.emit": lambda: events.emit(

@@ -194,13 +194,55 @@ _NAME_RULE = (
 MALFORMED: list[tuple[Any, str]] = [
     (
         {"resources": {"count/nodes": {}}},
-        "spec.resources: unknown resource key 'count/nodes': allowed keys are 'pods' and "
-        "'configmaps'",
+        "spec.resources: resource key not counted by the Kubernetes quota system: "
+        "'count/nodes': 'nodes' is cluster-scoped; a namespace quota cannot count it",
     ),
     (
-        {"resources": {"secrets": {}, "count/nodes": {"maximum": 1}}},
-        "spec.resources: unknown resource keys 'count/nodes', 'secrets': allowed keys are "
-        "'pods' and 'configmaps'",
+        {"resources": {"secrets": {}, "count/nodes": {"maximum": 1}, "nvidia.com/gpu": {}}},
+        "spec.resources: resource keys not counted by the Kubernetes quota system: "
+        "'count/nodes': 'nodes' is cluster-scoped; a namespace quota cannot count it; "
+        "'nvidia.com/gpu': extended resources are counted only as 'requests.nvidia.com/gpu'",
+    ),
+    (
+        {"resources": {"limits.nvidia.com/gpu": {"maximum": 1}, "count/events": {}}},
+        "spec.resources: resource keys not counted by the Kubernetes quota system: "
+        "'count/events': the quota system never counts this kind; 'limits.nvidia.com/gpu': "
+        "extended resources are counted only as requests.<name>, never limits.",
+    ),
+    (
+        {"resources": {"count/deployment.apps": {"maximum": 3}}},
+        "spec.resources: resource key not counted by the Kubernetes quota system: "
+        "'count/deployment.apps': group 'apps' serves no namespaced resource 'deployment' "
+        "(check the plural)",
+    ),
+    (
+        {"resources": {"secret": {"maximum": 3}}},
+        "spec.resources: resource key not counted by the Kubernetes quota system: "
+        "'secret': not a resource the quota system counts",
+    ),
+    (
+        {"resources": {"cpu": {"maximum": "2"}, "requests.cpu": {"maximum": "2"}}},
+        "spec.resources: 'cpu' and 'requests.cpu' name the same quota resource: give only one "
+        "of them",
+    ),
+    (
+        {"resources": {"secrets": {}}},
+        "spec.resources: secrets: maximum is required (only pods and configmaps have a "
+        "built-in maximum)",
+    ),
+    (
+        {"resources": {"requests.memory": {"maximum": "4Gb"}}},
+        "spec.resources: requests.memory: maximum: invalid quantity '4Gb': expected a signed "
+        "decimal number with an optional suffix (n, u, m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, "
+        "Ei, or e/E and an integer exponent), without spaces",
+    ),
+    (
+        {"resources": {"count/jobs.batch": {"maximum": "30"}}},
+        "spec.resources.count/jobs.batch.maximum: must be an integer",
+    ),
+    (
+        {"resources": {"requests.cpu": {"minimum": "2", "maximum": "1"}}},
+        "spec.resources: requests.cpu: minimum (2) must be less than or equal to maximum (1)",
     ),
     (
         {"resources": {"pods": {"maximum": 5}}},

@@ -141,8 +141,9 @@ def test_invalid_winning_match_freezes() -> None:
     assert g.kind == "frozen"
     assert g.policy == "broken"
     assert g.reason == (
-        "policy broken is invalid and may govern this namespace: spec.resources: unknown "
-        "resource key 'count/nodes': allowed keys are 'pods' and 'configmaps'"
+        "policy broken is invalid and may govern this namespace: spec.resources: resource key "
+        "not counted by the Kubernetes quota system: 'count/nodes': 'nodes' is cluster-scoped; "
+        "a namespace quota cannot count it"
     )
     assert g.profiles == {}
 

@@ -1,0 +1,241 @@
+"""Sizing profiles and the ``spec.resources`` map of a policy (Pure; pydantic v2).
+
+:class:`ResourceProfile` says how one quota key's hard limit follows its usage;
+:func:`fill_resources` validates and defaults ``spec.resources``: ``pods`` and ``configmaps``
+are always present (built-in :data:`DEFAULT_PROFILES`, unchanged since v0.1); any other key the
+quota system counts (:func:`dynquota.policy.keys.classify_static`) is sized only when listed,
+with the defaults of its family (:data:`dynquota.policy.units.FAMILY_DEFAULTS`) and a required
+``maximum``. ``minimum``/``maximum`` are held as integers in the key's unit
+(:mod:`dynquota.policy.units`: millicores, bytes, objects), given in a policy as JSON integers
+for counted keys and as quantity strings (``"500m"``, ``"4Gi"``) for the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dynquota.names import CONFIGMAPS, PODS, TRACKED_RESOURCES
+from dynquota.policy.durations import format_duration, parse_duration
+from dynquota.policy.keys import QuotaKeyError, classify_static, conflicting_aliases
+from dynquota.policy.units import FAMILY_DEFAULTS, KeyUnit, default_minimum, unit_for
+from dynquota.quantity import QuantityError, parse_quantity
+
+__all__ = [
+    "DEFAULT_PROFILES",
+    "ResourceProfile",
+    "fill_resources",
+    "resource_order",
+]
+
+_INT64_MAX: Final = 2**63 - 1
+
+_STRICT = ConfigDict(
+    frozen=True, extra="forbid", strict=True, validate_by_name=True, validate_by_alias=True
+)
+
+
+class ResourceProfile(BaseModel):
+    """How one resource's hard limit follows its usage.
+
+    Fields (CRD names in brackets): ``buffer_percent`` [bufferPercent] int 0..1000;
+    ``minimum`` and ``maximum`` integers in the key's unit (objects, millicores, bytes:
+    :mod:`dynquota.policy.units`), ``0 <= minimum <= maximum <= 2^63-1``;
+    ``upscale_cooldown`` [upscaleCooldown] and ``downscale_cooldown`` [downscaleCooldown] in
+    whole seconds, given as duration strings (``90s``, ``5m``, ``1h30m``) when validated from a
+    policy. Build one from numbers with :meth:`of`.
+    """
+
+    model_config = _STRICT
+
+    buffer_percent: int = Field(alias="bufferPercent")
+    minimum: int
+    maximum: int
+    upscale_cooldown: int = Field(alias="upscaleCooldown")
+    downscale_cooldown: int = Field(alias="downscaleCooldown")
+
+    @field_validator("buffer_percent")
+    @classmethod
+    def _buffer_range(cls, value: int) -> int:
+        if not 0 <= value <= 1000:
+            raise ValueError(f"must be between 0 and 1000, not {value}")
+        return value
+
+    @field_validator("minimum", "maximum")
+    @classmethod
+    def _count_range(cls, value: int) -> int:
+        if not 0 <= value <= _INT64_MAX:
+            raise ValueError(f"must be between 0 and {_INT64_MAX}, not {value}")
+        return value
+
+    @field_validator("upscale_cooldown", "downscale_cooldown", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> int:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a duration string like 90s, 5m or 1h30m, not {value!r}")
+        return parse_duration(value)
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> ResourceProfile:
+        if self.minimum > self.maximum:
+            raise ValueError(
+                f"minimum ({self.minimum}) must be less than or equal to maximum ({self.maximum})"
+            )
+        return self
+
+    @classmethod
+    def of(
+        cls,
+        buffer_percent: int,
+        minimum: int,
+        maximum: int,
+        upscale_cooldown: int,
+        downscale_cooldown: int,
+    ) -> ResourceProfile:
+        """A validated profile from numbers (cooldowns in whole seconds).
+
+        Raises ``pydantic.ValidationError`` like validation from a policy would.
+        """
+        return cls.model_validate(
+            {
+                "bufferPercent": buffer_percent,
+                "minimum": minimum,
+                "maximum": maximum,
+                "upscaleCooldown": format_duration(upscale_cooldown),
+                "downscaleCooldown": format_duration(downscale_cooldown),
+            }
+        )
+
+    def sizing_key(self) -> str:
+        """The fields that decide the target, as stored in the ``dynquota.io/profile.<resource>``
+        annotation: ``bufferPercent=40,minimum=10,maximum=1000``. Cooldowns are not part of it:
+        changing a cooldown is not a policy change that resizes at once."""
+        return f"bufferPercent={self.buffer_percent},minimum={self.minimum},maximum={self.maximum}"
+
+    def to_crd(self, key: str | None = None) -> dict[str, int | str]:
+        """The profile as CRD JSON (camelCase keys, duration strings); with the quota ``key``
+        of a quantity-valued key, ``minimum``/``maximum`` as canonical quantity text."""
+        unit = None if key is None else unit_for(key)
+        bounds: tuple[int | str, int | str] = (self.minimum, self.maximum)
+        if unit is not None and not unit.counted:
+            bounds = (unit.text(self.minimum), unit.text(self.maximum))
+        return {
+            "bufferPercent": self.buffer_percent,
+            "minimum": bounds[0],
+            "maximum": bounds[1],
+            "upscaleCooldown": format_duration(self.upscale_cooldown),
+            "downscaleCooldown": format_duration(self.downscale_cooldown),
+        }
+
+
+DEFAULT_PROFILES: Final[Mapping[str, ResourceProfile]] = {
+    PODS: ResourceProfile.of(40, 10, 1000, 5 * 60, 3600),
+    CONFIGMAPS: ResourceProfile.of(40, 50, 2000, 2 * 60, 6 * 3600),
+}
+"""Built-in profiles: pods 40%/10/1000/5m/1h; configmaps 40%/50/2000/2m/6h."""
+
+
+def resource_order(keys: Iterable[str]) -> list[str]:
+    """Display and decision order of quota keys: ``pods``, ``configmaps``, then the others
+    sorted by name."""
+    listed = [str(k) for k in keys]
+    return [r for r in TRACKED_RESOURCES if r in listed] + sorted(
+        k for k in listed if k not in TRACKED_RESOURCES
+    )
+
+
+def _bound(key: str, unit: KeyUnit, field: str, value: object) -> object:
+    """A policy's ``minimum``/``maximum`` of ``key`` as units; a wrong type is passed on for
+    the model's type check (counted keys) or refused here naming the key."""
+    if isinstance(value, bool):
+        return value
+    if unit.counted:
+        return value  # a JSON integer; the model checks the type and the range
+    if isinstance(value, int):
+        return unit.units(value) if value >= 0 else value
+    if not isinstance(value, str):
+        raise ValueError(f"{key}: {field} must be a quantity such as 500m or 4Gi, not {value!r}")
+    try:
+        quantity = parse_quantity(value)
+    except QuantityError as exc:
+        raise ValueError(f"{key}: {field}: {exc}") from exc
+    if quantity.value < 0:
+        raise ValueError(f"{key}: {field} must not be negative, not {value!r}")
+    if unit.info.integer and quantity.value != quantity.value.to_integral_value():
+        raise ValueError(f"{key}: {field} must be a whole number, not {value!r}")
+    return unit.units(quantity)
+
+
+def fill_resources(value: object) -> object:
+    """Validate and default ``spec.resources`` (a pydantic ``before`` validator's body).
+
+    Returns the map with ``pods`` and ``configmaps`` always present (omitted fields from
+    :data:`DEFAULT_PROFILES`) and every other listed key's profile defaulted from its family
+    (:data:`~dynquota.policy.units.FAMILY_DEFAULTS`; ``minimum`` capped at ``maximum``), its
+    bounds converted to units. A value of the wrong type is passed through for the model's
+    type check.
+
+    Raises:
+        ValueError: a key the quota system does not count (the message names each key and
+            why), an alias given with its long form (``cpu`` and ``requests.cpu``), a profile
+            of a key other than ``pods``/``configmaps`` without ``maximum``, or a malformed
+            quantity.
+    """
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        return value  # reported by the dict type check
+    refused: list[str] = []
+    for key in sorted(str(k) for k in value if k not in TRACKED_RESOURCES):
+        try:
+            classify_static(key)
+        except QuotaKeyError as exc:
+            refused.append(str(exc))
+    if refused:
+        noun = "key" if len(refused) == 1 else "keys"
+        raise ValueError(
+            f"resource {noun} not counted by the Kubernetes quota system: {'; '.join(refused)}"
+        )
+    pairs = conflicting_aliases(str(k) for k in value)
+    if pairs:
+        listed = ", ".join(f"{a!r} and {b!r}" for a, b in pairs)
+        raise ValueError(f"{listed} name the same quota resource: give only one of them")
+    merged: dict[str, object] = {}
+    for resource in TRACKED_RESOURCES:
+        given = value.get(resource, {})
+        if not isinstance(given, Mapping):
+            merged[resource] = given  # reported by the model type check
+            continue
+        merged[resource] = {**DEFAULT_PROFILES[resource].to_crd(), **given}
+    for key in sorted(str(k) for k in value if k not in TRACKED_RESOURCES):
+        given = value[key]
+        if not isinstance(given, Mapping):
+            merged[key] = given
+            continue
+        unit = unit_for(key)
+        body = {f: _bound(key, unit, f, given[f]) if f in ("minimum", "maximum") else given[f]
+                for f in given}  # fmt: skip
+        if "maximum" not in body:
+            raise ValueError(
+                f"{key}: maximum is required (only pods and configmaps have a built-in maximum)"
+            )
+        defaults = FAMILY_DEFAULTS[unit.info.family]
+        minimum: object = default_minimum(key)
+        if isinstance(body["maximum"], int) and not isinstance(body["maximum"], bool):
+            minimum = min(default_minimum(key), body["maximum"])
+        low, high = body.get("minimum"), body["maximum"]
+        if not unit.counted and isinstance(low, int) and isinstance(high, int) and low > high:
+            raise ValueError(
+                f"{key}: minimum ({unit.text(low)}) must be less than or equal to maximum "
+                f"({unit.text(high)})"
+            )
+        merged[key] = {
+            "bufferPercent": defaults.buffer_percent,
+            "minimum": minimum,
+            "upscaleCooldown": format_duration(defaults.upscale_cooldown),
+            "downscaleCooldown": format_duration(defaults.downscale_cooldown),
+            **body,
+        }
+    return merged

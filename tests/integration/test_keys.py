@@ -1,0 +1,333 @@
+"""Any ResourceQuota key (issue #12) on a real control plane: keys sized from the quota
+controller's own status.used, with the exact sequence of spec.hard while the test itself
+creates objects until the apiserver refuses one (403 exceeded quota).
+
+The operator runs as the chart's ServiceAccount (the chart's RBAC): it has no verb on Secrets,
+Services or Jobs and sizes them anyway. The test bed's kube-controller-manager recounts every
+10 s; growth needs no recount (admission charges every create into status.used at once).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
+from dynquota.testing.wait import wait_until
+
+StartOperator = Callable[..., OperatorThread]
+
+
+def profile(minimum: Any, maximum: Any, buffer: int = 50, up: str = "2s") -> dict[str, Any]:
+    return {
+        "bufferPercent": buffer,
+        "minimum": minimum,
+        "maximum": maximum,
+        "upscaleCooldown": up,
+        "downscaleCooldown": "1h",
+    }
+
+
+def create_policy(
+    c: OperatorCluster, name: str, selector: dict[str, str], **resources: Any
+) -> None:
+    c.custom.create_cluster_custom_object(
+        "dynquota.io",
+        "v1alpha1",
+        "dynamicquotapolicies",
+        {
+            "apiVersion": "dynquota.io/v1alpha1",
+            "kind": "DynamicQuotaPolicy",
+            "metadata": {"name": name},
+            "spec": {"namespaceSelector": {"matchLabels": selector}, "resources": resources},
+        },
+    )
+
+
+def creator(c: OperatorCluster, ns: str, key: str) -> Callable[[], None]:
+    """Creates one object charged to ``key`` in ``ns``."""
+    batch = kubernetes.client.BatchV1Api(c.api)
+
+    def name() -> str:
+        return f"x-{uuid.uuid4().hex[:8]}"
+
+    if key == "secrets":
+        return lambda: c.core.create_namespaced_secret(
+            ns, {"metadata": {"name": name()}, "stringData": {"k": "v"}}
+        )
+    if key == "services":
+        return lambda: c.core.create_namespaced_service(
+            ns, {"metadata": {"name": name()}, "spec": {"ports": [{"port": 80}]}}
+        )
+    if key == "count/jobs.batch":
+        # suspended: the job controller starts no pod
+        return lambda: batch.create_namespaced_job(
+            ns,
+            {
+                "metadata": {"name": name()},
+                "spec": {
+                    "suspend": True,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "c", "image": PAUSE}],
+                        }
+                    },
+                },
+            },
+        )
+    if key == "requests.storage":
+        # no StorageClass and no provisioner: Pending, yet charged by quota admission
+        return lambda: c.core.create_namespaced_persistent_volume_claim(
+            ns,
+            {
+                "metadata": {"name": name()},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        )
+    if key.endswith(".deviceclass.resource.k8s.io/devices"):
+        device_class = key.split(".deviceclass.", 1)[0]
+        return lambda: c.custom.create_namespaced_custom_object(
+            "resource.k8s.io",
+            "v1",
+            ns,
+            "resourceclaims",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name()},
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]
+                    }
+                },
+            },
+        )
+    return lambda: c.create_pod(ns)
+
+
+def fill(create: Callable[[], None], limit: int = 1000) -> int:
+    """Create until the quota refuses (403 exceeded quota); return how many were created."""
+    for created in range(limit):
+        try:
+            create()
+        except ApiException as exc:
+            if exc.status == 403 and "exceeded quota" in str(exc.body):
+                return created
+            raise
+    return limit
+
+
+def run_pressure(
+    c: OperatorCluster, ns: str, expected: dict[str, list[str]], timeout: float = 30
+) -> dict[str, list[int]]:
+    """For every key at once (their cooldowns overlap): wait for the next expected hard, then
+    create until refused. Returns how many were created per step and key."""
+    created: dict[str, list[int]] = {key: [] for key in expected}
+    for step in range(max(len(v) for v in expected.values())):
+        for key, values in expected.items():
+            if step >= len(values):
+                continue
+            wait_until(
+                lambda k=key, v=values[step]: (c.hard(ns) or {}).get(k) == v,
+                f"{ns}: {key} = {values[step]} (step {step}; now {c.hard(ns)})",
+                timeout=timeout,
+            )
+            created[key].append(fill(creator(c, ns, key)))
+    return created
+
+
+def can_i(kubeconfig: str, verb: str, resource: str, group: str = "") -> bool:
+    api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
+    try:
+        review = kubernetes.client.AuthorizationV1Api(api).create_self_subject_access_review(
+            {"spec": {"resourceAttributes": {"verb": verb, "resource": resource, "group": group}}}
+        )
+        return bool(review.status.allowed)
+    finally:
+        api.close()
+
+
+def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """secrets, services, count/jobs.batch, requests.storage (PVCs) and a DRA device-class key
+    from status.used, pods from the tally, in one namespace: each grows by its buffer once per
+    cooldown while the test mints objects."""
+    c = op_cluster
+    for verb in ("get", "list", "watch"):
+        assert not can_i(c.sa_kubeconfig, verb, "secrets")
+        assert not can_i(c.sa_kubeconfig, verb, "services")
+        assert not can_i(c.sa_kubeconfig, verb, "jobs", "batch")
+        assert not can_i(c.sa_kubeconfig, verb, "persistentvolumeclaims")
+        assert not can_i(c.sa_kubeconfig, verb, "resourceclaims", "resource.k8s.io")
+    device_class = f"gpu-{uuid.uuid4().hex[:6]}.example.com"
+    c.custom.create_cluster_custom_object(
+        "resource.k8s.io",
+        "v1",
+        "deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": device_class},
+            "spec": {},
+        },
+    )
+    devices = f"{device_class}.deviceclass.resource.k8s.io/devices"
+    ns = c.new_namespace(scope)
+    create_policy(
+        c,
+        "p-keys",
+        scope,
+        pods=profile(2, 5),
+        secrets=profile(4, 20),
+        services=profile(2, 6),
+        **{
+            "count/jobs.batch": profile(2, 5),
+            "requests.storage": profile("2Gi", "5Gi"),
+            devices: profile(1, 3),
+        },
+    )
+    # the apiserver stores count/deployment.apps (a typo); the operator refuses it, naming it
+    create_policy(c, "p-typo", {"dq-none": "x"}, **{"count/deployment.apps": profile(1, 5)})
+    start_operator()
+    expected = {
+        "pods": ["2", "3", "5"],
+        "secrets": ["4", "6", "9", "14", "20"],
+        "services": ["2", "3", "5", "6"],
+        "count/jobs.batch": ["2", "3", "5"],
+        # 2Gi * 1.5 = 3Gi; 3Gi * 1.5 = 4.5Gi, rounded up to 5Gi (the maximum)
+        "requests.storage": ["2Gi", "3Gi", "5Gi"],
+        devices: ["1", "2", "3"],
+    }
+    created = run_pressure(c, ns, expected)
+    assert created == {
+        "pods": [2, 1, 2],
+        "secrets": [4, 2, 3, 5, 6],
+        "services": [2, 1, 2, 1],
+        "count/jobs.batch": [2, 1, 2],
+        "requests.storage": [2, 1, 2],
+        devices: [1, 1, 1],
+    }
+    quota = c.quota(ns)
+    assert quota.spec.hard == {
+        "pods": "5",
+        "configmaps": "50",
+        "secrets": "20",
+        "services": "6",
+        "count/jobs.batch": "5",
+        "requests.storage": "5Gi",
+        devices: "3",
+    }
+    assert quota.status.used["secrets"] == "20"
+    ann = quota.metadata.annotations
+    assert ann["dynquota.io/hard.count_jobs.batch"] == "5"
+    assert ann["dynquota.io/hard.secrets"] == "20"
+    event = c.wait_event(ns, "Resized", contains="secrets 14->20")
+    assert "upscale secrets 14->20: usage 14, buffer 50%, at maximum 20" in event.message
+    wait_until(
+        lambda: any(
+            cond["type"] == "Valid" and cond["status"] == "False"
+            for cond in (c.get_policy("p-typo").get("status") or {}).get("conditions", [])
+        ),
+        "p-typo Valid=False",
+    )
+    (valid,) = c.get_policy("p-typo")["status"]["conditions"][:1]
+    assert (
+        "'count/deployment.apps': group 'apps' serves no namespaced resource" in (valid["message"])
+    )
+
+
+def test_compute_keys_need_a_default_request_then_size_from_status_used(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """requests.cpu is never added while the namespace has no LimitRange default (a Warning,
+    no write of it); once one exists the key is added and grows with the pods' defaults."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    create_policy(
+        c,
+        "p-compute",
+        scope,
+        pods=profile(50, 100),
+        **{
+            "requests.cpu": profile("200m", "1"),
+            "requests.memory": profile("1Gi", "4Gi", buffer=20),
+        },
+    )
+    start_operator()
+    c.wait_hard(ns, {"pods": "50", "configmaps": "50"})
+    event = c.wait_event(ns, "NeedsDefaultRequests", contains="requests.cpu")
+    assert event.message == (
+        "requests.cpu not added to the quota: with a quota on it the apiserver refuses every "
+        "pod whose containers do not all declare a cpu request, and this namespace has no "
+        "LimitRange (type Container) with defaultRequest.cpu; add one and dynquota adds the key"
+    )
+    assert event.type == "Warning"
+    c.create_pod(ns)  # still admitted: no compute key in the quota
+    c.delete_pods(ns, 1)
+    c.core.create_namespaced_limit_range(
+        ns,
+        {
+            "metadata": {"name": "defaults"},
+            "spec": {
+                "limits": [
+                    {"type": "Container", "defaultRequest": {"cpu": "100m", "memory": "64Mi"}}
+                ]
+            },
+        },
+    )
+    wait_until(lambda: not c.core.list_namespaced_pod(ns).items, "the pod is gone", timeout=30)
+    created = run_pressure(c, ns, {"requests.cpu": ["200m", "300m", "500m", "800m", "1"]})
+    # 200m * 1.5 = 300m; 300m * 1.5 = 450m, rounded up to 500m; 750m -> 800m; 1200m -> 1
+    assert created == {"requests.cpu": [2, 1, 2, 3, 2]}
+    quota = c.quota(ns)
+    assert quota.spec.hard["requests.memory"] == "1Gi"  # 640Mi * 1.2 = 768Mi < minimum 1Gi
+    assert quota.status.used["requests.memory"] == "640Mi"
+    assert quota.status.used["requests.cpu"] == "1"
+
+
+@pytest.mark.bench
+def test_key_never_counted_is_removed_with_key_not_counted(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """count/ of a kind nothing serves (a typo of a CRD's plural): the quota controller never
+    writes its status.used. The key is held, then removed with KeyNotCounted 2 x (30 s + the
+    operator's quotaSyncPeriod) after status.hard showed it, and not added again.
+
+    Outside `make test` (about 65 s even with quotaSyncPeriod 1s: the 30 s discovery resync is
+    upstream's); run it with `pytest -m bench tests/integration/test_keys.py`."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    key = "count/widgets.example.com"
+    create_policy(c, "p-uncounted", scope, **{key: profile(1, 5)})
+    op = start_operator(quota_sync_period=1)  # window 2 x (30 + 1) = 62 s
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", key: "1"})
+    wait_until(lambda: key in (c.quota(ns).status.hard or {}), "status.hard shows the key")
+    shown = time.time()
+    assert key not in (c.quota(ns).status.used or {})
+    wait_until(
+        lambda: op.sample("dynquota_usage_unknown", {"namespace": ns, "resource": key}) == 1,
+        "usage unknown reported",
+    )
+    c.core.create_namespaced_config_map(ns, {"metadata": {"name": "still-works"}})
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50"}, timeout=120)
+    removed = time.time()
+    assert 55 <= removed - shown <= 90, removed - shown
+    event = c.wait_event(ns, "KeyNotCounted")
+    assert event.type == "Warning"
+    assert event.message.startswith(f"the quota controller has not counted {key} for ")
+    ann = c.annotations(ns)
+    assert "dynquota.io/not-counted.count_widgets.example.com" in ann
+    assert "dynquota.io/hard.count_widgets.example.com" not in ann
+    op.idle()
+    assert c.hard(ns) == {"pods": "10", "configmaps": "50"}  # not added again

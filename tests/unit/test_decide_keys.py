@@ -1,0 +1,285 @@
+"""Unit tests for sizing any quota key (issue #12): per-key units and canonical text, keys
+sized from status.used, held while it is missing, removed when never counted (KeyNotCounted),
+compute keys held without a LimitRange default (NeedsDefaultRequests)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from dynquota.policy import (
+    CONFIGMAPS,
+    PODS,
+    Decision,
+    QuotaState,
+    apply_decision,
+    decide,
+    format_time,
+    hard_text,
+    not_counted_after,
+    observed_usage,
+    unit_for,
+    validate_policy,
+)
+from dynquota.policy.selection import Governance
+from dynquota.policy.state import hard_key, last_change_key, not_counted_key, state_name
+from dynquota.quantity import parse_quantity
+
+T0 = 1795996800  # 2026-11-30T00:00:00Z
+STARTED = T0 - 86400
+
+
+def governance(resources: Mapping[str, Any]) -> Governance:
+    info = validate_policy({"metadata": {"name": "keys"}, "spec": {"resources": dict(resources)}})
+    assert info.spec is not None, info.reason
+    return Governance.managed("keys", info.spec.resources)
+
+
+GOV = governance(
+    {
+        "secrets": {"maximum": 100},
+        "count/jobs.batch": {"minimum": 2, "maximum": 50, "bufferPercent": 50},
+        "requests.cpu": {"minimum": "500m", "maximum": "8"},
+        "requests.memory": {"maximum": "64Gi"},
+    }
+)
+
+
+def run(
+    quota: QuotaState | None,
+    now: float,
+    usage: Mapping[str, int],
+    *,
+    gov: Governance = GOV,
+    uncounted_since: Mapping[str, float] | None = None,
+    missing_defaults: frozenset[str] = frozenset(),
+) -> Decision:
+    full = {PODS: 0, CONFIGMAPS: 0, **usage}
+    return decide(
+        governance=gov,
+        usage=full,
+        peak=full,
+        quota=quota,
+        kill_switch=False,
+        now=now,
+        started_at=STARTED,
+        uncounted_since=uncounted_since,
+        not_counted_after=not_counted_after(10),
+        missing_defaults=missing_defaults,
+    )
+
+
+def stored(quota: QuotaState | None, decision: Decision) -> QuotaState:
+    """The quota as the apiserver stores it after ``decision``: spec.hard re-parsed from the
+    written text (the apiserver canonicalises quantities)."""
+    after = apply_decision(quota, decision)
+    assert after is not None
+    text = {k: str(v) for k, v in after.hard.items()}
+    return QuotaState.parse(text, after.annotations)
+
+
+# -- units ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "units", "canonical"),
+    [
+        ("requests.cpu", "500m", 500, "500m"),
+        ("requests.cpu", "2", 2000, "2"),
+        ("cpu", "1.5", 1500, "1500m"),
+        ("requests.cpu", "1n", 1, "1m"),  # below a millicore: rounded up
+        ("requests.memory", "1.5Gi", 1536 * 2**20, "1536Mi"),
+        ("limits.memory", "1G", 10**9, "1G"),
+        ("requests.storage", "10Gi", 10 * 2**30, "10Gi"),
+        ("hugepages-2Mi", "4Mi", 4 * 2**20, "4Mi"),
+        ("secrets", "7", 7, "7"),
+        ("count/jobs.batch", "1k", 1000, "1000"),
+        ("requests.nvidia.com/gpu", "2", 2, "2"),
+    ],
+)
+def test_units_and_canonical_text(key: str, text: str, units: int, canonical: str) -> None:
+    unit = unit_for(key)
+    assert unit.parse(text) == units
+    assert unit.text(units) == canonical
+    # canonical text is what the apiserver stores: parsing and printing it changes nothing
+    # (counts are written as plain integers, as pods always were: 1000 is stored as 1k)
+    stored_text = str(parse_quantity(unit.text(units)))
+    assert stored_text == unit.text(units) or (unit.counted and stored_text == "1k")
+
+
+def test_granularity_per_family() -> None:
+    assert unit_for("requests.cpu").granularity == 100  # 100m
+    assert unit_for("requests.memory").granularity == 2**20  # 1Mi
+    assert unit_for("requests.storage").granularity == 2**30  # 1Gi
+    assert unit_for("hugepages-2Mi").granularity == 2 * 2**20  # one page
+    assert unit_for("secrets").granularity == 1
+
+
+def test_state_annotation_names_are_valid_annotation_keys() -> None:
+    assert state_name("pods") == "pods"
+    assert hard_key("requests.cpu") == "dynquota.io/hard.requests.cpu"
+    assert hard_key("count/jobs.batch") == "dynquota.io/hard.count_jobs.batch"
+    long_key = "a-very-long-storage-class-name.storageclass.storage.k8s.io/requests.storage"
+    name = last_change_key(long_key).split("/", 1)[1]
+    assert name.startswith("last-change.sha-")
+    assert len(name) <= 63
+
+
+def test_observed_usage_reads_status_keys_from_status_only() -> None:
+    usage = observed_usage(
+        {PODS: 4, CONFIGMAPS: 1},
+        {PODS: 3, "secrets": 12, "requests.cpu": 1500},
+        [PODS, CONFIGMAPS, "secrets", "requests.cpu", "count/jobs.batch"],
+    )
+    assert usage == {PODS: 4, CONFIGMAPS: 1, "secrets": 12, "requests.cpu": 1500}
+
+
+# -- sizing from status.used ------------------------------------------------------------------
+
+
+def test_new_quota_sizes_every_key_in_its_unit() -> None:
+    d = run(None, T0, {})
+    assert d.action == "create"
+    assert hard_text(d.hard) == {
+        PODS: "10",
+        CONFIGMAPS: "50",
+        "count/jobs.batch": "2",
+        "requests.cpu": "500m",
+        "requests.memory": "1Gi",
+        "secrets": "10",
+    }
+    assert d.set_annotations["dynquota.io/hard.count_jobs.batch"] == "2"
+    assert d.set_annotations["dynquota.io/hard.requests.memory"] == "1Gi"
+    assert d.set_annotations["dynquota.io/profile.requests.cpu"] == (
+        "bufferPercent=20,minimum=500,maximum=8000"
+    )
+
+
+def test_upscale_rounds_to_granularity_and_never_repatches() -> None:
+    quota = stored(None, run(None, T0, {}))
+    usage = {"requests.cpu": 1234, "requests.memory": 3 * 2**30, "secrets": 10}
+    d = run(quota, T0 + 300, usage)
+    assert d.action == "patch"
+    # 1234m * 1.2 = 1480.8m, rounded up to 100m; 3Gi * 1.2 = 3686.4Mi, up to 3687Mi;
+    # 10 * 1.2 = 12 secrets
+    assert d.merge_patch()["spec"]["hard"] == {
+        PODS: "10",
+        CONFIGMAPS: "50",
+        "count/jobs.batch": "2",
+        "requests.cpu": "1500m",
+        "requests.memory": "3687Mi",
+        "secrets": "12",
+    }
+    assert d.reasons == (
+        "upscale requests.cpu 500m->1500m: usage 1234m, buffer 20%",
+        "upscale requests.memory 1Gi->3687Mi: usage 3Gi, buffer 20%",
+        "upscale secrets 10->12: usage 10, buffer 20%",
+    )
+    again = run(stored(quota, d), T0 + 301, usage)
+    assert again.action == "nothing", again
+
+
+def test_status_key_missing_from_status_used_is_held() -> None:
+    quota = stored(None, run(None, T0, {}))
+    usage = {"requests.cpu": 100, "requests.memory": 0, "count/jobs.batch": 0}  # no secrets
+    d = run(quota, T0 + 300, usage, uncounted_since={"secrets": T0 + 250})
+    assert d.action == "nothing"
+    assert d.hard == {}
+    assert (
+        "usage of secrets unknown (status.used has no secrets): held at 10; removed at "
+        f"{format_time(T0 + 250 + 80)} if still not counted"
+    ) in d.notes
+    assert d.requeue_at == T0 + 250 + 80
+
+
+def test_key_never_counted_is_removed_with_key_not_counted() -> None:
+    quota = stored(None, run(None, T0, {}))
+    usage = {"requests.cpu": 100, "requests.memory": 0, "secrets": 0}  # no count/jobs.batch
+    d = run(quota, T0 + 80, usage, uncounted_since={"count/jobs.batch": T0})
+    assert d.action == "patch"
+    assert d.merge_patch()["spec"]["hard"]["count/jobs.batch"] is None
+    assert d.set_annotations[not_counted_key("count/jobs.batch")] == format_time(T0 + 80)
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "KeyNotCounted")]
+    assert d.events[0].message.startswith(
+        "the quota controller has not counted count/jobs.batch for 1m20s since status.hard "
+        "showed it (no status.used), and admission refuses every create of a kind whose usage "
+        "is unknown: count/jobs.batch removed from spec.hard."
+    )
+    assert not d.shrinks  # removing a key limits nothing
+    after = stored(quota, d)
+    again = run(after, T0 + 90, usage)
+    assert again.action == "nothing", again  # not added again while the annotation is there
+    assert "count/jobs.batch" not in again.hard
+
+
+def test_compute_key_without_a_default_is_not_added() -> None:
+    d = run(None, T0, {}, missing_defaults=frozenset({"requests.cpu", "requests.memory"}))
+    assert d.action == "create"
+    assert set(d.hard) == {PODS, CONFIGMAPS, "count/jobs.batch", "secrets"}
+    warnings = [(e.reason, e.cause) for e in d.events if e.type == "Warning"]
+    assert warnings == [
+        ("NeedsDefaultRequests", "requests.cpu"),
+        ("NeedsDefaultRequests", "requests.memory"),
+    ]
+    assert next(e.message for e in d.events if e.reason == "NeedsDefaultRequests") == (
+        "requests.cpu not added to the quota: with a quota on it the apiserver refuses every "
+        "pod whose containers do not all declare a cpu request, and this namespace has no "
+        "LimitRange (type Container) with defaultRequest.cpu; add one and dynquota adds the key"
+    )
+
+
+def test_limits_key_needs_a_default_limit() -> None:
+    gov = governance({"limits.memory": {"maximum": "8Gi"}})
+    d = run(None, T0, {}, gov=gov, missing_defaults=frozenset({"limits.memory"}))
+    (warning,) = [e for e in d.events if e.type == "Warning"]
+    assert "declare a memory limit" in warning.message
+    assert "with default.memory" in warning.message
+
+
+def test_override_raises_every_key_to_its_maximum() -> None:
+    quota = stored(None, run(None, T0, {}))
+    quota = QuotaState(quota.hard, {**quota.annotations, "dynquota.io/override": "max"})
+    d = run(quota, T0 + 10, {"requests.cpu": 0, "requests.memory": 0, "secrets": 0})
+    assert hard_text(d.hard)["requests.cpu"] == "8"
+    assert hard_text(d.hard)["requests.memory"] == "64Gi"
+    assert hard_text(d.hard)["secrets"] == "100"
+
+
+def test_plan_table_shows_each_key_in_its_unit() -> None:
+    from dynquota.operator.plan import PlanRow, format_table
+
+    rows = [
+        PlanRow("a", "pods", 4, 4, 10, 10, "nothing", "x"),
+        PlanRow("a", "requests.cpu", None, 1234, 1500, 1500, "nothing", "y"),
+        PlanRow("a", "requests.memory", None, None, 2**30, None, "nothing", "held"),
+    ]
+    assert format_table(rows).splitlines()[1:] == [
+        "a          pods             4      4            10     10      nothing  x",
+        "a          requests.cpu     -      1234m        1500m  1500m   nothing  y",
+        "a          requests.memory  -      -            1Gi    -       nothing  held",
+    ]
+
+
+def test_key_dropped_from_the_policy_is_removed_as_a_policy_change() -> None:
+    quota = stored(None, run(None, T0, {}))
+    gov = governance({"requests.cpu": {"minimum": "500m", "maximum": "8"}})
+    d = run(quota, T0 + 10, {"requests.cpu": 0}, gov=gov)
+    hard = d.merge_patch()["spec"]["hard"]
+    assert hard["secrets"] is None
+    assert hard["count/jobs.batch"] is None
+    assert "policy secrets 10->absent: policy keys no longer sizes it" in d.reasons
+    assert [e.reason for e in d.events] == ["Resized"]  # no ManualEditReverted
+    assert "dynquota.io/hard.secrets" in d.remove_annotations
+
+
+def test_tenant_line_shows_quantities() -> None:
+    quota = stored(None, run(None, T0, {}))
+    usage = {"requests.cpu": 500, "requests.memory": 0, "secrets": 0, "count/jobs.batch": 0}
+    d = run(quota, T0 + 10, usage)  # cooldown (5m) not over: held at 500m
+    (line,) = [e.message for e in d.events if e.reason == "QuotaAtLimit"]
+    assert line.startswith(
+        "requests.cpu at its limit (used 500m of hard 500m): next automatic raise at "
+        f"{format_time(T0 + 300)}; "
+    )
