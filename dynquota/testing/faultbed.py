@@ -24,7 +24,8 @@ from typing import Any
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.testing.controlplane import AuditLog, LocalControlPlane
+from dynquota.testing.audit import AuditLog
+from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.faults import Throttle
 from dynquota.testing.invariants import InvariantChecker
 from dynquota.testing.operator import OPERATOR_NS, OperatorCluster, install_operator

@@ -64,7 +64,7 @@ from dynquota.policy.state import (
     profile_key,
 )
 from dynquota.quantity import QuantityError, parse_quantity
-from dynquota.testing.controlplane import AuditLog, AuditRecord
+from dynquota.testing.audit import AuditLog, AuditRecord
 from dynquota.testing.operator import OPERATOR_NS, OPERATOR_SA
 from dynquota.testing.replicas import Replica, replica_of
 
