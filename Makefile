@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup controlplane kwok toxiproxy promtool image image-test alerts test unit integration \
-	lint bench bench-admission bench-cleanup bench-scale soak demo clean
+	lint bench bench-admission bench-cleanup bench-scale soak demo clean chart-generate
 
 setup: $(STAMP)
 
@@ -46,6 +46,12 @@ toxiproxy:
 # Builds (only when missing) and prints the directory of kwok and its stages (simulated nodes).
 kwok:
 	@hack/kwok/build.sh
+
+# The chart's derived files from their one source (hack/chart/generate.py, docs/chart.md):
+# helm/dynquota/crds/ from crds/, values.schema.json and the values table of
+# docs/configuration.md from values.yaml's annotations. A unit test fails when they are stale.
+chart-generate: setup
+	$(PY) hack/chart/generate.py
 
 lint: setup
 	$(VENV)/bin/ruff check dynquota tests

@@ -56,14 +56,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -212,10 +206,6 @@ class Metrics:
             with contextlib.suppress(KeyError):
                 self.above_maximum.remove(namespace, resource)
 
-    def render(self) -> bytes:
-        """The registry in the Prometheus text format."""
-        return generate_latest(self.registry)
-
 
 class InformerCollector(Collector):
     """Exports the informers' own counters at scrape time.
@@ -255,7 +245,12 @@ class InformerCollector(Collector):
 
 
 class MetricsServer:
-    """``GET /metrics`` on ``host:port`` with aiohttp (port 0: a free port, see ``port``)."""
+    """``GET /metrics`` on ``host:port`` with aiohttp (port 0: a free port, see ``port``).
+
+    The handler is prometheus-client's own (``prometheus_client.aiohttp``): the text format,
+    or OpenMetrics when the scraper asks for it (``Accept``), gzip when it accepts it, and
+    ``name[]`` filters, as every prometheus-client exporter answers.
+    """
 
     def __init__(self, metrics: Metrics, host: str = "0.0.0.0", port: int = 8080) -> None:
         self._metrics = metrics
@@ -263,16 +258,10 @@ class MetricsServer:
         self.port = port
         self._runner: web.AppRunner | None = None
 
-    async def _handle(self, request: web.Request) -> web.Response:
-        del request
-        return web.Response(
-            body=self._metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
     async def start(self) -> None:
         """Start serving. Raises ``OSError`` if the port is taken."""
         app = web.Application()
-        app.router.add_get("/metrics", self._handle)
+        app.router.add_get("/metrics", make_aiohttp_handler(self._metrics.registry))
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self.port)

@@ -169,7 +169,7 @@ class Settings(BaseSettings):
     def _lease_durations(self) -> Settings:
         # imported here: the elector pulls in the Kubernetes client
         from dynquota._k8s.timeouts import LEASE_REQUEST_TIMEOUT, REQUEST_TIMEOUT
-        from dynquota.kube.leader import check_durations
+        from dynquota.kube.leader_durations import check_durations
 
         check_durations(
             self.lease_duration_seconds,

@@ -11,8 +11,8 @@ working as intended). So every call site passes an ``aiohttp.ClientTimeout`` bui
   seconds, and bookmarks or events arrive before that on a live connection), connect 3 s.
 - :func:`lease_timeout` — Lease get/create/update of the leader elector: total
   :data:`LEASE_REQUEST_TIMEOUT` (3 s). Kept short because the lease duration must cover
-  ``renew_deadline + retry_period + lease request timeout`` (see :mod:`dynquota.kube.leader`);
-  with client-go's 15/10/2 s that leaves 3 s.
+  ``renew_deadline + retry_period + lease request timeout`` (see
+  :mod:`dynquota.kube.leader_durations`); with client-go's 15/10/2 s that leaves 3 s.
 
 The functions read the module constants when called, so a test can patch the constants.
 :func:`deadline` gives the matching ``asyncio.timeout`` backstop (the ClientTimeout does not

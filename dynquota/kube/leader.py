@@ -37,248 +37,41 @@ and then at most every 30 s, saying what it means), and the campaign goes on.
 ``lease_duration >= renew_deadline + retry_period + request_timeout`` (15 >= 10 + 2 + 3 by
 default).
 
-The Lease API sits behind the small :class:`LeaseApi` protocol (plain dicts), so the elector
-is unit-tested with a fake at that boundary and an injected clock; :class:`KubeLeaseApi` is
-the real one. Without leader election the operator uses :class:`AlwaysLeader`.
+Beside it: :mod:`dynquota.kube.lease` (the Lease requests behind the small ``LeaseApi``
+protocol, so the elector is unit-tested with a fake at that boundary and an injected clock,
+and the ``LeaseRecord``), :mod:`dynquota.kube.leader_durations` (``check_durations``) and
+:mod:`dynquota.kube.leader_reporting` (``on_change`` delivery, failure logging). Without
+leader election the operator uses :class:`AlwaysLeader`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import datetime as dt
 import logging
 import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-import aiohttp
 from kubernetes_asyncio import client
 
 from dynquota._k8s import timeouts
-from dynquota._k8s.errors import ConflictError, KubeError, NotFoundError
-from dynquota._k8s.request import ApiCallObserver, call_api
+from dynquota._k8s.errors import ConflictError
+from dynquota._k8s.request import ApiCallObserver
+from dynquota.kube.leader_durations import JITTER, SAFETY_MARGIN, check_durations
+from dynquota.kube.leader_reporting import Callback, LeadershipReporter
+from dynquota.kube.lease import KubeLeaseApi, LeaseApi, LeaseRecord, lease_body, micro_time
 
-__all__ = [
-    "AlwaysLeader",
-    "KubeLeaseApi",
-    "LeaderGate",
-    "LeaseApi",
-    "LeaseRecord",
-    "check_durations",
-]
+__all__ = ["AlwaysLeader", "LeaderGate"]
 
 log = logging.getLogger(__name__)
-
-Callback = Callable[[bool], Awaitable[None]]
-"""``async (is_leader)``: called when leadership is gained (True) or lost (False)."""
 
 Clock = Callable[[], float]
 """Monotonic seconds (``time.monotonic`` in production)."""
 Sleep = Callable[[float], Awaitable[None]]
 """``async sleep(seconds)`` on the same clock (``asyncio.sleep`` in production)."""
-
-JITTER = 0.2
-"""A candidate waits ``retry_period * (1 + JITTER * random())`` between attempts."""
-SAFETY_MARGIN = 1.0
-"""Seconds leadership ends before ``send_time + lease_duration`` (clock-rate drift)."""
-WARN_EVERY = 30.0
-"""Seconds between two WARNINGs about repeated Lease failures."""
-
-
-def check_durations(
-    lease_duration: float,
-    renew_deadline: float,
-    retry_period: float,
-    request_timeout: float,
-    write_timeout: float | None = None,
-) -> None:
-    """Validate the elector's durations (seconds).
-
-    Requires ``retry_period > 0``, ``request_timeout > 0``, ``renew_deadline > JITTER-scaled
-    retry_period`` (client-go: ``renewDeadline > 1.2 * retryPeriod``), ``lease_duration >
-    SAFETY_MARGIN`` and ``lease_duration >= renew_deadline + retry_period + request_timeout``:
-    the leader's last renew, started just before the renew deadline, is answered (or timed
-    out) before a candidate may take over. With ``write_timeout`` (the longest write gated by
-    :meth:`LeaderGate.can_write`) also ``lease_duration > write_timeout + retry_period +
-    SAFETY_MARGIN``: otherwise the window left after a renewal is never long enough for a
-    write to start, and the leader never writes.
-
-    Raises ``ValueError`` naming the violated rule and the values.
-    """
-    if retry_period <= 0 or request_timeout <= 0:
-        raise ValueError(
-            f"retry period ({retry_period:g} s) and request timeout ({request_timeout:g} s) "
-            "must be positive"
-        )
-    if renew_deadline <= (1 + JITTER) * retry_period:
-        raise ValueError(
-            f"renew deadline ({renew_deadline:g} s) must be greater than "
-            f"{1 + JITTER:g} x retry period ({retry_period:g} s)"
-        )
-    if lease_duration <= SAFETY_MARGIN:
-        raise ValueError(f"lease duration ({lease_duration:g} s) must exceed {SAFETY_MARGIN:g} s")
-    needed = renew_deadline + retry_period + request_timeout
-    if lease_duration < needed:
-        raise ValueError(
-            f"lease duration ({lease_duration:g} s) must be >= renew deadline "
-            f"({renew_deadline:g} s) + retry period ({retry_period:g} s) + Lease request "
-            f"timeout ({request_timeout:g} s) = {needed:g} s"
-        )
-    if write_timeout is not None:
-        shortest = write_timeout + retry_period + SAFETY_MARGIN
-        if lease_duration <= shortest:
-            raise ValueError(
-                f"lease duration ({lease_duration:g} s) must be greater than the write timeout "
-                f"({write_timeout:g} s) + retry period ({retry_period:g} s) + {SAFETY_MARGIN:g} s"
-                f" = {shortest:g} s: a write starts only while the Lease stays valid for its "
-                "whole timeout"
-            )
-
-
-class LeaseApi(Protocol):
-    """The Lease requests the elector makes (the adapter boundary; Leases as decoded JSON).
-
-    Each method raises :class:`~dynquota._k8s.errors.KubeError` subclasses
-    (``ConflictError`` on 409, ``TransportError`` on a timeout); the elector catches any
-    ``Exception``.
-    """
-
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Lease, or ``None`` if it does not exist (404)."""
-        ...
-
-    async def create(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create ``body``; return the stored Lease. ``ConflictError`` if it exists."""
-        ...
-
-    async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Update (PUT) the Lease with ``body``, whose ``metadata.resourceVersion`` is a
-        precondition; return the stored Lease. ``ConflictError`` if it changed."""
-        ...
-
-
-class KubeLeaseApi:
-    """:class:`LeaseApi` over a kubernetes_asyncio ``ApiClient`` (``coordination.k8s.io/v1``).
-
-    Every request has ``request_timeout`` seconds in total (3 s connect at most).
-    ``observer`` hears ``(verb, "leases", status)`` after every call.
-    """
-
-    def __init__(
-        self,
-        api_client: client.ApiClient,
-        *,
-        request_timeout: float = timeouts.LEASE_REQUEST_TIMEOUT,
-        observer: ApiCallObserver | None = None,
-    ) -> None:
-        self._api: Any = client.CoordinationV1Api(api_client)
-        self._sanitize = api_client.sanitize_for_serialization
-        self.request_timeout = request_timeout
-        self._observer = observer
-
-    async def _call(
-        self, verb: str, request: Callable[[aiohttp.ClientTimeout], Awaitable[Any]]
-    ) -> dict[str, Any]:
-        model = await call_api(
-            verb,
-            "leases",
-            request,
-            self._observer,
-            timeout=timeouts.lease_timeout(self.request_timeout),
-        )
-        result: dict[str, Any] = self._sanitize(model)
-        return result
-
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Lease ``namespace/name`` or ``None``; see :class:`LeaseApi`."""
-        try:
-            return await self._call(
-                "get",
-                lambda t: self._api.read_namespaced_lease(name, namespace, _request_timeout=t),
-            )
-        except NotFoundError:
-            return None
-
-    async def create(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create the Lease ``body``; see :class:`LeaseApi`."""
-        return await self._call(
-            "create",
-            lambda t: self._api.create_namespaced_lease(namespace, dict(body), _request_timeout=t),
-        )
-
-    async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Update the Lease with ``body`` (resourceVersion precondition); see :class:`LeaseApi`."""
-        return await self._call(
-            "update",
-            lambda t: self._api.replace_namespaced_lease(
-                name, namespace, dict(body), _request_timeout=t
-            ),
-        )
-
-
-@dataclass(frozen=True)
-class LeaseRecord:
-    """The leader-election record in a Lease's ``spec`` (client-go's ``LeaderElectionRecord``).
-
-    Times are the RFC 3339 strings as stored (informational only: the elector measures time on
-    its own monotonic clock); ``lease_duration_seconds`` is 0 when unset.
-    """
-
-    holder: str = ""
-    lease_duration_seconds: int = 0
-    acquire_time: str | None = None
-    renew_time: str | None = None
-    lease_transitions: int = 0
-
-    @classmethod
-    def from_lease(cls, lease: Mapping[str, Any]) -> LeaseRecord:
-        """The record of a Lease as decoded JSON (camelCase keys)."""
-        spec = lease.get("spec") or {}
-
-        def number(key: str) -> int:
-            value = spec.get(key)
-            return int(value) if isinstance(value, int | float) else 0
-
-        def text(key: str) -> str | None:
-            value = spec.get(key)
-            if value is None:
-                return None
-            # MicroTime needs exactly 6 fractional digits; a decoded datetime's isoformat()
-            # drops them when they are 0, and the apiserver would refuse the write
-            try:
-                parsed = dt.datetime.fromisoformat(str(value))
-            except ValueError:
-                return str(value)
-            if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=dt.UTC)
-            return _micro_time(parsed)
-
-        return cls(
-            holder=str(spec.get("holderIdentity") or ""),
-            lease_duration_seconds=number("leaseDurationSeconds"),
-            acquire_time=text("acquireTime"),
-            renew_time=text("renewTime"),
-            lease_transitions=number("leaseTransitions"),
-        )
-
-    def spec(self) -> dict[str, Any]:
-        """The Lease ``spec`` holding this record."""
-        return {
-            "holderIdentity": self.holder or None,
-            "leaseDurationSeconds": self.lease_duration_seconds,
-            "acquireTime": self.acquire_time,
-            "renewTime": self.renew_time,
-            "leaseTransitions": self.lease_transitions,
-        }
-
-
-def _micro_time(now: dt.datetime) -> str:
-    """A ``metav1.MicroTime`` string (RFC 3339, microseconds, UTC)."""
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class AlwaysLeader:
@@ -357,8 +150,7 @@ class LeaderGate:
         self.renew_deadline = float(renew_deadline)
         self.retry_period = float(retry_period)
         self.request_timeout = float(request_timeout)
-        self.on_change = on_change
-        """The ``on_change`` callback (may be set after construction)."""
+        self._reporter = LeadershipReporter(identity, f"{namespace}/{name}", on_change)
         self._clock = clock
         self._sleep = sleep
         self._wall_clock = wall_clock
@@ -369,22 +161,33 @@ class LeaderGate:
         self._observed: LeaseRecord | None = None
         self._observed_version = ""  # resourceVersion of the Lease as last observed
         self._observed_time = 0.0
-        self._announced = False
-        self._pending: collections.deque[bool] = collections.deque()
-        self._notifier: asyncio.Task[None] | None = None
         self._deadline_task: asyncio.Task[None] | None = None
         self._running = False
         self._started = False
         self._stopped = False
         self._last_iteration = 0.0
-        self._failures = 0
-        self._last_warning = -math.inf
         self.renewals = 0
         """Successful creates/updates of the Lease by this replica (a count)."""
-        self.transitions = 0
-        """Times this replica started leading (a count)."""
 
     # -- what the operator reads ----------------------------------------------------------
+
+    @property
+    def on_change(self) -> Callback | None:
+        """The ``on_change`` callback (may be set after construction)."""
+        return self._reporter.on_change
+
+    @on_change.setter
+    def on_change(self, callback: Callback | None) -> None:
+        self._reporter.on_change = callback
+
+    @property
+    def transitions(self) -> int:
+        """Times this replica started leading (a count)."""
+        return self._reporter.transitions
+
+    async def settled(self) -> None:
+        """Wait until ``on_change`` has heard every change announced so far."""
+        await self._reporter.settled()
 
     @property
     def valid_until(self) -> float:
@@ -411,7 +214,7 @@ class LeaderGate:
     @property
     def consecutive_failures(self) -> int:
         """Lease requests that failed in a row (0 after a success)."""
-        return self._failures
+        return self._reporter.failures
 
     def healthy(self) -> bool:
         """Liveness of the elector: True before :meth:`run` starts; while it runs, its loop
@@ -444,7 +247,7 @@ class LeaderGate:
                 except Exception as exc:  # the campaign must never end: log and go on
                     self._failed(exc)
                 else:
-                    self._succeeded_request()
+                    self._reporter.succeeded()
                 if self._valid_until and self._clock() >= self._last_send + self.renew_deadline:
                     self._step_down(
                         f"no renewal within the renew deadline ({self.renew_deadline:g} s)"
@@ -495,7 +298,7 @@ class LeaderGate:
             log.debug("%s: Lease %s changed while acquiring it", self.identity, self._lease_name)
 
     def _record(self, old: LeaseRecord) -> LeaseRecord:
-        now = _micro_time(self._wall_clock())
+        now = micro_time(self._wall_clock())
         if old.holder == self.identity:
             return LeaseRecord(
                 holder=self.identity,
@@ -529,13 +332,7 @@ class LeaderGate:
         self._acquired(created, send_time)
 
     async def _write(self, lease: Mapping[str, Any], record: LeaseRecord) -> None:
-        body = dict(lease)
-        metadata = dict(body.get("metadata") or {})
-        metadata.pop("managedFields", None)  # the apiserver keeps them on update
-        body["metadata"] = metadata
-        body["spec"] = record.spec()
-        body.setdefault("apiVersion", "coordination.k8s.io/v1")
-        body.setdefault("kind", "Lease")
+        body = lease_body(lease, record)
         send_time = self._clock()
         written = await self._api.replace(self.namespace, self.name, body)
         self._acquired(written, send_time)
@@ -543,7 +340,7 @@ class LeaderGate:
     def _acquired(self, lease: dict[str, Any], send_time: float) -> None:
         """A create/update sent at ``send_time`` succeeded: we lead until the new deadline."""
         now = self._clock()
-        if self._announced and now >= self._valid_until:
+        if self._reporter.announced and now >= self._valid_until:
             # leadership lapsed before this answer came: say so before leading again
             self._announce(False)
         self._lease = lease
@@ -596,48 +393,13 @@ class LeaderGate:
         return f"{self.namespace}/{self.name}"
 
     def _announce(self, leading: bool) -> None:
-        """Record the new state and have ``on_change`` hear it, in order, from a task of its
-        own: a slow callback never delays a renewal."""
+        """Announce a change (:class:`LeadershipReporter`); never "leading" unless this
+        replica leads by the clock now."""
         if leading and not self.is_leader:
             return
-        if leading == self._announced:
-            return
-        self._announced = leading
-        if leading:
-            self.transitions += 1
-        log.info(
-            "%s %s the Lease %s",
-            self.identity,
-            "holds" if leading else "no longer holds",
-            self._lease_name,
-        )
-        self._pending.append(leading)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a synchronous caller): delivered with the next change
-            return
-        if self._notifier is None or self._notifier.done():
-            self._notifier = asyncio.create_task(
-                self._notify(), name=f"dynquota-lease-notify-{self.identity}"
-            )
-
-    async def _notify(self) -> None:
-        while self._pending:
-            leading = self._pending.popleft()
-            if self.on_change is None:
-                continue
-            try:
-                await self.on_change(leading)
-            except Exception:
-                log.exception("on_change(%s) failed", leading)
-
-    async def settled(self) -> None:
-        """Wait until ``on_change`` has heard every change announced so far."""
-        while self._notifier is not None and not self._notifier.done():
-            await asyncio.shield(self._notifier)
+        self._reporter.announce(leading)
 
     def _failed(self, exc: Exception) -> None:
-        self._failures += 1
         now = self._clock()
         if self.is_leader:
             meaning = (
@@ -646,30 +408,7 @@ class LeaderGate:
             )
         else:
             meaning = f"not leading; retrying every {self.retry_period:g} s"
-        if self._failures == 1 or now - self._last_warning >= WARN_EVERY:
-            self._last_warning = now
-            log.warning(
-                "%s: Lease %s request failed (%d in a row): %s; %s",
-                self.identity,
-                self._lease_name,
-                self._failures,
-                exc if isinstance(exc, KubeError) else repr(exc),
-                meaning,
-                exc_info=not isinstance(exc, KubeError),
-            )
-        else:
-            log.debug("%s: Lease %s request failed: %r", self.identity, self._lease_name, exc)
-
-    def _succeeded_request(self) -> None:
-        if self._failures:
-            log.info(
-                "%s: Lease %s requests succeed again after %d failures",
-                self.identity,
-                self._lease_name,
-                self._failures,
-            )
-        self._failures = 0
-        self._last_warning = -math.inf
+        self._reporter.failed(exc, now, meaning)
 
     # -- shutdown -------------------------------------------------------------------------
 
@@ -686,7 +425,7 @@ class LeaderGate:
         if lease is None or not valid:
             return
         old = LeaseRecord.from_lease(lease)
-        now = _micro_time(self._wall_clock())
+        now = micro_time(self._wall_clock())
         record = LeaseRecord(
             holder="",
             lease_duration_seconds=1,
@@ -694,13 +433,8 @@ class LeaderGate:
             renew_time=now,
             lease_transitions=old.lease_transitions,
         )
-        body = dict(lease)
-        metadata = dict(body.get("metadata") or {})
-        metadata.pop("managedFields", None)
-        body["metadata"] = metadata
-        body["spec"] = record.spec()
         try:
-            await self._api.replace(self.namespace, self.name, body)
+            await self._api.replace(self.namespace, self.name, lease_body(lease, record))
         except Exception as exc:  # best effort: the Lease then expires on its own
             log.warning("%s: releasing Lease %s failed: %s", self.identity, self._lease_name, exc)
         else:

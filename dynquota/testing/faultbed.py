@@ -24,7 +24,8 @@ from typing import Any
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.testing.controlplane import AuditLog, LocalControlPlane
+from dynquota.testing.audit import AuditLog
+from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.faults import Throttle
 from dynquota.testing.invariants import InvariantChecker
 from dynquota.testing.operator import OPERATOR_NS, OperatorCluster, install_operator
@@ -195,64 +196,56 @@ class FaultBed:
         self.fault_counts[kind] = self.fault_counts.get(kind, 0) + 1
 
     @contextlib.contextmanager
+    def _fault(self, kind: str) -> Iterator[None]:
+        """Count fault ``kind`` and tell the checker it lasts while inside."""
+        index = self.checker.note_fault(kind, time.time())
+        self._count(kind)
+        try:
+            yield
+        finally:
+            self.checker.end_fault(index)
+
+    @contextlib.contextmanager
     def transport(
         self, kind: TransportFault, replicas: Sequence[str] | None = None, **options: int
     ) -> Iterator[None]:
         """Fault ``kind`` on the proxies of ``replicas`` (default: all) while inside."""
         names = list(replicas) if replicas is not None else list(self.proxies)
-        index = self.checker.note_fault(kind, time.time())
-        self._count(kind)
-        try:
-            for name in names:
-                self.proxies[name].apply(kind, **options)
-            yield
-        finally:
-            for name in names:
-                self.proxies[name].clear()
-            self.checker.end_fault(index)
+        with self._fault(kind):
+            try:
+                for name in names:
+                    self.proxies[name].apply(kind, **options)
+                yield
+            finally:
+                for name in names:
+                    self.proxies[name].clear()
 
     @contextlib.contextmanager
     def etcd_paused(self) -> Iterator[None]:
         """etcd SIGSTOPped while inside: timeouts and 5xx from the apiserver."""
-        index = self.checker.note_fault("etcd-pause", time.time())
-        self._count("etcd-pause")
-        self.cp.pause_etcd()
-        try:
+        with self._fault("etcd-pause"), self.cp.etcd_paused():
             yield
-        finally:
-            self.cp.resume_etcd()
-            self.checker.end_fault(index)
 
     @contextlib.contextmanager
     def throttled(self, noise_threads: int = 3) -> Iterator[Throttle]:
         """429s for the operator's ServiceAccount while inside (see :class:`Throttle`)."""
         throttle = Throttle(self.cp, noise_threads=noise_threads)
-        index = self.checker.note_fault("429", time.time())
-        self._count("429")
-        throttle.start()
-        try:
-            yield throttle
-        finally:
-            throttle.stop()
-            self.checker.end_fault(index)
+        with self._fault("429"):
+            throttle.start()
+            try:
+                yield throttle
+            finally:
+                throttle.stop()
 
     def restart_apiserver(self) -> None:
         """Stop and start kube-apiserver (same port); waits for ``/readyz``."""
-        index = self.checker.note_fault("apiserver-restart", time.time())
-        self._count("apiserver-restart")
-        try:
+        with self._fault("apiserver-restart"):
             self.cp.restart_apiserver()
-        finally:
-            self.checker.end_fault(index)
 
     def compact_etcd(self) -> None:
         """Compact etcd at its current revision (watchers resuming from before get 410)."""
-        index = self.checker.note_fault("etcd-compaction", time.time())
-        self._count("etcd-compaction")
-        try:
+        with self._fault("etcd-compaction"):
             self.cp.compact_etcd()
-        finally:
-            self.checker.end_fault(index)
 
 
 def _live(replica: Replica) -> Callable[[], bool]:

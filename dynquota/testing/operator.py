@@ -17,7 +17,6 @@ operator itself.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import gc
 import subprocess
@@ -30,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import yaml
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.names import GROUP, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PLURAL, VERSION
 from dynquota.operator.runtime import Runtime, run
 from dynquota.settings import Settings
 from dynquota.testing.controlplane import ControlPlaneError, LocalControlPlane
+from dynquota.testing.credentials import write_kubeconfig
 from dynquota.testing.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -268,27 +267,9 @@ def _token(core: Any) -> str:
 
 
 def _kubeconfig(cp: LocalControlPlane, token: str, path: Path) -> str:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": cp.server,
-                    "certificate-authority-data": base64.b64encode(
-                        cp.ca_file.read_bytes()
-                    ).decode(),
-                },
-            }
-        ],
-        "users": [{"name": OPERATOR_SA, "user": {"token": token}}],
-        "contexts": [{"name": "op", "context": {"cluster": "local", "user": OPERATOR_SA}}],
-        "current-context": "op",
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return str(path)
+    return write_kubeconfig(
+        path, server=cp.server, ca_file=cp.ca_file, user=OPERATOR_SA, token=token, context="op"
+    )
 
 
 def _try(call: Callable[[], Any]) -> bool:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dynquota.testing.controlplane import AuditRecord
+from dynquota.testing.audit import AuditRecord
 
 APISERVER_USER = "system:apiserver"
 CONTROLLER_AGENT_SUFFIX = "/resourcequota-controller"
@@ -98,7 +98,7 @@ class QuotaLedger:
 
     Args:
         records: audit records (any order, others ignored), from
-            :class:`~dynquota.testing.controlplane.AuditLog` with :data:`QUOTA_AUDIT_POLICY`.
+            :class:`~dynquota.testing.audit.AuditLog` with :data:`QUOTA_AUDIT_POLICY`.
         namespace: the namespace.
         resource: the quota key and the API resource, ``"pods"`` or ``"configmaps"``.
         quota: the quota's name.

@@ -29,15 +29,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import kubernetes
-import yaml
 
-from dynquota.testing.controlplane import (
-    _SPAWNER,
-    AuditRecord,
-    LocalControlPlane,
-    _die_with_parent,
-    _free_port,
-)
+from dynquota.testing import credentials, processes
+from dynquota.testing.audit import AuditRecord
+from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.operator import OPERATOR_NS, OPERATOR_SA
 
 __all__ = ["Replica", "ReplicaToken", "operator_token", "replica_of"]
@@ -71,27 +66,9 @@ def operator_token(api: kubernetes.client.ApiClient, hours: int = 6) -> ReplicaT
 def write_kubeconfig(cp: LocalControlPlane, server: str, token: str, path: Path) -> str:
     """Write a kubeconfig for ``server`` (e.g. a Toxiproxy URL; the apiserver's certificate
     covers 127.0.0.1) with ``token`` and the control plane's CA; returns the path."""
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": server,
-                    "certificate-authority-data": base64.b64encode(
-                        cp.ca_file.read_bytes()
-                    ).decode(),
-                },
-            }
-        ],
-        "users": [{"name": OPERATOR_SA, "user": {"token": token}}],
-        "contexts": [{"name": "op", "context": {"cluster": "local", "user": OPERATOR_SA}}],
-        "current-context": "op",
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return str(path)
+    return credentials.write_kubeconfig(
+        path, server=server, ca_file=cp.ca_file, user=OPERATOR_SA, token=token, context="op"
+    )
 
 
 def replica_of(record: AuditRecord, jti_to_replica: Mapping[str, str]) -> str | None:
@@ -134,14 +111,13 @@ class Replica:
     def start(self) -> Replica:
         """Start the process (new ports each time); returns self at once (not waiting)."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        self.metrics_port, self.probe_port = _free_port(), _free_port()
+        self.metrics_port, self.probe_port = processes.free_port(), processes.free_port()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         env["DYNQUOTA_POD_NAME"] = self.name
         with self.log.open("ab") as out:
             out.write(f"\n=== start {time.strftime('%H:%M:%S')} ===\n".encode())
             out.flush()
-            self.proc = _SPAWNER.submit(
-                subprocess.Popen,
+            self.proc = processes.spawn(
                 [
                     sys.executable, "-m", "dynquota.cli", "run",
                     "--kubeconfig", self.kubeconfig,
@@ -152,12 +128,9 @@ class Replica:
                     "--probe-port", str(self.probe_port),
                     *self.args,
                 ],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                preexec_fn=_die_with_parent,
-            ).result()  # fmt: skip
+                out,
+                env,
+            )  # fmt: skip
         self.started_at = time.time()
         self.expected_exit = False
         return self
@@ -183,14 +156,7 @@ class Replica:
     def stop(self, timeout: float = 20) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds; idempotent."""
         self.expected_exit = True
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        processes.stop(self.proc, timeout)
 
     def metrics_text(self) -> str | None:
         """The ``/metrics`` page, or ``None`` when it does not answer within 2 s."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from dynquota.testing.controlplane import _SPAWNER, _die_with_parent, _free_port
+from dynquota.testing import processes
 
 __all__ = [
     "TRANSPORT_FAULTS",
@@ -71,19 +71,14 @@ def find_toxiproxy() -> Path:
     Raises:
         ToxiproxyError: no binary and no build script, or the build failed.
     """
-    assets = os.environ.get(ASSETS_ENV)
-    if assets and os.access(Path(assets, "server"), os.X_OK):
-        return Path(assets, "server")
-    script = Path(__file__).resolve().parents[2] / "hack" / "toxiproxy" / "build.sh"
-    if not script.exists():
-        raise ToxiproxyError(
-            f"Toxiproxy not found: set {ASSETS_ENV} to a directory holding its `server` "
-            "binary, or run from a dynquota source checkout"
-        )
-    done = subprocess.run([str(script)], stdout=subprocess.PIPE, text=True, check=False)
-    if done.returncode != 0:
-        raise ToxiproxyError(f"{script} failed with exit code {done.returncode}")
-    return Path(done.stdout.strip().splitlines()[-1], "server")
+    assets = processes.build_assets(
+        "toxiproxy",
+        ToxiproxyError,
+        ASSETS_ENV,
+        lambda d: os.access(d / "server", os.X_OK),
+        f"Toxiproxy not found: set {ASSETS_ENV} to a directory holding its `server` binary",
+    )
+    return assets / "server"
 
 
 @dataclass
@@ -118,18 +113,13 @@ class Toxiproxy:
         """
         if self.binary is None:
             self.binary = find_toxiproxy()
-        port = _free_port()
+        port = processes.free_port()
         self.api_url = f"http://127.0.0.1:{port}"
         out = self.log_path.open("ab") if self.log_path else subprocess.DEVNULL
         try:
-            self._proc = _SPAWNER.submit(
-                subprocess.Popen,
-                [str(self.binary), "-host", "127.0.0.1", "-port", str(port)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
-            ).result()
+            self._proc = processes.spawn(
+                [str(self.binary), "-host", "127.0.0.1", "-port", str(port)], out
+            )
         finally:
             if not isinstance(out, int):
                 out.close()
@@ -149,14 +139,7 @@ class Toxiproxy:
         """Stop the server (SIGTERM, then SIGKILL after 10 s); idempotent. Every proxied
         connection is closed."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        processes.stop(proc)
 
     def proxy(self, name: str, upstream: str, listen_port: int | None = None) -> Proxy:
         """Create (or replace) proxy ``name`` listening on ``127.0.0.1:listen_port`` (default:
@@ -168,7 +151,7 @@ class Toxiproxy:
         """
         with contextlib.suppress(ToxiproxyError):
             self._call("DELETE", f"/proxies/{name}")
-        listen = f"127.0.0.1:{listen_port or _free_port()}"
+        listen = f"127.0.0.1:{listen_port or processes.free_port()}"
         self._call(
             "POST",
             "/proxies",

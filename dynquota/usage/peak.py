@@ -179,17 +179,19 @@ class PeakWindows:
         self, namespace: str, resource: str, now: float, window: float | None = None
     ) -> int | None:
         """Peak of ``resource`` in ``namespace`` over ``[now - window, now]``, or ``None``."""
-        self._settle(now)
-        found = self._windows.get((namespace, resource))
+        found = self._settled(namespace, resource, now)
         return found.peak(now, window) if found is not None else None
 
     def peak_expiry(
         self, namespace: str, resource: str, now: float, window: float | None = None
     ) -> float | None:
         """:meth:`PeakWindow.peak_expiry` of this pair, or ``None``."""
-        self._settle(now)
-        found = self._windows.get((namespace, resource))
+        found = self._settled(namespace, resource, now)
         return found.peak_expiry(now, window) if found is not None else None
+
+    def _settled(self, namespace: str, resource: str, now: float) -> PeakWindow | None:
+        self._settle(now)
+        return self._windows.get((namespace, resource))
 
     def first_observed(self, namespace: str, resource: str) -> float | None:
         """When the first sample for this pair was taken, or ``None``."""

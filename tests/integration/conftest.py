@@ -18,7 +18,8 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.testing.controlplane import QUOTA_AUDIT_POLICY, LocalControlPlane
+from dynquota.testing.audit import QUOTA_AUDIT_POLICY
+from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.operator import (
     GROUP,
     PLURAL,

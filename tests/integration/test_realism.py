@@ -17,7 +17,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.testing.controlplane import AuditLog
+from dynquota.testing.audit import AuditLog
 from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
 from dynquota.testing.quotaaudit import QuotaLedger, refused_at
 from dynquota.testing.wait import wait_until

@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.policy import parse_time
-from dynquota.testing.controlplane import AuditLog, AuditRecord
+from dynquota.testing.audit import AuditLog, AuditRecord
 from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
 from dynquota.testing.quotaaudit import QuotaLedger, refused_at
 from dynquota.testing.wait import WaitTimeoutError, wait_until

@@ -1,13 +1,17 @@
-"""Static checks of the chart and the CRD that need no binary: one source of truth for the CRD,
-the CRD agrees with the operator's pydantic models, values.yaml agrees with its schema and with
-docs/configuration.md."""
+"""Static checks of the chart and the CRD that need no binary: the generated files are up to date
+(`make chart-generate`), the CRD agrees with the operator's pydantic models, values.yaml agrees
+with its schema and with docs/configuration.md."""
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import re
+import shutil
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -26,6 +30,7 @@ from dynquota.policy.models import (
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "dynquota"
 CRD = ROOT / "crds" / "dynamicquotapolicies.yaml"
+GENERATOR = ROOT / "hack" / "chart" / "generate.py"
 
 
 def crd_schema() -> dict[str, Any]:
@@ -35,13 +40,38 @@ def crd_schema() -> dict[str, Any]:
     return schema
 
 
-def test_chart_carries_an_identical_copy_of_the_crd() -> None:
-    """crds/ is the source of truth; Helm installs the chart's crds/ copy. After editing the
-    CRD run: cp crds/dynamicquotapolicies.yaml helm/dynquota/crds/"""
-    copies = sorted(p.name for p in (CHART / "crds").iterdir())
-    assert copies == sorted(p.name for p in (ROOT / "crds").iterdir())
-    for name in copies:
-        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), name
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("chart_generate", GENERATOR)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generation_is_idempotent() -> None:
+    """The chart's CRD copy, values.schema.json and the values table of docs/configuration.md
+    are what `make chart-generate` makes from crds/ and values.yaml (run it after editing
+    either)."""
+    assert [str(p) for p in _generator().stale(ROOT)] == []
+
+
+def test_a_stale_generated_file_is_found(tmp_path: Path) -> None:
+    for part in ("crds", "docs", "helm"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    generator = _generator()
+    assert generator.stale(tmp_path) == []
+    values = tmp_path / "helm" / "dynquota" / "values.yaml"
+    values.write_text(values.read_text().replace("# -- Concurrent reconciles", "# -- Reconciles"))
+    (tmp_path / "crds" / "dynamicquotapolicies.yaml").write_text("# edited\n")
+    assert sorted(str(p) for p in generator.stale(tmp_path)) == [
+        "docs/configuration.md",
+        "helm/dynquota/crds/dynamicquotapolicies.yaml",
+        "helm/dynquota/values.schema.json",
+    ]
+    assert generator.main(["--root", str(tmp_path)]) == 0
+    assert generator.stale(tmp_path) == []
 
 
 def test_crd_duration_pattern_is_the_operators() -> None:

@@ -10,12 +10,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from test_operator_reconcile import T0, FakeQuotas, World, namespace, policy, setup_team
 
 from dynquota._k8s.errors import ApiError, NotFoundError
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.operator import reconcile as reconcile_module
 from dynquota.testing.wait import async_wait_until
+
+from .test_reconcile import T0, FakeQuotas, World, namespace, policy, setup_team
 
 H = 3600
 

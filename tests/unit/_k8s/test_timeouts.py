@@ -35,7 +35,7 @@ from dynquota.admission.types import ResourceQuota
 from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.events import EventRecorder, ObjectRef
 from dynquota.kube.informer import PODS_WATCH, KubeMetadataSource
-from dynquota.kube.leader import KubeLeaseApi
+from dynquota.kube.lease import KubeLeaseApi
 from dynquota.kube.quotas import QuotaClient
 
 

@@ -1,8 +1,10 @@
-"""The operator's metrics: what counts as an API error."""
+"""The operator's metrics: what counts as an API error, and how /metrics answers."""
 
 from __future__ import annotations
 
-from dynquota.metrics import Metrics
+import aiohttp
+
+from dynquota.metrics import Metrics, MetricsServer
 
 
 def _value(metrics: Metrics, name: str, labels: dict[str, str]) -> float | None:
@@ -64,3 +66,31 @@ def test_expected_not_found_is_not_an_api_error() -> None:
         )
         == 1
     )
+
+
+async def test_the_server_answers_as_prometheus_client_does() -> None:
+    # /metrics is prometheus-client's aiohttp handler: the text format by default, OpenMetrics
+    # when asked for, gzip when accepted (a real server on a free port, a real HTTP client)
+    m = Metrics()
+    m.observe_api("get", "resourcequotas", 500)
+    server = MetricsServer(m, host="127.0.0.1", port=0)
+    await server.start()
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            async with session.get(url, headers={"Accept-Encoding": "identity"}) as answer:
+                text = await answer.text()
+                assert answer.status == 200
+                assert answer.headers["Content-Type"].startswith("text/plain; version=")
+                assert answer.headers.get("Content-Encoding") is None
+            line = 'dynquota_api_errors_total{code="500",resource="resourcequotas",verb="get"} 1.0'
+            assert line in text.splitlines()
+            openmetrics = {"Accept": "application/openmetrics-text; version=1.0.0"}
+            async with session.get(url, headers=openmetrics) as answer:
+                assert answer.headers["Content-Type"].startswith("application/openmetrics-text")
+                assert (await answer.text()).endswith("# EOF\n")
+            async with session.get(url, headers={"Accept-Encoding": "gzip"}) as answer:
+                assert answer.headers["Content-Encoding"] == "gzip"
+                assert line in (await answer.text()).splitlines()  # aiohttp inflates it
+    finally:
+        await server.stop()

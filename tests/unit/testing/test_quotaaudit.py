@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dynquota.testing.controlplane import AuditLog
+from dynquota.testing.audit import AuditLog
 from dynquota.testing.quotaaudit import QuotaLedger, refused_at
 
-RECORDED = Path(__file__).parent / "data" / "audit-spark-stale-recount.jsonl"
+RECORDED = Path(__file__).parents[1] / "data" / "audit-spark-stale-recount.jsonl"
 NS = "t-bbe982ed"
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_operator_reconcile import T0, World, namespace, policy, setup_team
 
 from dynquota._k8s.errors import ApiError
+
+from .test_reconcile import T0, World, namespace, policy, setup_team
 
 RELEASED = (
     "policy p is in dry run (spec.dryRun): dynquota enforces nothing in this namespace: the "

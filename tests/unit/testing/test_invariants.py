@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dynquota.kube.client import replica_user_agent
 from dynquota.policy.models import ResourceProfile
-from dynquota.testing.controlplane import AuditLog, AuditRecord
+from dynquota.testing.audit import AuditLog, AuditRecord
 from dynquota.testing.invariants import OPERATOR_USER, expected_hard, single_writer
 from dynquota.testing.replicas import replica_of
 

@@ -259,7 +259,7 @@ async def test_a_deleted_quota_is_not_checked_on_retry() -> None:
     assert server.stats.status_writes == 0
 
 
-# --- default deny (deadlines: test_admission_deadlines.py) ----------------------------
+# --- default deny (deadlines: test_evaluator_deadlines.py) ----------------------------
 
 
 class _BrokenAccessor(InMemoryQuotaAccessor):

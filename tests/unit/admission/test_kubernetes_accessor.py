@@ -12,12 +12,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from test_informer_source import FakeSource, page
 
 from dynquota._k8s.backoff import Backoff
 from dynquota._k8s.errors import TransportError
 from dynquota.admission.kubernetes_accessor import QuotaInformer
 from dynquota.testing.wait import async_wait_until
+
+from ..kube.test_informer import FakeSource, page
 
 
 def quota(ns: str, name: str, rv: str, used: str = "1") -> dict[str, Any]:

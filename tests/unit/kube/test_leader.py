@@ -1,6 +1,6 @@
 """The leader elector (dynquota.kube.leader) on virtual time, with a fake at its own boundary.
 
-The fake is :class:`FakeLeases`, a :class:`~dynquota.kube.leader.LeaseApi` keeping one Lease
+The fake is :class:`FakeLeases`, a :class:`~dynquota.kube.lease.LeaseApi` keeping one Lease
 with resourceVersion preconditions (409 on a stale one), into which faults are injected:
 connection errors, a request that never answers, a barrier that makes two candidates write
 on the same resourceVersion. Time is :class:`VirtualTime`: the gate's monotonic clock and
@@ -23,7 +23,9 @@ import pydantic
 import pytest
 
 from dynquota._k8s.errors import ConflictError, TransportError
-from dynquota.kube.leader import AlwaysLeader, LeaderGate, LeaseRecord, check_durations
+from dynquota.kube.leader import AlwaysLeader, LeaderGate
+from dynquota.kube.leader_durations import check_durations
+from dynquota.kube.lease import LeaseRecord
 from dynquota.settings import Settings
 
 NS, NAME = "ops", "dynquota"

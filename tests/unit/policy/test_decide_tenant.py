@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_decide import GOV, T0, WEEK, run, settled, ts
 
 from dynquota.policy import (
     DEFAULT_PROFILES,
@@ -19,6 +18,8 @@ from dynquota.policy import (
     validate_policy,
 )
 from dynquota.policy.decide import TENANT_MESSAGE_REFRESH
+
+from .test_decide import GOV, T0, WEEK, run, settled, ts
 
 R_KEY = "dynquota.io/override"
 G_KEY = "dynquota.io/override-granted-at"

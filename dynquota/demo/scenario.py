@@ -1,0 +1,209 @@
+"""The demo's scenario: the policy, the operator, and the four workloads it drives (a normal
+scale-up, a runaway, a Helm-like burst with the tenant's override, the kill switch); see
+:mod:`dynquota.demo`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from kubernetes.client.exceptions import ApiException
+
+from dynquota.demo.watch import HELM, LABEL, NAMESPACES, RUNAWAY, WEB, DemoWatch
+from dynquota.settings import Settings
+from dynquota.testing.operator import PAUSE, OperatorThread, operator_settings
+from dynquota.testing.wait import wait_until
+
+__all__ = ["Demo"]
+
+
+class Demo(DemoWatch):
+    """One demo run against a started control plane: :meth:`run`, then :meth:`summary`."""
+
+    def deployment(self, ns: str, name: str, replicas: int) -> None:
+        labels = {"app": name}
+        self.c.apps.create_namespaced_deployment(
+            ns,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "containers": [{"name": "app", "image": PAUSE}],
+                            "terminationGracePeriodSeconds": 0,
+                        },
+                    },
+                },
+            },
+        )
+
+    def scale(self, ns: str, name: str, replicas: int) -> None:
+        self.c.apps.patch_namespaced_deployment_scale(name, ns, {"spec": {"replicas": replicas}})
+
+    def run(self, start_operator: Callable[[Settings], OperatorThread]) -> None:
+        t = self.t
+        for ns in NAMESPACES:
+            self.c.core.create_namespace({"metadata": {"name": ns, "labels": LABEL}})
+        self.c.policy(
+            "demo",
+            LABEL,
+            pods={
+                "bufferPercent": 40,
+                "minimum": 10,
+                "maximum": t.pods_max,
+                "upscaleCooldown": f"{t.up}s",
+                "downscaleCooldown": f"{t.down}s",
+            },
+            configmaps={
+                "bufferPercent": 40,
+                "minimum": 50,
+                "maximum": t.cms_max,
+                "upscaleCooldown": f"{t.up}s",
+                "downscaleCooldown": f"{t.down}s",
+            },
+        )
+        self.show.line(
+            "demo",
+            f"policy 'demo': buffer 40%, pods 10..{t.pods_max}, configmaps 50..{t.cms_max}, "
+            f"upscale cooldown {t.up}s, downscale window {t.down}s, override TTL {t.ttl}s",
+        )
+        self.op = start_operator(
+            operator_settings(self.c, override_ttl=f"{t.ttl}s", resync_seconds=30)
+        )
+        assert self.op.runtime is not None
+        self.op.runtime.operator.on_decision = self.on_decision
+        self.show.line(
+            "demo", "operator running in-process as ServiceAccount dynquota-system/dynquota"
+        )
+        for ns in NAMESPACES:
+            self.c.wait_hard(ns, {"pods": "10", "configmaps": "50"})
+        watcher = threading.Thread(target=self.watch, name="demo-watch", daemon=True)
+        watcher.start()
+        try:
+            self._workloads()
+        finally:
+            self._stop.set()
+            watcher.join(10)
+
+    def _workloads(self) -> None:
+        t = self.t
+        self.show.line("demo", f"1. {WEB}: Deployment web with 5 replicas")
+        self.deployment(WEB, "web", 5)
+        wait_until(lambda: self.pods(WEB) == 5, "5 web pods", timeout=60)
+        self.show.line(
+            "demo",
+            f"2. {RUNAWAY}: Deployment runaway with replicas: 100000 (a controller gone wild)",
+        )
+        self.deployment(RUNAWAY, "runaway", 100_000)
+        self.show.line("demo", f"1. {WEB}: scaling web 5 -> {t.web_replicas}")
+        self.scale(WEB, "web", t.web_replicas)
+        wait_until(
+            lambda: self.pods(WEB) == t.web_replicas,
+            f"{t.web_replicas} web pods",
+            timeout=12 * t.up,
+        )
+        self.show.line(
+            "demo", f"1. {WEB}: all {t.web_replicas} pods created, in steps of one cooldown"
+        )
+        self.print_table(force=True)
+        wait_until(
+            lambda: (self.c.hard(RUNAWAY) or {}).get("pods") == str(t.pods_max),
+            f"runaway at the maximum {t.pods_max}",
+            timeout=14 * t.up,
+        )
+        wait_until(lambda: self.pods(RUNAWAY) >= t.pods_max, "runaway pods at the cap", 60)
+        self.show.line(
+            "demo",
+            f"2. {RUNAWAY}: throttled to {self.pods(RUNAWAY)} pods instead of 100000: "
+            + " -> ".join(self.history.get((RUNAWAY, "pods"), [])),
+        )
+        self.scale(RUNAWAY, "runaway", 0)
+        self.show.line(
+            "demo", f"2. {RUNAWAY}: scaled to 0; the quota follows after the {t.down}s window"
+        )
+        self.helm_burst()
+        wait_until(
+            lambda: (self.c.hard(RUNAWAY) or {}).get("pods") == "10",
+            "runaway sized down",
+            timeout=4 * t.down + 30,
+        )
+        self.show.line("demo", f"2. {RUNAWAY}: sized down to the minimum after the window")
+        self.print_table(force=True)
+        self.kill_switch()
+
+    def helm_burst(self) -> None:
+        t = self.t
+        self.show.line("demo", f"3. {HELM}: burst of {t.burst} ConfigMaps, like a Helm install")
+        created, denied_at = 0, None
+        for i in range(t.burst):
+            try:
+                self.c.core.create_namespaced_config_map(
+                    HELM, {"metadata": {"name": f"release-cm-{i}"}, "data": {"i": str(i)}}
+                )
+                created += 1
+            except ApiException as exc:
+                if exc.status == 403 and "exceeded quota" in str(exc.body):
+                    denied_at = i
+                    break
+                raise
+        self.show.line(
+            "demo",
+            f"3. {HELM}: {created} created, then 403 exceeded quota (nothing retries a "
+            "denied ConfigMap create: the install fails)",
+        )
+        if denied_at is None:
+            return
+        self.show.line("tenant", f"dynquota override {HELM}  (dynquota.io/override=max)")
+        self.c.core.patch_namespaced_resource_quota(
+            "dynquota", HELM, {"metadata": {"annotations": {"dynquota.io/override": "max"}}}
+        )
+        wait_until(
+            lambda: (self.c.hard(HELM) or {}).get("configmaps") == str(t.cms_max),
+            "override granted",
+            timeout=30,
+        )
+        for i in range(denied_at, t.burst):
+            self.c.core.create_namespaced_config_map(
+                HELM, {"metadata": {"name": f"release-cm-{i}"}, "data": {"i": str(i)}}
+            )
+        self.show.line(
+            "demo",
+            f"3. {HELM}: install re-run, all {t.burst} ConfigMaps created under the override",
+        )
+        self.print_table(force=True)
+        self.show.line("demo", f"4. {HELM}: waiting for the override to expire ({t.ttl}s TTL)")
+        wait_until(
+            lambda: "dynquota.io/override" not in self.c.annotations(HELM),
+            "override expired",
+            timeout=t.ttl + 30,
+        )
+        self.show.line("demo", f"4. {HELM}: override expired, configmaps sized from the peak usage")
+
+    def kill_switch(self) -> None:
+        self.show.line("admin", "dynquota kill-switch on  (dynquota.io/kill-switch=true)")
+        self.c.kill_switch("true")
+        wait_until(
+            lambda: all(self.c.quota(ns) is None for ns in NAMESPACES),
+            "managed quotas deleted",
+            timeout=30,
+        )
+        self.show.line("demo", "5. every managed quota deleted; none is created while engaged")
+        self.print_table(force=True)
+        # Stay engaged for one cooldown: shows that nothing comes back (and in the picture).
+        time.sleep(self.t.up)
+        back = [ns for ns in NAMESPACES if self.c.quota(ns) is not None]
+        self.show.line("demo", f"5. engaged for {self.t.up}s: managed quotas re-created: {back}")
+        self.show.line("admin", "dynquota kill-switch off")
+        self.c.kill_switch(None)
+        wait_until(
+            lambda: all(self.c.quota(ns) is not None for ns in NAMESPACES),
+            "managed quotas re-created",
+            timeout=30,
+        )
+        time.sleep(1)
+        self.show.line("demo", "5. quotas re-created from current usage")
+        self.print_table(force=True)
