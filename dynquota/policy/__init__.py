@@ -12,9 +12,9 @@
 The rules as implemented, and how their open points were settled: ``docs/sizing.md``.
 """
 
-from dynquota.policy.decide import (
-    DEFAULT_NOT_COUNTED_AFTER,
-    DEFAULT_OVERRIDE_TTL,
+from dynquota.names import DEFAULT_OVERRIDE_TTL
+from dynquota.policy.decide import decide
+from dynquota.policy.decision import (
     RECURRING_REASONS,
     Action,
     Change,
@@ -24,18 +24,17 @@ from dynquota.policy.decide import (
     QuotaState,
     apply_decision,
     ceil_div,
-    decide,
-    not_counted_after,
-    reject_unmanaged_override,
+    hard_text,
+    observed_usage,
     target,
 )
-from dynquota.policy.decision import hard_text, observed_usage
 from dynquota.policy.durations import (
     DURATION_PATTERN,
     MAX_DURATION_SECONDS,
     format_duration,
     parse_duration,
 )
+from dynquota.policy.keyrules import DEFAULT_NOT_COUNTED_AFTER, not_counted_after
 from dynquota.policy.keys import KeyInfo, QuotaKeyError, classify, classify_static
 from dynquota.policy.models import (
     CONFIGMAPS,
@@ -53,6 +52,7 @@ from dynquota.policy.models import (
     validate_label_value,
     validate_policy,
 )
+from dynquota.policy.override import reject_unmanaged_override
 from dynquota.policy.profiles import resource_order
 from dynquota.policy.selection import (
     MANAGED_LABEL,
