@@ -202,6 +202,15 @@ class LocalControlPlane(SimulatedNodes):
         self.stop_apiserver()
         self.start_apiserver()
 
+    def stop_controller_manager(self) -> None:
+        """Stop kube-controller-manager (SIGTERM, then kill): no quota recount, no copy of
+        ``spec.hard`` into ``status.hard`` until :meth:`start_controller_manager`."""
+        self._stop("kube-controller-manager")
+
+    def start_controller_manager(self) -> None:
+        """Start kube-controller-manager again with its original flags; returns once ready."""
+        self._start_controller_manager()
+
     @property
     def apiserver_port(self) -> int:
         """The port kube-apiserver listens on (on 127.0.0.1); kept across restarts."""

@@ -331,3 +331,53 @@ def test_key_never_counted_is_removed_with_key_not_counted(
     assert "dynquota.io/hard.count_widgets.example.com" not in ann
     op.idle()
     assert c.hard(ns) == {"pods": "10", "configmaps": "50"}  # not added again
+
+
+def test_a_key_without_status_used_is_held_while_the_controller_manager_is_down(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """kube-controller-manager stopped: a key added meanwhile never reaches status.hard, so it
+    has no status.used; it is held at the hard first written (usage unknown, no guess) while
+    its objects are created unchecked, and sized from the recount once the controller is
+    back. A key already counted is still sized (admission charges status.used at once), but
+    the grown hard is enforced only once the controller copies it into status.hard."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    create_policy(c, "p-kcm", scope, secrets=profile(4, 20))
+    op = start_operator()
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", "secrets": "4"})
+    wait_until(lambda: "secrets" in (c.quota(ns).status.used or {}), "secrets counted")
+    c.cp.stop_controller_manager()
+    try:
+        spec = c.get_policy("p-kcm")["spec"]
+        spec["resources"]["services"] = profile(2, 6)
+        c.custom.patch_cluster_custom_object(
+            "dynquota.io", "v1alpha1", "dynamicquotapolicies", "p-kcm", {"spec": spec}
+        )
+        c.wait_hard(
+            ns,
+            {"pods": "10", "configmaps": "50", "secrets": "4", "services": "2"},
+            enforced=False,  # nothing copies spec.hard into status.hard now
+        )
+        for _ in range(5):  # admission does not enforce a key missing from status.hard
+            creator(c, ns, "services")()
+        wait_until(
+            lambda: (
+                op.sample("dynquota_usage_unknown", {"namespace": ns, "resource": "services"}) == 1
+            ),
+            "services usage unknown",
+        )
+        assert fill(creator(c, ns, "secrets")) == 4  # admission charges without the controller
+        c.wait_hard(
+            ns, {"pods": "10", "configmaps": "50", "secrets": "6", "services": "2"}, enforced=False
+        )
+        op.idle()
+        assert c.hard(ns) == {"pods": "10", "configmaps": "50", "secrets": "6", "services": "2"}
+        quota = c.quota(ns)
+        assert "services" not in (quota.status.used or {})
+        assert quota.status.hard["secrets"] == "4"  # admission still enforces the old hard
+    finally:
+        c.cp.start_controller_manager()
+    # the recount: services used 5 -> 5 * 1.5 = 7.5, capped at the maximum 6
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", "secrets": "6", "services": "6"}, timeout=90)
+    assert c.quota(ns).status.used["services"] == "5"
