@@ -319,9 +319,7 @@ def test_api_cost_of_a_1000_secret_burst(tmp_path: Path) -> None:
         label = {"bench": "keys-burst"}
         roomy = c.new_namespace(label)
         create_policy(c, "bench-keys-burst", label, secrets=profile(minimum=1500))
-        op = OperatorThread(
-            operator_settings(c, resync_seconds=30, coalesce_seconds=0.1)
-        ).start()
+        op = OperatorThread(operator_settings(c, resync_seconds=30, coalesce_seconds=0.1)).start()
         try:
             c.wait_hard(roomy, {"pods": "10", "configmaps": "50", "secrets": "1500"})
             op.idle()
@@ -360,8 +358,10 @@ def test_api_cost_of_a_1000_secret_burst(tmp_path: Path) -> None:
                 assert sequence[-1] == target(created), sequence
                 # admission reads status.hard: fill only once the quota controller copied it
                 wait_until(
-                    lambda: (c.quota(runaway).status.hard or {}).get("secrets")
-                    in (str(sequence[-1]), f"{sequence[-1] // 1000}k"),
+                    lambda: (
+                        (c.quota(runaway).status.hard or {}).get("secrets")
+                        in (str(sequence[-1]), f"{sequence[-1] // 1000}k")
+                    ),
                     "status.hard",
                     30,
                 )
