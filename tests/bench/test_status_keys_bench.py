@@ -57,7 +57,7 @@ SYNC_PERIODS = [
 ]
 BUFFER = 40  # percent
 PREFILL = 71  # objects of each key before the samples: T(71) = 100
-DELETE = 2  # objects deleted per shrink sample: T drops by 2 or 3
+DELETE = 1  # object deleted per shrink sample: T drops by 1 or 2, one downscale
 KEYS = ("pods", "secrets")
 
 
