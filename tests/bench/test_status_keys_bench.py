@@ -14,7 +14,8 @@
    Samples: ``DYNQUOTA_BENCH_KEY_SAMPLES`` (default 30) per key and direction.
 2. API cost of a 1,000-Secret burst: within the buffer (0 writes), then a runaway (one quota
    write per step, plus at most one ``dynquota.io/message`` write per step when the runaway
-   hits its limit inside a cooldown), then quota writes at rest (``DYNQUOTA_BENCH_KEY_REST_SECONDS``, default 60).
+   hits its limit inside a cooldown), then quota writes at rest
+   (``DYNQUOTA_BENCH_KEY_REST_SECONDS``, default 60).
 
 Gates (issue #12): growth p99 of ``secrets`` within 2x of ``pods`` in the same run; one write
 per step; 0 writes at rest. The operator runs in-process with the chart's RBAC (it has no verb
