@@ -67,8 +67,8 @@ class EventReason(StrEnum):
     ``StateRepaired``, ``ManualEditReverted``, ``QuotaRecreated``, ``QuotaWriteFailed``,
     ``ForeignQuota``, ``KeyNotCounted`` (a key the quota controller never counted, removed
     from ``spec.hard``), ``NeedsDefaultRequests`` (a compute key held: no LimitRange
-    default), ``ForeignLimitRange`` (a LimitRange ``dynquota`` without the managed-by label:
-    never written). On a Namespace: ``ManagedLabelIgnored``, ``QuotaRemoved``; on
+    default). On a LimitRange: ``ForeignLimitRange`` (one named ``dynquota`` without the
+    managed-by label: never written). On a Namespace: ``ManagedLabelIgnored``, ``QuotaRemoved``; on
     ``kube-system``: ``KillSwitchEngaged``, ``KillSwitchReleased``, ``KillSwitchInvalid``. On a
     policy: ``PolicyInvalid``.
     """

@@ -279,7 +279,13 @@ class Operator(QuotaWriter):
         found, owned = owned_limit_range(items)
         if found is not None and not owned:
             await self._warn_once(
-                ObjectRef.namespace_object(namespace, self._namespace_uid.get(namespace, "")),
+                ObjectRef(
+                    "v1",
+                    "LimitRange",
+                    MANAGED_LIMIT_RANGE_NAME,
+                    namespace,
+                    str((found.get("metadata") or {}).get("uid") or ""),
+                ),
                 EventReason.FOREIGN_LIMIT_RANGE,
                 f"a LimitRange {MANAGED_LIMIT_RANGE_NAME} without the label {MANAGED_BY_LABEL}="
                 f"{MANAGED_BY_VALUE} exists, so dynquota leaves it alone and does not manage "
