@@ -74,7 +74,8 @@ def test_default_limits_need_the_explicit_opt_in() -> None:
 )
 def test_bad_defaults_are_invalid_naming_the_field(fields: dict[str, Any], message: str) -> None:
     got = reason(**fields)
-    assert got is not None and got.startswith(message), got
+    assert got is not None
+    assert got.startswith(message), got
 
 
 def test_covers_requests_and_with_limits_the_limits_keys() -> None:
