@@ -24,6 +24,7 @@ __all__ = [
     "MANAGED_BY_LABEL",
     "MANAGED_BY_SELECTOR",
     "MANAGED_BY_VALUE",
+    "MANAGED_LIMIT_RANGE_NAME",
     "MANAGED_QUOTA_NAME",
     "PLURAL",
     "PODS",
@@ -40,6 +41,9 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 
 MANAGED_QUOTA_NAME: Final = "dynquota"
 """The name of the ResourceQuota dynquota manages in each namespace."""
+MANAGED_LIMIT_RANGE_NAME: Final = "dynquota"
+"""Name of the companion LimitRange a policy's ``defaultRequests`` asks for (owned, like the
+managed quota, only with the managed-by label as well)."""
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "dynquota"
 MANAGED_BY_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
@@ -63,7 +67,8 @@ class EventReason(StrEnum):
     ``StateRepaired``, ``ManualEditReverted``, ``QuotaRecreated``, ``QuotaWriteFailed``,
     ``ForeignQuota``, ``KeyNotCounted`` (a key the quota controller never counted, removed
     from ``spec.hard``), ``NeedsDefaultRequests`` (a compute key held: no LimitRange
-    default). On a Namespace: ``ManagedLabelIgnored``, ``QuotaRemoved``; on
+    default). On a LimitRange: ``ForeignLimitRange`` (one named ``dynquota`` without the
+    managed-by label: never written). On a Namespace: ``ManagedLabelIgnored``, ``QuotaRemoved``; on
     ``kube-system``: ``KillSwitchEngaged``, ``KillSwitchReleased``, ``KillSwitchInvalid``. On a
     policy: ``PolicyInvalid``.
     """
@@ -88,3 +93,4 @@ class EventReason(StrEnum):
     POLICY_INVALID = "PolicyInvalid"
     KEY_NOT_COUNTED = "KeyNotCounted"
     NEEDS_DEFAULT_REQUESTS = "NeedsDefaultRequests"
+    FOREIGN_LIMIT_RANGE = "ForeignLimitRange"

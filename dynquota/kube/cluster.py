@@ -1,7 +1,8 @@
 """Namespaces and DynamicQuotaPolicies as the operator reads them, and policy status (I/O).
 
-Objects are returned as decoded JSON dicts (camelCase keys). The only write here is the
-policy's ``status`` subresource (a JSON merge-patch with ``fieldManager=dynquota``).
+Objects are returned as decoded JSON dicts (camelCase keys). The writes here are the
+policy's ``status`` subresource and the companion LimitRange ``dynquota`` (create, and a
+JSON merge-patch conditional on its resourceVersion), all with ``fieldManager=dynquota``.
 Failures are raised as :mod:`dynquota._k8s.errors` types.
 """
 
@@ -15,7 +16,15 @@ from kubernetes_asyncio import client
 from dynquota._k8s.paginate import ListPage, paginate
 from dynquota._k8s.request import ApiCallObserver, call_api
 from dynquota.kube.quotas import FIELD_MANAGER
-from dynquota.names import GROUP, PLURAL, VERSION
+from dynquota.names import (
+    GROUP,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MANAGED_LIMIT_RANGE_NAME,
+    PLURAL,
+    VERSION,
+)
+from dynquota.policy.limitrange import limit_range_covers
 
 __all__ = ["ClusterClient"]
 
@@ -53,26 +62,69 @@ class ClusterClient:
 
     async def limit_range_defaults(self, namespace: str) -> frozenset[str]:
         """The compute quota keys a LimitRange of ``namespace`` gives every container a
-        default for (type ``Container``): ``defaultRequest.cpu`` covers ``requests.cpu`` and
-        ``cpu``, ``default.cpu`` covers ``limits.cpu`` (likewise memory). One LIST of
-        ``limitranges`` in the namespace (RBAC: ``list`` on ``limitranges``; nothing else is
-        read). Raises ``ApiError``, ``TransportError``."""
+        default for (:func:`dynquota.policy.limitrange.limit_range_covers` of
+        :meth:`list_limit_ranges`). Raises ``ApiError``, ``TransportError``."""
+        return limit_range_covers(await self.list_limit_ranges(namespace))
+
+    async def list_limit_ranges(self, namespace: str) -> list[dict[str, Any]]:
+        """Every LimitRange of ``namespace`` as decoded JSON: one consistent LIST (RBAC:
+        ``list`` on ``limitranges``; nothing else is read). Raises ``ApiError``,
+        ``TransportError``."""
         model = await call_api(
             "list",
             "limitranges",
             lambda t: self._core.list_namespaced_limit_range(namespace, _request_timeout=t),
             self._observer,
         )
-        covered: set[str] = set()
-        for item in self._sanitize(model).get("items") or []:
-            for limit in (item.get("spec") or {}).get("limits") or []:
-                if limit.get("type") != "Container":
-                    continue
-                for name in limit.get("defaultRequest") or {}:
-                    covered.update({name, f"requests.{name}"})
-                for name in limit.get("default") or {}:
-                    covered.add(f"limits.{name}")
-        return frozenset(covered)
+        return list(self._sanitize(model).get("items") or [])
+
+    async def create_limit_range(self, namespace: str, item: Mapping[str, Any]) -> None:
+        """Create the companion LimitRange :data:`MANAGED_LIMIT_RANGE_NAME` with the
+        managed-by label and ``spec.limits = [item]``. Raises ``ConflictError`` (409
+        AlreadyExists), other ``ApiError``, ``TransportError``."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": {
+                "name": MANAGED_LIMIT_RANGE_NAME,
+                "namespace": namespace,
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            },
+            "spec": {"limits": [dict(item)]},
+        }
+        await call_api(
+            "create",
+            "limitranges",
+            lambda t: self._core.create_namespaced_limit_range(
+                namespace, body, field_manager=FIELD_MANAGER, _request_timeout=t
+            ),
+            self._observer,
+        )
+
+    async def patch_limit_range(
+        self, namespace: str, item: Mapping[str, Any], resource_version: str
+    ) -> None:
+        """Set ``spec.limits = [item]`` on the companion LimitRange, conditional on
+        ``resource_version`` (a JSON merge-patch carrying ``metadata.resourceVersion``: 409 if
+        it changed since it was read). Raises ``ConflictError``, ``NotFoundError``, other
+        ``ApiError``, ``TransportError``."""
+        body = {
+            "metadata": {"resourceVersion": resource_version},
+            "spec": {"limits": [dict(item)]},
+        }
+        await call_api(
+            "patch",
+            "limitranges",
+            lambda t: self._core.patch_namespaced_limit_range(
+                MANAGED_LIMIT_RANGE_NAME,
+                namespace,
+                body,
+                field_manager=FIELD_MANAGER,
+                _content_type=_MERGE_PATCH,
+                _request_timeout=t,
+            ),
+            self._observer,
+        )
 
     async def list_namespaces(self, page_size: int = 500) -> list[dict[str, Any]]:
         """Every Namespace (paginated by ``page_size``).

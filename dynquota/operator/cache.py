@@ -44,6 +44,7 @@ from dynquota.operator.ports import (
 from dynquota.policy import (
     KILL_SWITCH,
     TRACKED_RESOURCES,
+    ContainerDefaults,
     Decision,
     Governance,
     NamespaceInfo,
@@ -99,7 +100,11 @@ class OperatorCache(abc.ABC):
         unit tests only)."""
         self.limit_ranges = limit_ranges
         """LimitRange defaults per namespace, read before a compute key (the compute trap) is
-        added to a quota (``None``: no defaults known, such keys are held)."""
+        added to a quota, and the companion LimitRange's writes (``None``: no defaults known,
+        such keys are held)."""
+        self._companions: TTLCache[str, ContainerDefaults] = TTLCache(maxsize=100_000, ttl=600)
+        """Per namespace, the companion LimitRange defaults last written or seen in place
+        (re-checked with a LIST after 10 minutes, or at once when the policy changes them)."""
         self.metrics = metrics if metrics is not None else Metrics()
         self.gate: LeaderView = gate if gate is not None else AlwaysLeading()
         self.clock = clock

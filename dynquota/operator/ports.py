@@ -121,10 +121,15 @@ class NamespaceReader(Protocol):
 
 
 class LimitRangeReader(Protocol):
-    """Which compute keys a namespace's LimitRanges give a default for
-    (:meth:`dynquota.kube.cluster.ClusterClient.limit_range_defaults`)."""
+    """A namespace's LimitRanges, and writes of the companion LimitRange ``dynquota``
+    (:class:`dynquota.kube.cluster.ClusterClient`: ``list_limit_ranges`` returns decoded
+    JSON objects; ``patch_limit_range`` is conditional on ``resource_version``)."""
 
-    async def limit_range_defaults(self, namespace: str) -> frozenset[str]: ...
+    async def list_limit_ranges(self, namespace: str) -> list[dict[str, Any]]: ...
+    async def create_limit_range(self, namespace: str, item: Mapping[str, Any]) -> None: ...
+    async def patch_limit_range(
+        self, namespace: str, item: Mapping[str, Any], resource_version: str
+    ) -> None: ...
 
 
 class LeaderView(Protocol):

@@ -27,17 +27,24 @@ import asyncio
 import logging
 import math
 import time
+from typing import Any
 
-from dynquota._k8s.errors import KubeError
+from dynquota._k8s.errors import ForbiddenError, KubeError
 from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import QuotaSnapshot
-from dynquota.names import EventReason
+from dynquota.names import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MANAGED_LIMIT_RANGE_NAME,
+    EventReason,
+)
 from dynquota.operator.apply import QuotaWriter
 from dynquota.operator.decision import decide_args
 from dynquota.operator.ports import (
     CONFLICT_RETRIES,
     RECONCILE_TIMEOUT,
+    WRITE_TIMEOUT,
     ReconcileResult,
 )
 from dynquota.policy import (
@@ -52,6 +59,7 @@ from dynquota.policy import (
     resource_order,
     unit_for,
 )
+from dynquota.policy.limitrange import ContainerDefaults, limit_range_covers, owned_limit_range
 
 __all__ = [
     "Operator",
@@ -118,7 +126,7 @@ class Operator(QuotaWriter):
                 await self._report_foreign(current)
                 return Outcome(), "ok"
             now = self.clock()
-            missing = await self._missing_defaults(namespace, governance, current)
+            missing = await self._missing_defaults(namespace, governance, current, dry_run)
             decision = self._decide(namespace, governance, current, now, dry_run, missing)
             if decision.dry_run:
                 simulated = apply_decision(
@@ -223,20 +231,108 @@ class Operator(QuotaWriter):
         return since
 
     async def _missing_defaults(
-        self, namespace: str, governance: Governance, current: QuotaSnapshot | None
+        self,
+        namespace: str,
+        governance: Governance,
+        current: QuotaSnapshot | None,
+        dry_run: bool = False,
     ) -> frozenset[str]:
         """Keys of the policy that force pods to declare a resource (the compute trap), are not
-        in the quota yet, and have no LimitRange default in ``namespace``: one LIST of its
-        LimitRanges, only when there is such a key to add (raises ``KubeError``)."""
+        in the quota yet, and have no LimitRange default in ``namespace``.
+
+        One LIST of its LimitRanges, only when there is such a key to add or the policy's
+        companion LimitRange is not known to be in place; that same read creates or patches
+        the companion (:meth:`_ensure_companion`). Raises ``KubeError``."""
+        if governance.kind != "managed":
+            return frozenset()
         hard = current.spec_hard if current is not None else {}
         trapped = frozenset(
             k for k in governance.profiles if k not in hard and unit_for(k).info.compute_trap
         )
-        if not trapped or governance.kind != "managed":
+        defaults = governance.container_defaults
+        in_place = self._companions.get(namespace) == defaults
+        if not trapped and (not defaults.wanted or in_place or dry_run):
             return frozenset()
         if self.limit_ranges is None:
             return trapped
-        return trapped - await self.limit_ranges.limit_range_defaults(namespace)
+        items = await self.limit_ranges.list_limit_ranges(namespace)
+        covered = limit_range_covers(items)
+        if defaults.wanted and await self._ensure_companion(namespace, defaults, items, dry_run):
+            covered |= defaults.covers()
+        return trapped - covered
+
+    async def _ensure_companion(
+        self,
+        namespace: str,
+        defaults: ContainerDefaults,
+        items: list[dict[str, Any]],
+        dry_run: bool,
+    ) -> bool:
+        """Make the companion LimitRange ``dynquota`` of ``namespace`` hold exactly
+        ``defaults`` (``items``: the namespace's LimitRanges, just listed): create it, or patch
+        it conditionally on the resourceVersion read. Never writes one without the managed-by
+        label (Warning ``ForeignLimitRange``), nor in dry run, nor while a quota write would be
+        held (policies not listed, kill switch unknown or engaged, Lease). Returns whether
+        ours is in place with ``defaults`` now. Raises ``KubeError`` (409 when it changed
+        since the LIST: retried with the reconcile)."""
+        assert self.limit_ranges is not None
+        found, owned = owned_limit_range(items)
+        if found is not None and not owned:
+            await self._warn_once(
+                ObjectRef(
+                    "v1",
+                    "LimitRange",
+                    MANAGED_LIMIT_RANGE_NAME,
+                    namespace,
+                    str((found.get("metadata") or {}).get("uid") or ""),
+                ),
+                EventReason.FOREIGN_LIMIT_RANGE,
+                f"a LimitRange {MANAGED_LIMIT_RANGE_NAME} without the label {MANAGED_BY_LABEL}="
+                f"{MANAGED_BY_VALUE} exists, so dynquota leaves it alone and does not manage "
+                "the defaults its policy asks for; rename it or add the label to hand it over",
+                key=namespace,
+            )
+            return False
+        if found is not None and defaults.matches((found.get("spec") or {}).get("limits")):
+            self._companions[namespace] = defaults
+            return True
+        if dry_run or not self._may_write_companion():
+            return False
+        item = defaults.limits_item()
+        version = str(((found or {}).get("metadata") or {}).get("resourceVersion") or "")
+        if found is not None and not version:
+            return False  # no precondition possible: never write blind
+        try:
+            if found is None:
+                await self.limit_ranges.create_limit_range(namespace, item)
+            else:
+                await self.limit_ranges.patch_limit_range(namespace, item, version)
+        except ForbiddenError as exc:
+            # no RBAC (rbac.companionLimitRanges=false) or the namespace terminates: the
+            # compute keys stay held (NeedsDefaultRequests); the quota itself goes on
+            log.warning(
+                "cannot write LimitRange %s/%s: %s", namespace, MANAGED_LIMIT_RANGE_NAME, exc
+            )
+            return False
+        log.info(
+            "%s LimitRange %s/%s: %s",
+            "created" if found is None else "patched",
+            namespace,
+            MANAGED_LIMIT_RANGE_NAME,
+            item,
+        )
+        self._companions[namespace] = defaults
+        return True
+
+    def _may_write_companion(self) -> bool:
+        """A companion LimitRange write needs what a quota create needs, except the
+        informers (its content does not depend on usage)."""
+        return (
+            self.policies_listed
+            and self.kill_switch is False
+            and self._release_confirmed
+            and self.gate.can_write(WRITE_TIMEOUT)
+        )
 
     def _quota_for_decision(
         self, namespace: str, current: QuotaSnapshot | None, dry_run: bool

@@ -36,6 +36,7 @@ from dynquota.policy.durations import (
 )
 from dynquota.policy.keyrules import DEFAULT_NOT_COUNTED_AFTER, not_counted_after
 from dynquota.policy.keys import KeyInfo, QuotaKeyError, classify, classify_static
+from dynquota.policy.limitrange import CONTAINER_RESOURCES, ContainerDefaults
 from dynquota.policy.models import (
     CONFIGMAPS,
     DEFAULT_PROFILES,
@@ -92,6 +93,7 @@ from dynquota.policy.units import KeyUnit, unit_for
 __all__ = [
     "ANNOTATION_PREFIX",
     "CONFIGMAPS",
+    "CONTAINER_RESOURCES",
     "DEFAULT_NOT_COUNTED_AFTER",
     "DEFAULT_OVERRIDE_TTL",
     "DEFAULT_PROFILES",
@@ -112,6 +114,7 @@ __all__ = [
     "Action",
     "Change",
     "ChangeKind",
+    "ContainerDefaults",
     "Decision",
     "DynamicQuotaPolicySpec",
     "Event",

@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 from dynquota.names import CONFIGMAPS, PODS, TRACKED_RESOURCES
@@ -25,7 +32,9 @@ from dynquota.policy.labels import (
     validate_label_key,
     validate_label_value,
 )
+from dynquota.policy.limitrange import ContainerDefaults, validate_default_quantities
 from dynquota.policy.profiles import DEFAULT_PROFILES, ResourceProfile, fill_resources
+from dynquota.quantity import parse_quantity
 
 __all__ = [
     "CONFIGMAPS",
@@ -125,7 +134,12 @@ class DynamicQuotaPolicySpec(BaseModel):
     listed quota key the quota system counts (:func:`~dynquota.policy.profiles.fill_resources`);
     an uncounted key or an alias with its long form is refused. ``dry_run`` [dryRun] bool
     (default false). ``override``: the tenant override's rules (:class:`OverrideSettings`;
-    omitted: allowed, the operator's TTL, no minimum interval).
+    omitted: allowed, the operator's TTL, no minimum interval). ``default_requests``
+    [defaultRequests], ``default_limits`` [defaultLimits]: container resource (``cpu``,
+    ``memory``, ``ephemeral-storage``) -> positive quantity string for the companion LimitRange
+    ``dynquota`` (:mod:`dynquota.policy.limitrange`); ``defaultLimits`` needs
+    ``allow_default_limits`` [allowDefaultLimits] true, and each default request must not
+    exceed the default limit of the same resource.
     """
 
     model_config = _STRICT
@@ -137,6 +151,9 @@ class DynamicQuotaPolicySpec(BaseModel):
     resources: dict[str, ResourceProfile] = Field(default_factory=lambda: dict(DEFAULT_PROFILES))
     dry_run: bool = Field(default=False, alias="dryRun")
     override: OverrideSettings = Field(default_factory=OverrideSettings)
+    default_requests: dict[str, str] = Field(default_factory=dict, alias="defaultRequests")
+    default_limits: dict[str, str] = Field(default_factory=dict, alias="defaultLimits")
+    allow_default_limits: bool = Field(default=False, alias="allowDefaultLimits")
 
     @field_validator("namespace_selector", "override", mode="before")
     @classmethod
@@ -154,6 +171,42 @@ class DynamicQuotaPolicySpec(BaseModel):
     @classmethod
     def _fill_defaults(cls, value: object) -> object:
         return fill_resources(value)
+
+    @field_validator("default_requests", "default_limits", mode="before")
+    @classmethod
+    def _null_defaults(cls, value: object) -> object:
+        return {} if value is None else value
+
+    @field_validator("default_requests")
+    @classmethod
+    def _requests(cls, value: dict[str, str]) -> dict[str, str]:
+        return validate_default_quantities(value, "defaultRequests")
+
+    @field_validator("default_limits")
+    @classmethod
+    def _limits(cls, value: dict[str, str]) -> dict[str, str]:
+        return validate_default_quantities(value, "defaultLimits")
+
+    @model_validator(mode="after")
+    def _limits_opt_in(self) -> DynamicQuotaPolicySpec:
+        if self.default_limits and not self.allow_default_limits:
+            raise ValueError(
+                "defaultLimits caps every container without its own limit at run time: it "
+                "needs allowDefaultLimits: true"
+            )
+        for name, limit in self.default_limits.items():
+            request = self.default_requests.get(name)
+            if request is not None and parse_quantity(request) > parse_quantity(limit):
+                raise ValueError(
+                    f"defaultRequests.{name} ({request}) must not exceed defaultLimits.{name} "
+                    f"({limit})"
+                )
+        return self
+
+    @property
+    def container_defaults(self) -> ContainerDefaults:
+        """The companion LimitRange this policy asks for (empty: none)."""
+        return ContainerDefaults(self.default_requests, self.default_limits)
 
 
 _TYPE_MESSAGES: Final = {

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
+from dynquota.policy.limitrange import ContainerDefaults
 from dynquota.policy.models import OverrideSettings, PolicyInfo, ResourceProfile
 
 SYSTEM_NAMESPACES: Final = frozenset({"kube-system", "kube-public", "kube-node-lease"})
@@ -137,6 +138,8 @@ class Governance:
     dry_run: bool = False
     warning: str | None = None
     override: OverrideSettings = field(default_factory=OverrideSettings)
+    container_defaults: ContainerDefaults = field(default_factory=ContainerDefaults)
+    """The companion LimitRange the governing policy asks for (empty: none)."""
 
     @classmethod
     def managed(
@@ -145,6 +148,7 @@ class Governance:
         profiles: Mapping[str, ResourceProfile],
         dry_run: bool = False,
         override: OverrideSettings | None = None,
+        container_defaults: ContainerDefaults | None = None,
     ) -> Governance:
         """A namespace governed by ``policy`` (handy for callers and tests)."""
         return cls(
@@ -154,6 +158,9 @@ class Governance:
             dict(profiles),
             dry_run,
             override=override if override is not None else OverrideSettings(),
+            container_defaults=(
+                container_defaults if container_defaults is not None else ContainerDefaults()
+            ),
         )
 
 
@@ -216,4 +223,10 @@ def _select(namespace: NamespaceInfo, policies: Iterable[PolicyInfo]) -> Governa
         )
     if best is None or best.spec is None:
         return Governance("unmanaged", "no policy matches this namespace")
-    return Governance.managed(best.name, best.spec.resources, best.spec.dry_run, best.spec.override)
+    return Governance.managed(
+        best.name,
+        best.spec.resources,
+        best.spec.dry_run,
+        best.spec.override,
+        best.spec.container_defaults,
+    )

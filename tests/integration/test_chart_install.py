@@ -228,6 +228,9 @@ OPERATOR_ALLOWED = [
     ("patch", "dynamicquotapolicies.dynquota.io", "--subresource=status"),
     ("list", "customresourcedefinitions.apiextensions.k8s.io"),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("list", "limitranges", "-n", "any-ns"),
+    ("create", "limitranges", "-n", "any-ns"),
+    ("patch", "limitranges/dynquota", "-n", "any-ns"),
 ]
 
 OPERATOR_DENIED = [
@@ -253,6 +256,10 @@ OPERATOR_DENIED = [
     ("update", "resourcequotas/dynquota", "-n", "any-ns"),
     ("patch", "resourcequotas/dynquota", "--subresource=status", "-n", "any-ns"),
     ("deletecollection", "resourcequotas", "-n", "any-ns"),
+    ("patch", "limitranges/team-defaults", "-n", "any-ns"),
+    ("update", "limitranges/dynquota", "-n", "any-ns"),
+    ("delete", "limitranges/dynquota", "-n", "any-ns"),
+    ("get", "limitranges/dynquota", "-n", "any-ns"),
     ("update", "dynamicquotapolicies.dynquota.io"),
     ("delete", "dynamicquotapolicies.dynquota.io"),
     ("create", "leases.coordination.k8s.io", "-n", "any-ns"),

@@ -247,6 +247,14 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
         },
         # issue #12: LimitRange defaults before a compute key is added; list only
         {"apiGroups": [""], "resources": ["limitranges"], "verbs": ["list"]},
+        # the companion LimitRange (rbac.companionLimitRanges): create, patch by name, no delete
+        {"apiGroups": [""], "resources": ["limitranges"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["limitranges"],
+            "resourceNames": ["dynquota"],
+            "verbs": ["patch"],
+        },
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {
@@ -274,6 +282,11 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
     # crdScanning off drops the CRD rule and nothing else.
     rules = one(render(helm, "--set", "rbac.crdScanning=false"), "ClusterRole", "dq-dynquota")
     assert rules["rules"] == role["rules"][:-1]
+    # companionLimitRanges off drops the two LimitRange write rules and nothing else.
+    rules = one(
+        render(helm, "--set", "rbac.companionLimitRanges=false"), "ClusterRole", "dq-dynquota"
+    )
+    assert rules["rules"] == role["rules"][:4] + role["rules"][6:]
 
 
 def test_tenant_role_aggregates_to_admin_and_edit(helm: Path) -> None:

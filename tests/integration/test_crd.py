@@ -478,3 +478,36 @@ def test_bad_override_settings_are_refused(policies: kubernetes.client.CustomObj
         '[spec.override.allowed: Invalid value: "string": spec.override.allowed in body must '
         'be of type boolean: "string", '
     )
+
+
+def test_companion_limit_range_fields_are_stored_and_checked(
+    policies: kubernetes.client.CustomObjectsApi,
+) -> None:
+    spec = {
+        "defaultRequests": {"cpu": "100m", "memory": "128Mi"},
+        "defaultLimits": {"cpu": "1"},
+        "allowDefaultLimits": True,
+    }
+    created = policies.create_cluster_custom_object(GROUP, VERSION, PLURAL, policy(spec))
+    assert {k: created["spec"][k] for k in spec} == spec
+    assert validate_policy(created).valid
+    assert refusal(policies, {"defaultLimits": {"cpu": "1"}}) == (
+        "spec: Invalid value: defaultLimits caps every container without its own "
+        "limit at run time: it needs allowDefaultLimits: true"
+    )
+    assert refusal(policies, {"defaultRequests": {"nvidia.com/gpu": "1"}}) == (
+        "spec.defaultRequests: Invalid value: keys must be cpu, memory or ephemeral-storage"
+    )
+    assert refusal(policies, {"defaultRequests": {"cpu": "0"}}) == (
+        "spec.defaultRequests: Invalid value: values must be quantities above 0, "
+        "such as 100m or 128Mi"
+    )
+    bad = {
+        "defaultRequests": {"cpu": "2"},
+        "defaultLimits": {"cpu": "1"},
+        "allowDefaultLimits": True,
+    }
+    assert refusal(policies, bad) == (
+        "spec: Invalid value: each defaultRequests value must not exceed the "
+        "defaultLimits value of the same resource"
+    )

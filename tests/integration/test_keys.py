@@ -381,3 +381,57 @@ def test_a_key_without_status_used_is_held_while_the_controller_manager_is_down(
     # the recount: services used 5 -> 5 * 1.5 = 7.5, capped at the maximum 6
     c.wait_hard(ns, {"pods": "10", "configmaps": "50", "secrets": "6", "services": "6"}, timeout=90)
     assert c.quota(ns).status.used["services"] == "5"
+
+
+def test_companion_limit_range_gives_the_default_request_and_the_key_is_added(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """A policy with requests.cpu and defaultRequests.cpu: dynquota creates the LimitRange
+    `dynquota` (labelled, exactly defaultRequest cpu=100m), adds requests.cpu to the quota
+    with no NeedsDefaultRequests, and a pod without requests is admitted with 100m and charged
+    exactly that. A LimitRange `dynquota` that is not dynquota's is left untouched."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    foreign_ns = c.new_namespace(scope)
+    foreign_body = {
+        "metadata": {"name": "dynquota"},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"memory": "32Mi"}}]},
+    }
+    foreign = c.core.create_namespaced_limit_range(foreign_ns, foreign_body)
+    c.custom.create_cluster_custom_object(
+        "dynquota.io",
+        "v1alpha1",
+        "dynamicquotapolicies",
+        {
+            "apiVersion": "dynquota.io/v1alpha1",
+            "kind": "DynamicQuotaPolicy",
+            "metadata": {"name": "p-companion"},
+            "spec": {
+                "namespaceSelector": {"matchLabels": scope},
+                "resources": {"requests.cpu": profile("500m", "2")},
+                "defaultRequests": {"cpu": "100m"},
+            },
+        },
+    )
+    start_operator()
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", "requests.cpu": "500m"})
+    owned = c.core.read_namespaced_limit_range("dynquota", ns)
+    assert owned.metadata.labels == {"app.kubernetes.io/managed-by": "dynquota"}
+    assert [(i.type, i.default_request, i.default) for i in owned.spec.limits] == [
+        ("Container", {"cpu": "100m"}, None)
+    ]
+    assert c.events(ns, "NeedsDefaultRequests") == []
+    c.create_pod(ns, "no-requests")
+    pod = c.core.read_namespaced_pod("no-requests", ns)
+    assert pod.spec.containers[0].resources.requests == {"cpu": "100m"}
+    assert pod.spec.containers[0].resources.limits is None
+    assert c.quota(ns).status.used["requests.cpu"] == "100m"  # charged at admission
+    # the foreign one: a Warning, no write; its memory default does not cover requests.cpu
+    event = c.wait_event(foreign_ns, "ForeignLimitRange")
+    assert event.type == "Warning"
+    c.wait_event(foreign_ns, "NeedsDefaultRequests", contains="requests.cpu")
+    assert c.hard(foreign_ns) == {"pods": "10", "configmaps": "50"}
+    after = c.core.read_namespaced_limit_range("dynquota", foreign_ns)
+    assert after.metadata.resource_version == foreign.metadata.resource_version
+    assert after.metadata.labels is None
+    assert after.spec.limits[0].default_request == {"memory": "32Mi"}

@@ -109,6 +109,13 @@ def drivers(api: client.ApiClient) -> dict[str, Callable[[], Awaitable[Any]]]:
         "ClusterClient.read_namespace": lambda: cluster.read_namespace("kube-system"),
         "ClusterClient.list_namespaces": cluster.list_namespaces,
         "ClusterClient.limit_range_defaults": lambda: cluster.limit_range_defaults("team-a"),
+        "ClusterClient.list_limit_ranges": lambda: cluster.list_limit_ranges("team-a"),
+        "ClusterClient.create_limit_range": lambda: cluster.create_limit_range(
+            "team-a", {"type": "Container", "defaultRequest": {"cpu": "100m"}}
+        ),
+        "ClusterClient.patch_limit_range": lambda: cluster.patch_limit_range(
+            "team-a", {"type": "Container", "defaultRequest": {"cpu": "100m"}}, "5"
+        ),
         "ClusterClient.list_policies": cluster.list_policies,
         "ClusterClient.patch_policy_status": lambda: cluster.patch_policy_status("p", {}),
         "EventRecorder.emit": lambda: events.emit(

@@ -1,0 +1,149 @@
+"""The operator's companion LimitRange (reconcile.py ``_ensure_companion``), with the
+LimitRange port faked at its Protocol (``LimitRangeReader``) and the quota world of
+test_reconcile."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from dynquota._k8s.errors import ConflictError, ForbiddenError
+
+from .test_reconcile import World, namespace, policy
+
+LABELLED = {"app.kubernetes.io/managed-by": "dynquota"}
+CPU = {
+    "bufferPercent": 50,
+    "minimum": "500m",
+    "maximum": "2",
+    "upscaleCooldown": "60s",
+    "downscaleCooldown": "300s",
+}
+
+
+class FakeLimitRanges:
+    """In-memory LimitRanges per namespace, with a call log and injectable failures."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, list[dict[str, Any]]] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.fail: list[Exception] = []
+        self.rv = 500
+
+    def put(self, ns: str, name: str, item: dict[str, Any], labels: dict[str, str]) -> None:
+        self.rv += 1
+        self.objects.setdefault(ns, []).append(
+            {
+                "metadata": {"name": name, "labels": labels, "resourceVersion": str(self.rv)},
+                "spec": {"limits": [item]},
+            }
+        )
+
+    async def list_limit_ranges(self, namespace: str) -> list[dict[str, Any]]:
+        self.calls.append(("list", namespace))
+        return copy.deepcopy(self.objects.get(namespace, []))
+
+    async def create_limit_range(self, namespace: str, item: Mapping[str, Any]) -> None:
+        self.calls.append(("create", namespace))
+        if self.fail:
+            raise self.fail.pop(0)
+        self.put(namespace, "dynquota", dict(item), dict(LABELLED))
+
+    async def patch_limit_range(
+        self, namespace: str, item: Mapping[str, Any], resource_version: str
+    ) -> None:
+        self.calls.append(("patch", namespace))
+        found = next(o for o in self.objects[namespace] if o["metadata"]["name"] == "dynquota")
+        if found["metadata"]["resourceVersion"] != resource_version:
+            raise ConflictError(409, "Conflict", "modified")
+        found["spec"]["limits"] = [dict(item)]
+
+
+def setup(world: World, dry_run: bool = False, **fields: Any) -> FakeLimitRanges:
+    body = policy(dry_run=dry_run)
+    body["spec"]["resources"]["requests.cpu"] = CPU
+    body["spec"].update(fields)
+    fake = FakeLimitRanges()
+    world.op.limit_ranges = fake
+    world.op.on_policy(None, body)
+    world.op.on_namespace(None, namespace("team-a"))
+    return fake
+
+
+def container(ns: FakeLimitRanges, name: str = "dynquota") -> dict[str, Any]:
+    found = next(o for o in ns.objects["team-a"] if o["metadata"]["name"] == name)
+    return dict(found["spec"]["limits"][0])
+
+
+async def test_companion_is_created_and_the_compute_key_added_then_no_calls_at_rest() -> None:
+    world = World()
+    fake = setup(world, defaultRequests={"cpu": "100m"})
+    await world.reconcile("team-a")
+    assert fake.calls == [("list", "team-a"), ("create", "team-a")]
+    assert container(fake) == {"type": "Container", "defaultRequest": {"cpu": "100m"}}
+    assert world.quotas.hard("team-a") == {"pods": "10", "configmaps": "50", "requests.cpu": "500m"}
+    assert "NeedsDefaultRequests" not in world.events.reasons("team-a")
+    await world.reconcile("team-a")
+    await world.reconcile("team-a")
+    assert fake.calls == [("list", "team-a"), ("create", "team-a")]  # nothing at rest
+
+
+async def test_changed_defaults_patch_conditionally_and_equal_ones_write_nothing() -> None:
+    world = World()
+    fake = setup(world, defaultRequests={"cpu": "0.1"})
+    fake.put(
+        "team-a", "dynquota", {"type": "Container", "defaultRequest": {"cpu": "100m"}}, LABELLED
+    )
+    await world.reconcile("team-a")
+    assert fake.calls == [("list", "team-a")]  # 0.1 == 100m: in place already
+    world.op.on_policy(
+        None, {**policy(), "spec": {**policy()["spec"], "defaultRequests": {"cpu": "250m"}}}
+    )
+    await world.reconcile("team-a")
+    assert fake.calls[1:] == [("list", "team-a"), ("patch", "team-a")]
+    assert container(fake) == {"type": "Container", "defaultRequest": {"cpu": "250m"}}
+
+
+async def test_a_foreign_limit_range_named_dynquota_is_never_written() -> None:
+    world = World()
+    fake = setup(world, defaultRequests={"cpu": "100m"})
+    theirs = {"type": "Container", "defaultRequest": {"memory": "32Mi"}}
+    fake.put("team-a", "dynquota", theirs, {})
+    await world.reconcile("team-a")
+    await world.reconcile("team-a")
+    assert [verb for verb, _ in fake.calls] == ["list", "list"]  # no create, no patch
+    assert container(fake) == theirs
+    assert world.events.reasons("team-a").count("ForeignLimitRange") == 1
+    assert "NeedsDefaultRequests" in world.events.reasons("team-a")
+    assert "requests.cpu" not in world.quotas.hard("team-a")
+
+
+async def test_dry_run_writes_no_limit_range_and_holds_the_key() -> None:
+    world = World()
+    fake = setup(world, dry_run=True, defaultRequests={"cpu": "100m"})
+    await world.reconcile("team-a")
+    assert fake.calls == [("list", "team-a")]
+    assert "requests.cpu" not in world.op.views["team-a"].hard
+    assert any(
+        r == "NeedsDefaultRequests" and m.startswith("(dry run) requests.cpu not added")
+        for _, _, r, m in world.events.posted
+    )
+
+
+async def test_forbidden_create_holds_the_key_and_the_quota_goes_on() -> None:
+    world = World()
+    fake = setup(world, defaultRequests={"cpu": "100m"})
+    fake.fail.append(ForbiddenError(403, "Forbidden", "limitranges is forbidden"))
+    outcome = await world.reconcile("team-a")
+    assert outcome.retry is False
+    assert world.quotas.hard("team-a") == {"pods": "10", "configmaps": "50"}
+    assert "NeedsDefaultRequests" in world.events.reasons("team-a")
+
+
+async def test_no_write_before_the_policies_are_listed() -> None:
+    world = World()
+    world.op.policies_listed = False
+    fake = setup(world, defaultRequests={"cpu": "100m"})
+    await world.reconcile("team-a")
+    assert "create" not in [verb for verb, _ in fake.calls]
