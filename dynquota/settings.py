@@ -229,7 +229,14 @@ _TRUE: dict[str, Any] = {"action": "store_true", "default": None}
 
 RUN_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--kubeconfig", {"help": "kubeconfig path (default: $KUBECONFIG or in-cluster)"}),
-    ("--dry-run", {**_TRUE, "help": "write no quota"}),
+    (
+        "--dry-run",
+        {
+            **_TRUE,
+            "help": "enforce nothing: release (delete) the managed quotas and only report "
+            "what would be sized; to preview without any write use `dynquota plan`",
+        },
+    ),
     ("--namespace", {"help": "the operator's own namespace (excluded; Lease home)"}),
     ("--exclude-namespaces", {"help": "comma list of namespaces never managed"}),
     ("--include-namespaces", {"help": "comma list: manage only these"}),

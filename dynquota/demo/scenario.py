@@ -1,5 +1,6 @@
-"""The demo's scenario: the policy, the operator, and the four workloads it drives (a normal
-scale-up, a runaway, a Helm-like burst with the tenant's override, the kill switch); see
+"""The demo's scenario: the policy, the operator, and the workloads it drives (a normal
+scale-up, a runaway of pods and one of Secrets, a Helm-like burst with the tenant's override,
+the kill switch); see
 :mod:`dynquota.demo`."""
 
 from __future__ import annotations
@@ -65,11 +66,19 @@ class Demo(DemoWatch):
                 "upscaleCooldown": f"{t.up}s",
                 "downscaleCooldown": f"{t.down}s",
             },
+            secrets={
+                "bufferPercent": 40,
+                "minimum": 10,
+                "maximum": t.secrets_max,
+                "upscaleCooldown": f"{t.up}s",
+                "downscaleCooldown": f"{t.down}s",
+            },
         )
         self.show.line(
             "demo",
             f"policy 'demo': buffer 40%, pods 10..{t.pods_max}, configmaps 50..{t.cms_max}, "
-            f"upscale cooldown {t.up}s, downscale window {t.down}s, override TTL {t.ttl}s",
+            f"secrets 10..{t.secrets_max}, upscale cooldown {t.up}s, downscale window {t.down}s, "
+            f"override TTL {t.ttl}s",
         )
         self.op = start_operator(
             operator_settings(self.c, override_ttl=f"{t.ttl}s", resync_seconds=30)
@@ -80,7 +89,7 @@ class Demo(DemoWatch):
             "demo", "operator running in-process as ServiceAccount dynquota-system/dynquota"
         )
         for ns in NAMESPACES:
-            self.c.wait_hard(ns, {"pods": "10", "configmaps": "50"})
+            self.c.wait_hard(ns, {"pods": "10", "configmaps": "50", "secrets": "10"})
         watcher = threading.Thread(target=self.watch, name="demo-watch", daemon=True)
         watcher.start()
         try:
@@ -125,6 +134,7 @@ class Demo(DemoWatch):
         self.show.line(
             "demo", f"2. {RUNAWAY}: scaled to 0; the quota follows after the {t.down}s window"
         )
+        self.secrets_runaway()
         self.helm_burst()
         wait_until(
             lambda: (self.c.hard(RUNAWAY) or {}).get("pods") == "10",
@@ -134,6 +144,51 @@ class Demo(DemoWatch):
         self.show.line("demo", f"2. {RUNAWAY}: sized down to the minimum after the window")
         self.print_table(force=True)
         self.kill_switch()
+
+    def _secrets_hard(self, enforced: bool = False) -> int:
+        quota = self.c.quota(RUNAWAY)
+        hard = (quota.status.hard if enforced else quota.spec.hard) if quota else None
+        return int((hard or {}).get("secrets", "-1"))
+
+    def _mint_secrets(self, first: int) -> int:
+        """Create Secrets in the runaway namespace until the quota refuses one; how many."""
+        for i in range(first, first + 1000):
+            try:
+                self.c.core.create_namespaced_secret(
+                    RUNAWAY, {"metadata": {"name": f"run-{i}"}, "stringData": {"token": "x"}}
+                )
+            except ApiException as exc:
+                if exc.status == 403 and "exceeded quota" in str(exc.body):
+                    return i - first
+                raise
+        return 1000
+
+    def secrets_runaway(self) -> None:
+        """A job that mints a Secret per run and never cleans up: sized from the quota's own
+        status.used (the operator has no verb on Secrets), one step per cooldown."""
+        t = self.t
+        self.show.line(
+            "demo", f"2. {RUNAWAY}: a job minting Secrets without end (one per run, none deleted)"
+        )
+        created, sequence = 0, [self._secrets_hard()]
+        while True:
+            created += self._mint_secrets(created)
+            if sequence[-1] >= t.secrets_max:
+                break
+            wait_until(
+                lambda: self._secrets_hard() > sequence[-1], "next secrets step", 3 * t.up + 30
+            )
+            sequence.append(self._secrets_hard())
+            # admission enforces status.hard: mint again once the quota controller copied it
+            wait_until(
+                lambda: self._secrets_hard(enforced=True) == sequence[-1], "secrets enforced", 30
+            )
+        self.show.line(
+            "demo",
+            f"2. {RUNAWAY}: {created} Secrets, then 403 exceeded quota at the maximum: secrets "
+            + " -> ".join(map(str, sequence))
+            + " (sized from the quota's status.used; dynquota cannot read Secrets)",
+        )
 
     def helm_burst(self) -> None:
         t = self.t
@@ -161,10 +216,16 @@ class Demo(DemoWatch):
         self.c.core.patch_namespaced_resource_quota(
             "dynquota", HELM, {"metadata": {"annotations": {"dynquota.io/override": "max"}}}
         )
+        # admission enforces status.hard: the quota controller copies spec.hard into it
+        # shortly after the grant, and a create before that is still refused
         wait_until(
-            lambda: (self.c.hard(HELM) or {}).get("configmaps") == str(t.cms_max),
-            "override granted",
-            timeout=30,
+            lambda: all(
+                (hard or {}).get("configmaps") == str(t.cms_max)
+                for quota in [self.c.quota(HELM)]
+                for hard in ([quota.spec.hard, quota.status.hard] if quota else [None])
+            ),
+            "override granted and enforced",
+            timeout=60,
         )
         for i in range(denied_at, t.burst):
             self.c.core.create_namespaced_config_map(

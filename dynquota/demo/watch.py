@@ -39,11 +39,21 @@ class Timing:
     cms_max: int = 300
     burst: int = 200
     web_replicas: int = 40
+    secrets_max: int = 40
 
     @classmethod
     def fast(cls) -> Timing:
         """About half the run time: 4 s cooldowns, smaller runaway cap and burst."""
-        return cls(up=4, down=12, ttl=12, pods_max=60, cms_max=150, burst=100, web_replicas=20)
+        return cls(
+            up=4,
+            down=12,
+            ttl=12,
+            pods_max=60,
+            cms_max=150,
+            burst=100,
+            web_replicas=20,
+            secrets_max=28,
+        )
 
 
 @dataclass

@@ -273,6 +273,14 @@ class _Sizer(KeyRules):
             repairs.append(f"{hard_key(resource)} malformed ({quoted(record_raw)})")
         base: int | None
         spec_units = None if spec is None else unit.units(spec)
+        bounds = f"{fmt(profile.minimum)}..{fmt(profile.maximum)}"
+        outside = record is not None and not profile.minimum <= record <= profile.maximum
+        if outside and record != spec_units:
+            # never recorded by dynquota (it differs from spec.hard and leaves the bounds)
+            repairs.append(
+                f"{hard_key(resource)} malformed ({quoted(record_raw or '')}: outside {bounds})"
+            )
+            record = None
         if record is not None:
             base = record
         elif spec_units is not None:
@@ -302,6 +310,9 @@ class _Sizer(KeyRules):
             policy_renamed
             or (recorded_profile is not None and recorded_profile != sizing_key)
             or base > profile.maximum
+            # a record below the minimum was never written by dynquota (the minimum is raised
+            # only with a new profile record): size from the policy, never enforce it
+            or base < profile.minimum
         )
         if repairs:
             message = f"state of {resource} repaired: " + ", ".join(repairs)

@@ -117,12 +117,15 @@ class OperatorCluster:
         configmaps: dict[str, Any] | None = None,
         priority: int = 0,
         dry_run: bool = False,
+        **keys: dict[str, Any],
     ) -> dict[str, Any]:
+        """Create a DynamicQuotaPolicy; ``keys``: profiles of other quota keys (``secrets``)."""
         resources: dict[str, Any] = {}
         if pods is not None:
             resources["pods"] = pods
         if configmaps is not None:
             resources["configmaps"] = configmaps
+        resources.update(keys)
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "DynamicQuotaPolicy",

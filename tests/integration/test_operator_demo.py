@@ -20,6 +20,10 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     out = done.stdout
     assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
     assert "2. demo-runaway: throttled to 60 pods instead of 100000: " in out
+    assert (
+        "2. demo-runaway: 28 Secrets, then 403 exceeded quota at the maximum: secrets "
+        "10 -> 14 -> 20 -> 28 (sized from the quota's status.used; dynquota cannot read Secrets)"
+    ) in out
     assert "10 -> 14 -> 20 -> 28 -> 40 -> 56 -> 60" in out
     assert "1. demo-web: all 20 pods created, in steps of one cooldown" in out
     assert "3. demo-helm: install re-run, all 100 ConfigMaps created under the override" in out

@@ -410,6 +410,25 @@ def test_hard_above_maximum_is_lowered_at_once_but_never_below_usage() -> None:
     )
 
 
+def test_record_below_minimum_is_never_enforced() -> None:
+    """A dynquota.io/hard.pods record of 0 (tampered state; dynquota never writes one below
+    the minimum 10) is a policy change sized from usage, not a revert of spec.hard to 0."""
+    quota = settled(0, at=0, hard={PODS: parse_quantity("10"), CONFIGMAPS: parse_quantity("50")})
+    d = run(quota, T0 + 10, pods=3)
+    assert d.hard == {PODS: 10, CONFIGMAPS: 50}
+    assert [e.reason for e in d.events] == ["StateRepaired"]
+    assert d.events[0].message == (
+        "state of pods repaired: dynquota.io/hard.pods malformed ('0': outside 10..1000)"
+    )
+    assert d.set_annotations["dynquota.io/hard.pods"] == "10"
+    assert_fixed_point(apply_decision(quota, d), T0 + 10, pods=3)
+    # the same with a record above the maximum
+    quota = settled(99999, hard={PODS: parse_quantity("10"), CONFIGMAPS: parse_quantity("50")})
+    d = run(quota, T0 + 10, pods=3)
+    assert d.hard == {PODS: 10, CONFIGMAPS: 50}
+    assert [e.reason for e in d.events] == ["StateRepaired"]
+
+
 # -- revert of direct edits -------------------------------------------------------------------
 
 
