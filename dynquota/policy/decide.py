@@ -5,10 +5,8 @@ annotations, the governing policy, the kill switch, ``now``) and returns a :clas
 what to write (create, one JSON merge-patch, or delete), why, which Events to post and when to
 look again. It does no I/O and reads no clock. All sizing arithmetic is on integers.
 
-The rules (sizing, tenant override, kill switch, dry run) are stated as implemented, with
-every ambiguity settled, in ``docs/sizing.md``. Times are seconds
-since the epoch; decisions work on whole seconds (``floor(now)``), the resolution of the
-timestamps stored in annotations.
+The rules (sizing, tenant override, kill switch, dry run) are stated as implemented in
+``docs/sizing.md``. Times are seconds since the epoch, floored to whole seconds (``floor(now)``).
 """
 
 from __future__ import annotations
@@ -38,6 +36,7 @@ from dynquota.policy.keyrules import (
     edited_note,
     not_counted_after,
     parse_record,
+    record_outside_bounds,
     stored_text,
 )
 from dynquota.policy.models import ResourceProfile
@@ -273,12 +272,9 @@ class _Sizer(KeyRules):
             repairs.append(f"{hard_key(resource)} malformed ({quoted(record_raw)})")
         base: int | None
         spec_units = None if spec is None else unit.units(spec)
-        bounds = f"{fmt(profile.minimum)}..{fmt(profile.maximum)}"
-        outside = record is not None and not profile.minimum <= record <= profile.maximum
-        if outside and record != spec_units:
-            # never recorded by dynquota (it differs from spec.hard and leaves the bounds)
+        if (outside := record_outside_bounds(record, spec_units, profile, unit)) is not None:
             repairs.append(
-                f"{hard_key(resource)} malformed ({quoted(record_raw or '')}: outside {bounds})"
+                f"{hard_key(resource)} malformed ({quoted(record_raw or '')}: {outside})"
             )
             record = None
         if record is not None:
@@ -350,9 +346,11 @@ class _Sizer(KeyRules):
             else:
                 kind = "policy"
                 why = f"policy {self.policy}, override active until {until}, maximum {fmt(desired)}"
-        elif base is None:
-            desired = t_used
-            kind, why = "create", f"usage {fmt(used)}, {buffer}{clamp_note(used, profile, unit)}"
+        elif base is None:  # not counted yet: its first status.used sizes it at once
+            desired, kind = t_used, "create"
+            known = unit.tally or resource in self.usage
+            why = f"usage {fmt(used)}, " if known else "usage unknown yet, "
+            why += f"{buffer}{clamp_note(used, profile, unit) if known else ''}"
         elif override.mode in ("expire", "cancel"):
             desired = t_peak
             kind = "override-expired"
@@ -414,6 +412,8 @@ class _Sizer(KeyRules):
         if kind is not None:
             if repair:
                 pass  # the cooldown keeps running: the buffer still waits for it
+            elif base is None and why.startswith("usage unknown"):
+                last_upscale, last_change = now - profile.upscale_cooldown, now
             elif base is None or desired > base:
                 last_upscale = last_change = now
             else:

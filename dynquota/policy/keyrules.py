@@ -34,6 +34,7 @@ __all__ = [
     "edited_note",
     "not_counted_after",
     "parse_record",
+    "record_outside_bounds",
     "stored_text",
 ]
 
@@ -185,3 +186,18 @@ class KeyRules(SizerBase):
         if not dry_run:
             return tuple(events)
         return tuple(Event(e.type, e.reason, f"(dry run) {e.message}", e.cause) for e in events)
+
+
+def record_outside_bounds(
+    record: int | None, spec_units: int | None, profile: ResourceProfile, unit: KeyUnit
+) -> str | None:
+    """Why a ``dynquota.io/hard.<key>`` record (in ``unit``) cannot be dynquota's, or None.
+
+    dynquota never records a hard outside the policy's ``minimum..maximum`` that differs from
+    ``spec.hard`` (a policy change records both at once), so such a record was tampered with,
+    not ``spec.hard``: it is repaired, never enforced."""
+    if record is None or record == spec_units:
+        return None
+    if profile.minimum <= record <= profile.maximum:
+        return None
+    return f"outside {unit.text(profile.minimum)}..{unit.text(profile.maximum)}"

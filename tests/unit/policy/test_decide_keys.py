@@ -275,11 +275,28 @@ def test_key_dropped_from_the_policy_is_removed_as_a_policy_change() -> None:
 
 
 def test_tenant_line_shows_quantities() -> None:
-    quota = stored(None, run(None, T0, {}))
     usage = {"requests.cpu": 500, "requests.memory": 0, "secrets": 0, "count/jobs.batch": 0}
+    quota = stored(None, run(None, T0, dict.fromkeys(usage, 0)))
     d = run(quota, T0 + 10, usage)  # cooldown (5m) not over: held at 500m
     (line,) = [e.message for e in d.events if e.reason == "QuotaAtLimit"]
     assert line.startswith(
         "requests.cpu at its limit (used 500m of hard 500m): next automatic raise at "
         f"{format_time(T0 + 300)}; "
     )
+
+
+def test_a_key_created_before_it_is_counted_is_sized_from_its_first_status_used() -> None:
+    """Re-created (kill switch released, quota deleted) before the quota controller counted
+    it: written at the minimum with no usage, and its first status.used (50 Secrets already
+    there) sizes it to the target at once, not to usage with the buffer a cooldown later."""
+    created = run(None, T0, {})
+    assert [r for r in created.reasons if "secrets" in r] == [
+        "create secrets 10: usage unknown yet, buffer 20%"
+    ]
+    quota = stored(None, created)
+    d = run(quota, T0 + 5, {"secrets": 50, "count/jobs.batch": 0})
+    assert d.hard is not None
+    assert d.hard["secrets"] == 60  # 50 + 20 %, at once
+    assert [r for r in d.reasons if "secrets" in r] == [
+        "upscale secrets 10->60: usage 50, buffer 20%"
+    ]
