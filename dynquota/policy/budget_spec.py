@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dynquota.policy.keys import QuotaKeyError, classify_static, conflicting_aliases
 from dynquota.policy.labels import LabelSelector
+from dynquota.policy.profiles import bound_units
 from dynquota.policy.units import unit_for
-from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = ["Membership", "QuotaBudgetSpec", "resolve_membership"]
 
@@ -67,25 +67,13 @@ class QuotaBudgetSpec(BaseModel):
 
 
 def _amount(key: str, value: object) -> int:
-    unit = unit_for(key)
-    if isinstance(value, bool):
-        raise ValueError(f"{key}: must be an amount, not {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"{key}: must not be negative, not {value}")
-        return value if unit.counted else unit.units(value)
-    if unit.counted or not isinstance(value, str):
-        kind = "a whole number" if unit.counted else "a quantity such as 500m or 4Gi"
-        raise ValueError(f"{key}: must be {kind}, not {value!r}")
-    try:
-        quantity = parse_quantity(value)
-    except QuantityError as exc:
-        raise ValueError(f"{key}: {exc}") from exc
-    if quantity.value < 0:
-        raise ValueError(f"{key}: must not be negative, not {value!r}")
-    if unit.info.integer and quantity.value != quantity.value.to_integral_value():
-        raise ValueError(f"{key}: must be a whole number, not {value!r}")
-    return unit.units(quantity)
+    """``value`` as whole units of ``key``, as a policy's ``maximum`` is read (same messages)."""
+    units = bound_units(key, unit_for(key), "hard", value)
+    if isinstance(units, bool) or not isinstance(units, int):
+        raise ValueError(f"{key}: hard must be a whole number, not {value!r}")
+    if units < 0:
+        raise ValueError(f"{key}: hard must not be negative, not {value!r}")
+    return units
 
 
 @dataclass(frozen=True)

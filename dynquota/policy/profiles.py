@@ -26,6 +26,7 @@ from dynquota.quantity import QuantityError, parse_quantity
 __all__ = [
     "DEFAULT_PROFILES",
     "ResourceProfile",
+    "bound_units",
     "fill_resources",
     "resource_order",
 ]
@@ -146,7 +147,7 @@ def resource_order(keys: Iterable[str]) -> list[str]:
     )
 
 
-def _bound(key: str, unit: KeyUnit, field: str, value: object) -> object:
+def bound_units(key: str, unit: KeyUnit, field: str, value: object) -> object:
     """A policy's ``minimum``/``maximum`` of ``key`` as units; a wrong type is passed on for
     the model's type check (counted keys) or refused here naming the key."""
     if isinstance(value, bool):
@@ -215,7 +216,7 @@ def fill_resources(value: object) -> object:
             merged[key] = given
             continue
         unit = unit_for(key)
-        body = {f: _bound(key, unit, f, given[f]) if f in ("minimum", "maximum") else given[f]
+        body = {f: bound_units(key, unit, f, given[f]) if f in ("minimum", "maximum") else given[f]
                 for f in given}  # fmt: skip
         if "maximum" not in body:
             raise ValueError(

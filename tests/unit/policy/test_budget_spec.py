@@ -30,11 +30,11 @@ def test_amounts_become_whole_units_of_each_key() -> None:
     [
         ({"nvidia.com/gpu": 4}, "nvidia.com/gpu"),
         ({"cpu": "4", "requests.cpu": "4"}, "cpu and requests.cpu are the same key"),
-        ({"pods": "60"}, "pods: must be a whole number, not '60'"),
-        ({"pods": -1}, "pods: must not be negative, not -1"),
-        ({"requests.cpu": "-1"}, "requests.cpu: must not be negative"),
-        ({"requests.memory": "lots"}, "requests.memory:"),
-        ({"count/jobs.batch": True}, "count/jobs.batch: must be an amount"),
+        ({"pods": "60"}, "pods: hard must be a whole number, not '60'"),
+        ({"pods": -1}, "pods: hard must not be negative, not -1"),
+        ({"requests.cpu": "-1"}, "requests.cpu: hard must not be negative"),
+        ({"requests.memory": "lots"}, "requests.memory: hard:"),
+        ({"count/jobs.batch": True}, "count/jobs.batch: hard must be a whole number"),
         ({}, "at least 1 item"),
     ],
 )
