@@ -198,7 +198,7 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
         },
     )
     # the apiserver stores count/deployment.apps (a typo); the operator refuses it, naming it
-    create_policy(c, "p-typo", {"dq-none": "x"}, **{"count/deployment.apps": profile(1, 5)})
+    create_policy(c, "p-keys-typo", {"dq-none": "x"}, **{"count/deployment.apps": profile(1, 5)})
     start_operator()
     expected = {
         "pods": ["2", "3", "5"],
@@ -237,11 +237,11 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
     wait_until(
         lambda: any(
             cond["type"] == "Valid" and cond["status"] == "False"
-            for cond in (c.get_policy("p-typo").get("status") or {}).get("conditions", [])
+            for cond in (c.get_policy("p-keys-typo").get("status") or {}).get("conditions", [])
         ),
-        "p-typo Valid=False",
+        "p-keys-typo Valid=False",
     )
-    (valid,) = c.get_policy("p-typo")["status"]["conditions"][:1]
+    (valid,) = c.get_policy("p-keys-typo")["status"]["conditions"][:1]
     assert (
         "'count/deployment.apps': group 'apps' serves no namespaced resource" in (valid["message"])
     )

@@ -536,6 +536,7 @@ def test_invalid_policy_is_refused_by_the_apiserver_and_frozen_by_the_operator(
         "status.frozenNamespaces 1 on p-typo",
     )
     # a Warning on the policy (cluster-scoped: stored in `default`)
+    uid = op_cluster.get_policy("p-typo")["metadata"]["uid"]  # not an earlier test's p-typo
     event = wait_until(
         lambda: next(
             (
@@ -543,6 +544,7 @@ def test_invalid_policy_is_refused_by_the_apiserver_and_frozen_by_the_operator(
                 for e in op_cluster.events("default", "PolicyInvalid")
                 if e.involved_object.kind == "DynamicQuotaPolicy"
                 and e.involved_object.name == "p-typo"
+                and e.involved_object.uid == uid
             ),
             None,
         ),
