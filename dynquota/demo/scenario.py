@@ -9,11 +9,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from kubernetes.client.exceptions import ApiException
-
 from dynquota.demo.watch import HELM, LABEL, NAMESPACES, RUNAWAY, WEB, DemoWatch
 from dynquota.settings import Settings
-from dynquota.testing.operator import PAUSE, OperatorThread, operator_settings
+from dynquota.testing.operator import PAUSE, OperatorThread, fill, operator_settings
 from dynquota.testing.wait import wait_until
 
 __all__ = ["Demo"]
@@ -150,18 +148,44 @@ class Demo(DemoWatch):
         hard = (quota.status.hard if enforced else quota.spec.hard) if quota else None
         return int((hard or {}).get("secrets", "-1"))
 
+    @staticmethod
+    def _numbered(create: Callable[[int], object], first: int = 0) -> Callable[[], None]:
+        """``create(i)`` for ``i = first, first + 1, ...``; the number moves on only once a
+        create succeeded, so a create retried by :func:`~dynquota.testing.operator.fill`
+        keeps its name."""
+        number = [first]
+
+        def one() -> None:
+            create(number[0])
+            number[0] += 1
+
+        return one
+
     def _mint_secrets(self, first: int) -> int:
-        """Create Secrets in the runaway namespace until the quota refuses one; how many."""
-        for i in range(first, first + 1000):
-            try:
-                self.c.core.create_namespaced_secret(
+        """Create Secrets ``run-<first>``, ... in the runaway namespace until the quota refuses
+        one; how many."""
+        return fill(
+            self._numbered(
+                lambda i: self.c.core.create_namespaced_secret(
                     RUNAWAY, {"metadata": {"name": f"run-{i}"}, "stringData": {"token": "x"}}
-                )
-            except ApiException as exc:
-                if exc.status == 403 and "exceeded quota" in str(exc.body):
-                    return i - first
-                raise
-        return 1000
+                ),
+                first,
+            ),
+            1000,
+        )
+
+    def _release_config_maps(self, first: int) -> int:
+        """Create the Helm-like release's ConfigMaps ``release-cm-<first>``, ... up to the
+        burst size until the quota refuses one; how many."""
+        return fill(
+            self._numbered(
+                lambda i: self.c.core.create_namespaced_config_map(
+                    HELM, {"metadata": {"name": f"release-cm-{i}"}, "data": {"i": str(i)}}
+                ),
+                first,
+            ),
+            self.t.burst - first,
+        )
 
     def secrets_runaway(self) -> None:
         """A job that mints a Secret per run and never cleans up: sized from the quota's own
@@ -193,18 +217,8 @@ class Demo(DemoWatch):
     def helm_burst(self) -> None:
         t = self.t
         self.show.line("demo", f"3. {HELM}: burst of {t.burst} ConfigMaps, like a Helm install")
-        created, denied_at = 0, None
-        for i in range(t.burst):
-            try:
-                self.c.core.create_namespaced_config_map(
-                    HELM, {"metadata": {"name": f"release-cm-{i}"}, "data": {"i": str(i)}}
-                )
-                created += 1
-            except ApiException as exc:
-                if exc.status == 403 and "exceeded quota" in str(exc.body):
-                    denied_at = i
-                    break
-                raise
+        created = self._release_config_maps(0)
+        denied_at = created if created < t.burst else None
         self.show.line(
             "demo",
             f"3. {HELM}: {created} created, then 403 exceeded quota (nothing retries a "
@@ -227,10 +241,8 @@ class Demo(DemoWatch):
             "override granted and enforced",
             timeout=60,
         )
-        for i in range(denied_at, t.burst):
-            self.c.core.create_namespaced_config_map(
-                HELM, {"metadata": {"name": f"release-cm-{i}"}, "data": {"i": str(i)}}
-            )
+        if self._release_config_maps(denied_at) != t.burst - denied_at:
+            raise RuntimeError(f"{HELM}: a ConfigMap was refused under the override")
         self.show.line(
             "demo",
             f"3. {HELM}: install re-run, all {t.burst} ConfigMaps created under the override",

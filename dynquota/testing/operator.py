@@ -117,9 +117,11 @@ class OperatorCluster:
         configmaps: dict[str, Any] | None = None,
         priority: int = 0,
         dry_run: bool = False,
+        extra_spec: dict[str, Any] | None = None,
         **keys: dict[str, Any],
     ) -> dict[str, Any]:
-        """Create a DynamicQuotaPolicy; ``keys``: profiles of other quota keys (``secrets``)."""
+        """Create a DynamicQuotaPolicy; ``keys``: profiles of other quota keys (``secrets``,
+        ``**{"requests.cpu": ...}``); ``extra_spec``: other spec fields (``defaultRequests``)."""
         resources: dict[str, Any] = {}
         if pods is not None:
             resources["pods"] = pods
@@ -135,6 +137,7 @@ class OperatorCluster:
                 "priority": priority,
                 "resources": resources,
                 "dryRun": dry_run,
+                **(extra_spec or {}),
             },
         }
         result: dict[str, Any] = self.custom.create_cluster_custom_object(
@@ -209,18 +212,8 @@ class OperatorCluster:
         )
 
     def fill_pods(self, ns: str, limit: int = 10_000) -> int:
-        """Create pods until the quota refuses one (403 exceeded quota); returns how many
-        were created."""
-        created = 0
-        while created < limit:
-            try:
-                self.create_pod(ns)
-            except ApiException as exc:
-                if exc.status == 403 and "exceeded quota" in str(exc.body):
-                    return created
-                raise
-            created += 1
-        return created
+        """Create pods until the quota refuses one (:func:`fill`); returns how many."""
+        return fill(lambda: self.create_pod(ns), limit)
 
     def create_pods(self, ns: str, count: int) -> None:
         for _ in range(count):
@@ -371,6 +364,34 @@ class OperatorThread:
         assert self.runtime is not None
         queue = self.runtime.operator.queue
         self.call(lambda: queue.wait_idle(timeout), timeout=timeout + 5)
+
+
+QUOTA_CONFLICT_RETRIES = 20
+"""Retries of one create that quota admission answered 409 (see :func:`fill`)."""
+
+
+def fill(create: Callable[[], object], limit: int = 10_000) -> int:
+    """Call ``create`` (one create of an object charged to a quota) until quota admission
+    refuses one (403 ``exceeded quota``); returns how many were created, at most ``limit``.
+
+    A 409 Conflict on ``resourcequotas`` is retried, up to :data:`QUOTA_CONFLICT_RETRIES` times
+    per object, as every controller does: the apiserver's quota admission lost the race to
+    update ``status.used`` (``staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/
+    controller.go``, ``checkQuotas``) and created nothing. Any other error raises
+    (``ApiException``)."""
+    for created in range(limit):
+        for attempt in range(QUOTA_CONFLICT_RETRIES + 1):
+            try:
+                create()
+                break
+            except ApiException as exc:
+                if exc.status == 403 and "exceeded quota" in str(exc.body):
+                    return created
+                if exc.status != 409 or "resourcequotas" not in str(exc.body):
+                    raise
+                if attempt == QUOTA_CONFLICT_RETRIES:
+                    raise
+    return limit
 
 
 def operator_settings(op_cluster: OperatorCluster, **overrides: Any) -> Settings:

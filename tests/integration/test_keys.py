@@ -16,9 +16,8 @@ from typing import Any
 
 import kubernetes
 import pytest
-from kubernetes.client.exceptions import ApiException
 
-from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
+from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread, fill
 from dynquota.testing.wait import wait_until
 
 StartOperator = Callable[..., OperatorThread]
@@ -32,22 +31,6 @@ def profile(minimum: Any, maximum: Any, buffer: int = 50, up: str = "2s") -> dic
         "upscaleCooldown": up,
         "downscaleCooldown": "1h",
     }
-
-
-def create_policy(
-    c: OperatorCluster, name: str, selector: dict[str, str], **resources: Any
-) -> None:
-    c.custom.create_cluster_custom_object(
-        "dynquota.io",
-        "v1alpha1",
-        "dynamicquotapolicies",
-        {
-            "apiVersion": "dynquota.io/v1alpha1",
-            "kind": "DynamicQuotaPolicy",
-            "metadata": {"name": name},
-            "spec": {"namespaceSelector": {"matchLabels": selector}, "resources": resources},
-        },
-    )
 
 
 def creator(c: OperatorCluster, ns: str, key: str) -> Callable[[], None]:
@@ -115,18 +98,6 @@ def creator(c: OperatorCluster, ns: str, key: str) -> Callable[[], None]:
     return lambda: c.create_pod(ns)
 
 
-def fill(create: Callable[[], None], limit: int = 1000) -> int:
-    """Create until the quota refuses (403 exceeded quota); return how many were created."""
-    for created in range(limit):
-        try:
-            create()
-        except ApiException as exc:
-            if exc.status == 403 and "exceeded quota" in str(exc.body):
-                return created
-            raise
-    return limit
-
-
 def run_pressure(
     c: OperatorCluster, ns: str, expected: dict[str, list[str]], timeout: float = 30
 ) -> dict[str, list[int]]:
@@ -184,8 +155,7 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
     )
     devices = f"{device_class}.deviceclass.resource.k8s.io/devices"
     ns = c.new_namespace(scope)
-    create_policy(
-        c,
+    c.policy(
         "p-keys",
         scope,
         pods=profile(2, 5),
@@ -198,7 +168,7 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
         },
     )
     # the apiserver stores count/deployment.apps (a typo); the operator refuses it, naming it
-    create_policy(c, "p-keys-typo", {"dq-none": "x"}, **{"count/deployment.apps": profile(1, 5)})
+    c.policy("p-keys-typo", {"dq-none": "x"}, **{"count/deployment.apps": profile(1, 5)})
     start_operator()
     expected = {
         "pods": ["2", "3", "5"],
@@ -254,8 +224,7 @@ def test_compute_keys_need_a_default_request_then_size_from_status_used(
     no write of it); once one exists the key is added and grows with the pods' defaults."""
     c = op_cluster
     ns = c.new_namespace(scope)
-    create_policy(
-        c,
+    c.policy(
         "p-compute",
         scope,
         pods=profile(50, 100),
@@ -309,7 +278,7 @@ def test_key_never_counted_is_removed_with_key_not_counted(
     c = op_cluster
     ns = c.new_namespace(scope)
     key = "count/widgets.example.com"
-    create_policy(c, "p-uncounted", scope, **{key: profile(1, 5)})
+    c.policy("p-uncounted", scope, **{key: profile(1, 5)})
     op = start_operator(quota_sync_period=1)  # window 2 x (30 + 1) = 62 s
     c.wait_hard(ns, {"pods": "10", "configmaps": "50", key: "1"})
     wait_until(lambda: key in (c.quota(ns).status.hard or {}), "status.hard shows the key")
@@ -343,7 +312,7 @@ def test_a_key_without_status_used_is_held_while_the_controller_manager_is_down(
     the grown hard is enforced only once the controller copies it into status.hard."""
     c = op_cluster
     ns = c.new_namespace(scope)
-    create_policy(c, "p-kcm", scope, secrets=profile(4, 20))
+    c.policy("p-kcm", scope, secrets=profile(4, 20))
     op = start_operator()
     c.wait_hard(ns, {"pods": "10", "configmaps": "50", "secrets": "4"})
     wait_until(lambda: "secrets" in (c.quota(ns).status.used or {}), "secrets counted")
@@ -398,20 +367,11 @@ def test_companion_limit_range_gives_the_default_request_and_the_key_is_added(
         "spec": {"limits": [{"type": "Container", "defaultRequest": {"memory": "32Mi"}}]},
     }
     foreign = c.core.create_namespaced_limit_range(foreign_ns, foreign_body)
-    c.custom.create_cluster_custom_object(
-        "dynquota.io",
-        "v1alpha1",
-        "dynamicquotapolicies",
-        {
-            "apiVersion": "dynquota.io/v1alpha1",
-            "kind": "DynamicQuotaPolicy",
-            "metadata": {"name": "p-companion"},
-            "spec": {
-                "namespaceSelector": {"matchLabels": scope},
-                "resources": {"requests.cpu": profile("500m", "2")},
-                "defaultRequests": {"cpu": "100m"},
-            },
-        },
+    c.policy(
+        "p-companion",
+        scope,
+        extra_spec={"defaultRequests": {"cpu": "100m"}},
+        **{"requests.cpu": profile("500m", "2")},
     )
     start_operator()
     c.wait_hard(ns, {"pods": "10", "configmaps": "50", "requests.cpu": "500m"})
