@@ -53,7 +53,7 @@ def instrument(runtime: Runtime, reaction_ns: str, reactions: list[float]) -> No
     answered does not start the next sample's clock.
     """
     pending: dict[str, float] = {}
-    seen = {"patched": -1}
+    seen = {"patched": -1, "status_used": 0}  # pods: at the last patch; the last status.used
     pods_informer = runtime.watcher.informers.get("pods")
 
     def pods_now(status_used: int = 0) -> int:
@@ -83,6 +83,7 @@ def instrument(runtime: Runtime, reaction_ns: str, reactions: list[float]) -> No
         if meta.get("namespace") == reaction_ns:
             used = ((obj.get("status") or {}).get("used") or {}).get("pods")
             if used is not None and used.isdigit():
+                seen["status_used"] = int(used)
                 signal(int(used))
         on_quota(event_type, obj)
 
@@ -95,16 +96,10 @@ def instrument(runtime: Runtime, reaction_ns: str, reactions: list[float]) -> No
             started = pending.pop(namespace, None)
             if started is not None:
                 reactions.append(time.perf_counter() - started)
-            seen["patched"] = pods_now(int(_used_pods(operator_, namespace)))
+            seen["patched"] = pods_now(seen["status_used"])
         return await patch(namespace, body, *args, **kwargs)
 
     quotas.patch = timed_patch
-
-
-def _used_pods(operator_: Any, namespace: str) -> int:
-    """The pods count of the last ``status.used`` the operator saw for ``namespace``."""
-    used = getattr(operator_, "_status_used", {}).get(namespace) or {}
-    return int(used.get("pods", 0))
 
 
 def write_stats(path: str, stats: dict[str, Any]) -> None:

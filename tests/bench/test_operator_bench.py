@@ -21,24 +21,21 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import kubernetes
 import pytest
+from figures import QuotaWatch, percentile, pooled_cluster, report  # same directory
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.policy import parse_time
-from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.operator import (
     OPERATOR_NS,
     OperatorCluster,
     OperatorThread,
-    install_operator,
     operator_settings,
 )
 from dynquota.testing.wait import wait_until
@@ -49,30 +46,10 @@ SCALE_NAMESPACES = int(os.environ.get("DYNQUOTA_BENCH_NAMESPACES", "2000"))
 COOLDOWN = 2  # seconds, upscale cooldown of the reaction benchmark
 
 
-def report(title: str, lines: list[str]) -> None:
-    print(f"\n== {title}")
-    for line in lines:
-        print(f"   {line}")
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
 @pytest.fixture(scope="module")
 def bench_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorCluster]:
-    with LocalControlPlane(resource_quota_sync_period=10) as cp:
-        kubeconfig = install_operator(cp, tmp_path_factory.mktemp("bench"))
-        configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(
-            config_file=cp.kubeconfig, client_configuration=configuration
-        )
-        configuration.connection_pool_maxsize = 32
-        api = kubernetes.client.ApiClient(configuration)
-        yield OperatorCluster(cp, api, kubeconfig)
-        api.close()
+    with pooled_cluster(tmp_path_factory.mktemp("bench")) as c:
+        yield c
 
 
 def profile(**overrides: Any) -> dict[str, Any]:
@@ -203,43 +180,6 @@ def test_api_cost_of_a_1000_pod_burst(bench_cluster: OperatorCluster) -> None:
         op.stop()
 
 
-class QuotaWatch:
-    """Timestamps of spec.hard / status.hard changes of one quota, from a watch thread."""
-
-    def __init__(self, c: OperatorCluster, ns: str) -> None:
-        self.spec: dict[str, float] = {}
-        self.status: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._c = c
-        self._ns = ns
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        w = kubernetes.watch.Watch()
-        while not self._stop.is_set():
-            for event in w.stream(
-                self._c.core.list_namespaced_resource_quota,
-                self._ns,
-                field_selector="metadata.name=dynquota",
-                timeout_seconds=5,
-            ):
-                now = time.time()
-                obj = event["object"]
-                spec = (obj.spec.hard or {}).get("pods")
-                status = ((obj.status and obj.status.hard) or {}).get("pods")
-                if spec is not None:
-                    self.spec.setdefault(spec, now)
-                if status is not None:
-                    self.status.setdefault(status, now)
-                if self._stop.is_set():
-                    break
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-
 @pytest.mark.timeout(REACTION_SAMPLES * 10 + 120)
 def test_reaction_time(bench_cluster: OperatorCluster) -> None:
     c = bench_cluster
@@ -279,13 +219,15 @@ def test_reaction_time(bench_cluster: OperatorCluster) -> None:
                 c.create_pod(ns, f"s-{sample}")
                 trigger = time.time()
             new = wait_until(
-                lambda h=int(hard): next((v for v in watch.spec if int(v) > h), None),
+                lambda h=int(hard): next(
+                    (v for v in watch.first_times("pods") if int(v) > h), None
+                ),
                 "spec change",
                 10,
             )
-            wait_until(lambda n=new: n in watch.status, "status change", 10)
-            spec_delay = watch.spec[new] - trigger
-            status_delay = watch.status[new] - trigger
+            wait_until(lambda n=new: n in watch.first_times("pods", "status"), "status change", 10)
+            spec_delay = watch.first_times("pods")[new] - trigger
+            status_delay = watch.first_times("pods", "status")[new] - trigger
             (expiry_spec if by_expiry else crossing_spec).append(spec_delay)
             (expiry_status if by_expiry else crossing_status).append(status_delay)
         lines = []

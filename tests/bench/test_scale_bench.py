@@ -44,6 +44,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+from figures import percentile, report  # same directory
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.policy import parse_time
@@ -75,18 +76,6 @@ REACTION_SAMPLES = knob("REACTION_SAMPLES", 20)
 MAX_BYTES_PER_OBJECT = 120
 MAX_RSS_MIB = 250
 MAX_IDLE_REACTION_P99_MS = 50
-
-
-def report(title: str, lines: list[str]) -> None:
-    print(f"\n== {title}", flush=True)
-    for line in lines:
-        print(f"   {line}", flush=True)
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def mib(n: float) -> str:

@@ -27,25 +27,22 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import kubernetes
 import pytest
+from figures import QuotaWatch, percentile, pooled_cluster, report, stored_count  # same directory
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.policy import parse_time
-from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.operator import (
     OperatorCluster,
     OperatorThread,
-    install_operator,
+    fill,
     operator_settings,
 )
 from dynquota.testing.wait import wait_until
@@ -63,18 +60,6 @@ DELETE = 1  # object deleted per shrink sample: T drops by 1 or 2, one downscale
 KEYS = ("pods", "secrets")
 
 
-def report(title: str, lines: list[str]) -> None:
-    print(f"\n== {title}")
-    for line in lines:
-        print(f"   {line}")
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def target(used: int, minimum: int = 10, maximum: int = 5000) -> int:
     """T(U) of docs/quota-keys.md for a count key with the benchmark's buffer."""
     return min(maximum, max(minimum, math.ceil(used * (100 + BUFFER) / 100)))
@@ -90,36 +75,6 @@ def profile(**overrides: Any) -> dict[str, Any]:
     }
     values.update(overrides)
     return values
-
-
-def create_policy(c: OperatorCluster, name: str, selector: dict[str, str], **keys: Any) -> None:
-    c.custom.create_cluster_custom_object(
-        "dynquota.io",
-        "v1alpha1",
-        "dynamicquotapolicies",
-        {
-            "apiVersion": "dynquota.io/v1alpha1",
-            "kind": "DynamicQuotaPolicy",
-            "metadata": {"name": name},
-            "spec": {"namespaceSelector": {"matchLabels": selector}, "resources": keys},
-        },
-    )
-
-
-@contextmanager
-def bench_cluster(sync_period: int, workdir: Path) -> Iterator[OperatorCluster]:
-    with LocalControlPlane(resource_quota_sync_period=sync_period) as cp:
-        kubeconfig = install_operator(cp, workdir)
-        configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(
-            config_file=cp.kubeconfig, client_configuration=configuration
-        )
-        configuration.connection_pool_maxsize = 32
-        api = kubernetes.client.ApiClient(configuration)
-        try:
-            yield OperatorCluster(cp, api, kubeconfig)
-        finally:
-            api.close()
 
 
 def create_secret(c: OperatorCluster, ns: str, name: str | None = None) -> None:
@@ -152,80 +107,23 @@ class Objects:
                 self.c.core.delete_namespaced_secret(name, self.ns)
 
 
-class HardWatch:
-    """Every spec.hard of one namespace's managed quota, timestamped by a watch thread."""
-
-    def __init__(self, c: OperatorCluster, ns: str) -> None:
-        self.seen: list[tuple[float, dict[str, str]]] = []
-        self.annotations: list[dict[str, str]] = []  # of each entry of ``seen``
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._c, self._ns = c, ns
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        w = kubernetes.watch.Watch()
-        version: str | None = None  # resume where the last stream ended: no change missed
-        while not self._stop.is_set():
-            resume = {"resource_version": version} if version else {}
-            try:
-                for event in w.stream(
-                    self._c.core.list_namespaced_resource_quota,
-                    self._ns,
-                    field_selector="metadata.name=dynquota",
-                    timeout_seconds=5,
-                    **resume,
-                ):
-                    now = time.time()
-                    obj = event["object"]
-                    version = obj.metadata.resource_version
-                    with self._lock:
-                        self.seen.append((now, dict(obj.spec.hard or {})))
-                        self.annotations.append(dict(obj.metadata.annotations or {}))
-                    if self._stop.is_set():
-                        break
-            except ApiException as exc:
-                if exc.status != 410:
-                    raise
-                version = None  # expired: list again
-
-    def first(self, key: str, value: int, after: float) -> float | None:
-        """When spec.hard[key] was first seen equal to ``value`` after ``after`` (epoch s)."""
-        with self._lock:
-            for at, hard in self.seen:
-                if at >= after and key in hard and _count(hard[key]) == value:
-                    return at
-        return None
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-
-def _count(text: str) -> int:
-    """An object count as the apiserver stores it (``1k`` for 1000)."""
-    return int(text[:-1]) * 1000 if text.endswith("k") else int(text)
-
-
 def used(c: OperatorCluster, ns: str, key: str) -> int | None:
     quota = c.quota(ns)
     value = ((quota and quota.status and quota.status.used) or {}).get(key)
-    return None if value is None else _count(value)
+    return None if value is None else stored_count(value)
 
 
 @pytest.mark.parametrize("sync_period", SYNC_PERIODS)
 @pytest.mark.timeout(SAMPLES * 30 + 300)
 def test_status_key_reaction_time(sync_period: int, tmp_path: Path) -> None:
-    with bench_cluster(sync_period, tmp_path) as c:
+    with pooled_cluster(tmp_path, sync_period) as c:
         label = {"bench": "keys-reaction"}
         ns = c.new_namespace()
         objects = {key: Objects(c, ns, key) for key in KEYS}
         for key in KEYS:
             for _ in range(PREFILL):
                 objects[key].create()
-        create_policy(
-            c,
+        c.policy(
             "bench-keys-reaction",
             label,
             pods=profile(downscaleCooldown="1s"),
@@ -237,7 +135,7 @@ def test_status_key_reaction_time(sync_period: int, tmp_path: Path) -> None:
             )
         ).start()
         c.core.patch_namespace(ns, {"metadata": {"labels": label}})
-        watch = HardWatch(c, ns)
+        watch = QuotaWatch(c, ns)
         growth: dict[str, list[float]] = {key: [] for key in KEYS}
         shrink: dict[str, list[float]] = {key: [] for key in KEYS}
         try:
@@ -299,14 +197,7 @@ def _epoch(text: str) -> float:
 
 def fill_secrets(c: OperatorCluster, ns: str, limit: int) -> int:
     """Create Secrets until the quota refuses one (403 exceeded quota); returns how many."""
-    for created in range(limit):
-        try:
-            create_secret(c, ns)
-        except ApiException as exc:
-            if exc.status == 403 and "exceeded quota" in str(exc.body):
-                return created
-            raise
-    return limit
+    return fill(lambda: create_secret(c, ns), limit)
 
 
 def create_secrets_parallel(c: OperatorCluster, ns: str, count: int, workers: int = 16) -> int:
@@ -327,7 +218,7 @@ def secrets_hard(c: OperatorCluster, ns: str, part: str = "spec") -> int:
     """spec.hard (or status.hard) of ``secrets`` in the managed quota of ``ns``; 0 if unset."""
     quota = c.quota(ns)
     hard = (quota.spec.hard if part == "spec" else quota.status.hard) or {}
-    return _count(hard.get("secrets", "0"))
+    return stored_count(hard.get("secrets", "0"))
 
 
 def _wait_used(c: OperatorCluster, ns: str, key: str, value: int) -> Callable[[], bool]:
@@ -336,10 +227,10 @@ def _wait_used(c: OperatorCluster, ns: str, key: str, value: int) -> Callable[[]
 
 @pytest.mark.timeout(REST_SECONDS + 600)
 def test_api_cost_of_a_1000_secret_burst(tmp_path: Path) -> None:
-    with bench_cluster(10, tmp_path) as c:
+    with pooled_cluster(tmp_path, 10) as c:
         label = {"bench": "keys-burst"}
         roomy = c.new_namespace(label)
-        create_policy(c, "bench-keys-burst", label, secrets=profile(minimum=1500))
+        c.policy("bench-keys-burst", label, secrets=profile(minimum=1500))
         op = OperatorThread(operator_settings(c, resync_seconds=30, coalesce_seconds=0.1)).start()
         try:
             c.wait_hard(roomy, {"pods": "10", "configmaps": "50", "secrets": "1500"})
@@ -358,15 +249,15 @@ def test_api_cost_of_a_1000_secret_burst(tmp_path: Path) -> None:
 
             # a runaway minting 1,000 Secrets: every step is one decision with one write
             runaway = c.new_namespace()
-            watch = HardWatch(c, runaway)
-            create_policy(c, "bench-keys-runaway", {"bench": "keys-runaway"}, secrets=profile())
+            watch = QuotaWatch(c, runaway)
+            c.policy("bench-keys-runaway", {"bench": "keys-runaway"}, secrets=profile())
             c.core.patch_namespace(runaway, {"metadata": {"labels": {"bench": "keys-runaway"}}})
             c.wait_hard(runaway, {"pods": "10", "configmaps": "50", "secrets": "10"})
             op.idle()
             runs1, writes1 = op.runtime.operator.queue.runs, op.writes()  # type: ignore[union-attr]
             mark = len(watch.seen)
             assert mark > 0
-            assert _count(watch.seen[-1][1]["secrets"]) == 10
+            assert stored_count(watch.seen[-1].spec["secrets"]) == 10
             created = 0
             step_started = time.monotonic()
             while True:
@@ -388,9 +279,9 @@ def test_api_cost_of_a_1000_secret_burst(tmp_path: Path) -> None:
             # status updates change neither)
             sequence, other_writes, other_keys = [10], 0, set()
             for i in range(mark, len(watch.seen)):
-                hard, annotations = watch.seen[i][1], watch.annotations[i]
-                previous = watch.annotations[i - 1]
-                value = _count(hard["secrets"])
+                hard, annotations = watch.seen[i].spec, watch.seen[i].annotations
+                previous = watch.seen[i - 1].annotations
+                value = stored_count(hard["secrets"])
                 if value != sequence[-1]:
                     sequence.append(value)
                 elif annotations != previous:
