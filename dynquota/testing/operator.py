@@ -113,21 +113,14 @@ class OperatorCluster:
         self,
         name: str,
         selector: dict[str, str],
-        pods: dict[str, Any] | None = None,
-        configmaps: dict[str, Any] | None = None,
         priority: int = 0,
         dry_run: bool = False,
         extra_spec: dict[str, Any] | None = None,
-        **keys: dict[str, Any],
+        **resources: dict[str, Any],
     ) -> dict[str, Any]:
-        """Create a DynamicQuotaPolicy; ``keys``: profiles of other quota keys (``secrets``,
+        """Create a DynamicQuotaPolicy over the namespaces labelled ``selector``;
+        ``resources``: the profile of each quota key (``pods=...``, ``secrets=...``,
         ``**{"requests.cpu": ...}``); ``extra_spec``: other spec fields (``defaultRequests``)."""
-        resources: dict[str, Any] = {}
-        if pods is not None:
-            resources["pods"] = pods
-        if configmaps is not None:
-            resources["configmaps"] = configmaps
-        resources.update(keys)
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "DynamicQuotaPolicy",
