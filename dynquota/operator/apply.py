@@ -18,7 +18,7 @@ from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.names import EventReason
-from dynquota.operator.killswitch import KillSwitch
+from dynquota.operator.killswitch import Deletion, KillSwitch
 from dynquota.operator.ports import (
     HELD_INFORMERS,
     HELD_KILL_SWITCH,
@@ -182,7 +182,7 @@ class QuotaWriter(KillSwitch):
             return await self._refused(
                 namespace, current.uid, exc, "release (delete)", log_as="release"
             )
-        if not deleted:
+        if deleted is not Deletion.DELETED:
             return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
         await self._emit(
             ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid),
@@ -198,11 +198,14 @@ class QuotaWriter(KillSwitch):
     ) -> Applied:
         uid = current.uid if current else None
         if self.kill_switch:
-            if not await self._delete_managed(namespace, uid, "kill-switch", "kill switch engaged"):
+            deletion = await self._delete_managed(
+                namespace, uid, "kill-switch", "kill switch engaged"
+            )
+            if deletion is not Deletion.DELETED:
                 return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
             return Applied(None)
         why = governance.reason
-        if not await self._delete_managed(namespace, uid, "unmanaged", why):
+        if await self._delete_managed(namespace, uid, "unmanaged", why) is not Deletion.DELETED:
             # gone or replaced meanwhile: decide again
             return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
         await self._warn(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 
 from dynquota._k8s.backoff import Backoff
@@ -30,10 +31,21 @@ from dynquota.policy import (
 )
 
 __all__ = [
+    "Deletion",
     "KillSwitch",
 ]
 
 log = logging.getLogger("dynquota.operator")
+
+
+class Deletion(enum.Enum):
+    """What :meth:`KillSwitch._delete_managed` did: ``DELETED`` the quota; found it ``GONE``
+    (404) or replaced (uid precondition); or ``HELD`` it back because the Lease or the kill
+    switch no longer allowed the delete after the rate limiter's wait."""
+
+    DELETED = "deleted"
+    GONE = "gone"
+    HELD = "held"
 
 
 class KillSwitch(PolicyStatusWriter):
@@ -184,7 +196,7 @@ class KillSwitch(PolicyStatusWriter):
                 )
             log.warning("(dry run) kill switch: would delete %d managed quotas", len(found))
             return 0
-        deleted = gone = 0
+        deleted = gone = held = 0
         complete = False
         try:
             while self.kill_switch and self.gate.is_leader:
@@ -208,12 +220,9 @@ class KillSwitch(PolicyStatusWriter):
                         failed += 1
                         break
                     try:
-                        if await self._delete_managed(
+                        result = await self._delete_managed(
                             quota.namespace, quota.uid, "kill-switch", "kill switch engaged"
-                        ):
-                            deleted += 1
-                        else:
-                            gone += 1
+                        )
                     except KubeError as exc:
                         failed += 1
                         log.warning(
@@ -221,34 +230,43 @@ class KillSwitch(PolicyStatusWriter):
                             quota.namespace,
                             exc,
                         )
+                        continue
+                    if result is Deletion.DELETED:
+                        deleted += 1
+                    elif result is Deletion.GONE:
+                        gone += 1
+                    else:
+                        held += 1  # the loop's own checks then stop or wait
                 if failed:
                     await asyncio.sleep(1)  # then list again and retry what is left
         finally:
             self._sweeping = False
+        # a delete held back after its rate-limit wait was not sent: not "already gone"
+        skipped = f"{gone} already gone" + (f", {held} held back" if held else "")
         if complete:
             log.warning(
-                "kill switch: deleted %d managed quotas (%d already gone); none is left",
-                deleted,
-                gone,
+                "kill switch: deleted %d managed quotas (%s); none is left", deleted, skipped
             )
         else:
             log.warning(
-                "kill switch: sweep stopped (%s) after deleting %d managed quotas "
-                "(%d already gone)",
+                "kill switch: sweep stopped (%s) after deleting %d managed quotas (%s)",
                 "released" if not self.kill_switch else "not leading",
                 deleted,
-                gone,
+                skipped,
             )
         return deleted
 
-    async def _delete_managed(self, namespace: str, uid: str | None, cause: str, why: str) -> bool:
+    async def _delete_managed(
+        self, namespace: str, uid: str | None, cause: str, why: str
+    ) -> Deletion:
         """Delete the managed quota of ``namespace`` (the object ``uid``) for ``cause``
         (``kill-switch``, ``unmanaged`` or ``dry-run``): waits for the shared client-side rate
         limit (``KILL_SWITCH_DELETE_QPS``), then checks again that the Lease covers the request
         (and, for ``kill-switch``, that the switch is still engaged), logs the deletion with
         ``why`` at WARNING, counts it in ``dynquota_quota_deletions_total{cause}``. Returns
-        ``False`` if the quota was already gone or replaced, or the check after the wait failed
-        (the caller decides again). Raises :class:`~dynquota._k8s.errors.KubeError`.
+        :attr:`Deletion.DELETED`; :attr:`Deletion.GONE` if the quota was already gone or
+        replaced; :attr:`Deletion.HELD` if the check after the wait failed (nothing was sent;
+        the caller decides again). Raises :class:`~dynquota._k8s.errors.KubeError`.
         """
         await self._delete_limiter.acquire()
         # The wait can be long (a sweep shares the rate): what allowed this delete — the Lease
@@ -262,7 +280,7 @@ class KillSwitch(PolicyStatusWriter):
                 namespace,
                 cause,
             )
-            return False
+            return Deletion.HELD
         self._own_deletes[namespace] = True
         try:
             deleted = await self.quotas.delete(namespace, uid)
@@ -271,7 +289,7 @@ class KillSwitch(PolicyStatusWriter):
             raise
         if not deleted:
             log.info("managed quota of %s already gone (%s)", namespace, why)
-            return False
+            return Deletion.GONE
         log.warning("deleted the managed quota of %s: %s", namespace, why)
         self.metrics.quota_deletions.labels(cause).inc()
         view = self._record_view(namespace, "delete", (why,))
@@ -279,7 +297,7 @@ class KillSwitch(PolicyStatusWriter):
         for resource in self._metric_keys.get(namespace, TRACKED_RESOURCES):
             with contextlib.suppress(KeyError):
                 self.metrics.hard.remove(namespace, resource)
-        return True
+        return Deletion.DELETED
 
     async def _release_kill_switch(self) -> None:
         if not self._release_confirmed:

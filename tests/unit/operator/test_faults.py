@@ -14,6 +14,7 @@ import pytest
 from dynquota._k8s.errors import ApiError, NotFoundError
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.operator import reconcile as reconcile_module
+from dynquota.operator.killswitch import Deletion
 from dynquota.testing.wait import async_wait_until
 
 from .test_reconcile import T0, FakeQuotas, World, namespace, policy, setup_team
@@ -160,9 +161,33 @@ async def test_a_delete_waiting_for_its_turn_checks_the_lease_and_the_switch_aga
     else:
         world.op.kill_switch = False
     limiter.turn.set()
-    assert await asyncio.wait_for(delete, 5) is False
+    assert await asyncio.wait_for(delete, 5) is Deletion.HELD
     assert sorted(world.quotas.objects) == ["ns-0"]
     assert world.quotas.writes == []
+
+
+async def test_a_sweep_counts_a_delete_held_back_after_its_wait_as_held_not_gone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The switch is released while the sweep's delete waits for its turn: nothing is sent,
+    and the summary says it was held back, not that the quota was already gone."""
+    world = World()
+    world.quotas.put("ns-0", {"pods": "10"})
+    world.op.kill_switch = True
+    limiter = GatedLimiter()
+    world.op._delete_limiter = limiter  # type: ignore[assignment]
+    with caplog.at_level("WARNING", logger="dynquota.operator"):
+        sweep = asyncio.ensure_future(world.op.engage_kill_switch())
+        await async_wait_until(lambda: limiter.waiting == 1, "the sweep's delete waits")
+        world.op.kill_switch = False
+        limiter.turn.set()
+        assert await asyncio.wait_for(sweep, 5) == 0
+    assert sorted(world.quotas.objects) == ["ns-0"]
+    assert world.quotas.writes == []
+    assert caplog.messages[-1] == (
+        "kill switch: sweep stopped (released) after deleting 0 managed quotas "
+        "(0 already gone, 1 held back)"
+    )
 
 
 # -- case 3: a hung call never stalls the queue -----------------------------------------------
