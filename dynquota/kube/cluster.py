@@ -24,7 +24,6 @@ from dynquota.names import (
     PLURAL,
     VERSION,
 )
-from dynquota.policy.limitrange import limit_range_covers
 
 __all__ = ["ClusterClient"]
 
@@ -59,12 +58,6 @@ class ClusterClient:
         )
         result: dict[str, Any] = self._sanitize(model)
         return result
-
-    async def limit_range_defaults(self, namespace: str) -> frozenset[str]:
-        """The compute quota keys a LimitRange of ``namespace`` gives every container a
-        default for (:func:`dynquota.policy.limitrange.limit_range_covers` of
-        :meth:`list_limit_ranges`). Raises ``ApiError``, ``TransportError``."""
-        return limit_range_covers(await self.list_limit_ranges(namespace))
 
     async def list_limit_ranges(self, namespace: str) -> list[dict[str, Any]]:
         """Every LimitRange of ``namespace`` as decoded JSON: one consistent LIST (RBAC:

@@ -108,7 +108,6 @@ def drivers(api: client.ApiClient) -> dict[str, Callable[[], Awaitable[Any]]]:
         "QuotaClient.delete": lambda: quotas.delete("team", "uid-1"),
         "ClusterClient.read_namespace": lambda: cluster.read_namespace("kube-system"),
         "ClusterClient.list_namespaces": cluster.list_namespaces,
-        "ClusterClient.limit_range_defaults": lambda: cluster.limit_range_defaults("team-a"),
         "ClusterClient.list_limit_ranges": lambda: cluster.list_limit_ranges("team-a"),
         "ClusterClient.create_limit_range": lambda: cluster.create_limit_range(
             "team-a", {"type": "Container", "defaultRequest": {"cpu": "100m"}}
