@@ -172,24 +172,41 @@ def _kubeconfig(tmp_path: Path, server: str) -> Path:
     return path
 
 
+def _preflight_api(refusals: dict[str, int]) -> web.AppRunner:
+    """An HTTP stand-in for the two reads of ``_preflight``: ``GET`` kube-system answers 403
+    while ``refusals["ns"]`` lasts, the policy list 404 while ``refusals["crd"]`` lasts (each
+    refusal counts its entry down), then they succeed."""
+
+    def refuse(key: str, code: int, reason: str) -> web.Response | None:
+        if refusals[key] <= 0:
+            return None
+        refusals[key] -= 1
+        return web.json_response(
+            {"kind": "Status", "code": code, "reason": reason, "message": "no"}, status=code
+        )
+
+    async def namespace(request: web.Request) -> web.Response:
+        return refuse("ns", 403, "Forbidden") or web.json_response(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}
+        )
+
+    async def policies(request: web.Request) -> web.Response:
+        return refuse("crd", 404, "NotFound") or web.json_response(
+            {"apiVersion": "dynquota.io/v1alpha1", "items": []}
+        )
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/kube-system", namespace)
+    app.router.add_get("/apis/dynquota.io/v1alpha1/dynamicquotapolicies", policies)
+    return web.AppRunner(app)
+
+
 async def test_run_waits_for_an_unreachable_apiserver_with_backoff(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     port = _free_port()
     settings = Settings(kubeconfig=str(_kubeconfig(tmp_path, f"http://127.0.0.1:{port}")))
-
-    async def namespace(request: web.Request) -> web.Response:
-        return web.json_response(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}
-        )
-
-    async def policies(request: web.Request) -> web.Response:
-        return web.json_response({"apiVersion": "dynquota.io/v1alpha1", "items": []})
-
-    app = web.Application()
-    app.router.add_get("/api/v1/namespaces/kube-system", namespace)
-    app.router.add_get("/apis/dynquota.io/v1alpha1/dynamicquotapolicies", policies)
-    runner = web.AppRunner(app)
+    runner = _preflight_api({"ns": 0, "crd": 0})
     await runner.setup()
     with caplog.at_level("WARNING", logger="dynquota.cli"):
         task = asyncio.ensure_future(_preflight(settings, delay=0.05))
@@ -226,31 +243,7 @@ async def test_preflight_retries_rbac_and_crd_refusals_as_after_an_apiserver_res
     port = _free_port()
     settings = Settings(kubeconfig=str(_kubeconfig(tmp_path, f"http://127.0.0.1:{port}")))
     answers = {"ns": 2, "crd": 2}
-
-    async def namespace(request: web.Request) -> web.Response:
-        if answers["ns"] > 0:
-            answers["ns"] -= 1
-            return web.json_response(
-                {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"},
-                status=403,
-            )
-        return web.json_response(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}
-        )
-
-    async def policies(request: web.Request) -> web.Response:
-        if answers["crd"] > 0:
-            answers["crd"] -= 1
-            return web.json_response(
-                {"kind": "Status", "code": 404, "reason": "NotFound", "message": "nope"},
-                status=404,
-            )
-        return web.json_response({"apiVersion": "dynquota.io/v1alpha1", "items": []})
-
-    app = web.Application()
-    app.router.add_get("/api/v1/namespaces/kube-system", namespace)
-    app.router.add_get("/apis/dynquota.io/v1alpha1/dynamicquotapolicies", policies)
-    runner = web.AppRunner(app)
+    runner = _preflight_api(answers)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
