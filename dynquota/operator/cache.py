@@ -314,6 +314,7 @@ class OperatorCache(abc.ABC):
             self._namespace_uid.pop(namespace, None)
         self._status_used.pop(namespace, None)
         self._uncounted.pop(namespace, None)
+        self._companions.pop(namespace, None)  # a namespace re-created is read afresh
         self.simulated.pop(namespace, None)
         self.views.pop(namespace, None)
         self._overrides.discard(namespace)

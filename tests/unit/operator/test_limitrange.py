@@ -147,3 +147,23 @@ async def test_no_write_before_the_policies_are_listed() -> None:
     fake = setup(world, defaultRequests={"cpu": "100m"})
     await world.reconcile("team-a")
     assert "create" not in [verb for verb, _ in fake.calls]
+
+
+async def test_a_recreated_namespace_gets_its_companion_again_at_once() -> None:
+    """What was in place in a deleted namespace is forgotten with it: the namespace created
+    again under the same name (no compute key to add, so nothing else forces a LIST) gets
+    its companion at its first reconcile, not after the 10-minute re-check."""
+    world = World()
+    world.op.limit_ranges = fake = FakeLimitRanges()
+    world.op.on_policy(
+        None, {**policy(), "spec": {**policy()["spec"], "defaultRequests": {"cpu": "100m"}}}
+    )
+    world.op.on_namespace(None, namespace("team-a"))
+    await world.reconcile("team-a")
+    assert fake.calls == [("list", "team-a"), ("create", "team-a")]
+    world.op.on_namespace("DELETED", namespace("team-a"))
+    del fake.objects["team-a"], world.quotas.objects["team-a"]  # gone with the namespace
+    world.op.on_namespace("ADDED", namespace("team-a", rv=7))
+    await world.reconcile("team-a")
+    assert fake.calls[2:] == [("list", "team-a"), ("create", "team-a")]
+    assert container(fake) == {"type": "Container", "defaultRequest": {"cpu": "100m"}}
