@@ -106,7 +106,7 @@ class Reporting(OperatorCache):
         dry_run: bool,
     ) -> None:
         if decision.action == "delete" and not decision.dry_run:
-            pass  # logged by _delete_managed
+            pass  # logged, and its hard series removed, by _delete_managed
         elif decision.action != "nothing" or decision.changes:
             prefix = "(dry run) " if decision.dry_run else ""
             lines = decision.reasons or decision.notes
@@ -129,10 +129,6 @@ class Reporting(OperatorCache):
                         self.metrics.hard.labels(namespace, resource).set(
                             unit_for(resource).base(hard)
                         )
-            if decision.action == "delete":
-                for resource in self._metric_keys.get(namespace, TRACKED_RESOURCES):
-                    with contextlib.suppress(KeyError):
-                        self.metrics.hard.remove(namespace, resource)
         elif decision.hard:
             for resource, value in decision.hard.items():
                 self.metrics.hard.labels(namespace, resource).set(unit_for(resource).base(value))
