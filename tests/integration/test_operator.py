@@ -185,8 +185,14 @@ def test_downscale_only_after_the_stabilisation_window(
         pairs.append((int(match.group(1)), int(match.group(2))))
     assert [a for a, _ in pairs] == [28, *[b for _, b in pairs][:-1]], pairs
     last_from = pairs[-1][0]
+    # Under load the informer may see the last deletes late, so the window's peak at the last
+    # step is 2 or a little above; any peak p with ceil(1.4 p) <= 10 ends at 10, and the message
+    # says "at minimum" exactly when the buffer alone would give less than 10.
+    last_peak = int(step.fullmatch(downs[-1].message).group(3))  # type: ignore[union-attr]
+    assert 2 <= last_peak <= 7, downs[-1].message
+    suffix = ", at minimum 10" if -(-last_peak * 140 // 100) < 10 else ""
     assert downs[-1].message == (
-        f"downscale pods {last_from}->10: peak 2 over 8s, buffer 40%, at minimum 10"
+        f"downscale pods {last_from}->10: peak {last_peak} over 8s, buffer 40%{suffix}"
     )
 
 
