@@ -334,7 +334,7 @@ class _Sizer(KeyRules):
         t_used, t_peak = target(used, profile, g), target(peak, profile, g)
         desired: int
         kind: ChangeKind | None = None
-        repair = False
+        repair = usage_unknown = False
         why = ""
         if override.mode in ("grant", "active"):
             desired = profile.maximum
@@ -348,9 +348,9 @@ class _Sizer(KeyRules):
                 why = f"policy {self.policy}, override active until {until}, maximum {fmt(desired)}"
         elif base is None:  # not counted yet: its first status.used sizes it at once
             desired, kind = t_used, "create"
-            known = unit.tally or resource in self.usage
-            why = f"usage {fmt(used)}, " if known else "usage unknown yet, "
-            why += f"{buffer}{clamp_note(used, profile, unit) if known else ''}"
+            usage_unknown = not unit.tally and resource not in self.usage
+            why = "usage unknown yet, " if usage_unknown else f"usage {fmt(used)}, "
+            why += f"{buffer}{'' if usage_unknown else clamp_note(used, profile, unit)}"
         elif override.mode in ("expire", "cancel"):
             desired = t_peak
             kind = "override-expired"
@@ -412,7 +412,8 @@ class _Sizer(KeyRules):
         if kind is not None:
             if repair:
                 pass  # the cooldown keeps running: the buffer still waits for it
-            elif base is None and why.startswith("usage unknown"):
+            elif usage_unknown:
+                # the cooldown counts as already run out: the first status.used sizes the key
                 last_upscale, last_change = now - profile.upscale_cooldown, now
             elif base is None or desired > base:
                 last_upscale = last_change = now
