@@ -267,7 +267,7 @@ class _Sizer(KeyRules):
         peak = max(used, self.peak.get(resource, used))
         repairs: list[str] = []
         record_raw = self.annotations.get(hard_key(resource))
-        record = parse_record(record_raw, unit)
+        record = recorded = parse_record(record_raw, unit)
         if record_raw is not None and record is None:
             repairs.append(f"{hard_key(resource)} malformed ({quoted(record_raw)})")
         base: int | None
@@ -445,6 +445,6 @@ class _Sizer(KeyRules):
         self.limits[resource] = (used, desired, profile, last_upscale)
         self._put_time(last_upscale_key(resource), last_upscale)
         self._put_time(last_change_key(resource), last_change)
-        if parse_record(self.annotations.get(hard_key(resource)), unit) != desired:
+        if recorded != desired:
             self.set[hard_key(resource)] = fmt(desired)
         self._put(profile_key(resource), sizing_key)
