@@ -17,15 +17,12 @@ from typing import Final
 
 from dynquota.names import DEFAULT_OVERRIDE_TTL, EventReason
 from dynquota.policy.decision import (
-    RECURRING_REASONS,
     Action,
     Change,
     ChangeKind,
     Decision,
     Event,
     QuotaState,
-    apply_decision,
-    ceil_div,
     target,
 )
 from dynquota.policy.durations import format_duration
@@ -34,19 +31,17 @@ from dynquota.policy.keyrules import (
     KeyRules,
     clamp_note,
     edited_note,
-    not_counted_after,
     parse_record,
     record_outside_bounds,
     stored_text,
 )
 from dynquota.policy.models import ResourceProfile
 from dynquota.policy.override import (
-    FUTURE_STAMP_ALLOWANCE,
     Override,
     ended_text,
     frozen_events,
     read_override,
-    reject_unmanaged_override,
+    reject_unmanaged_override,  # re-exported: dynquota.operator.reporting imports it here
 )
 from dynquota.policy.profiles import resource_order
 from dynquota.policy.selection import Governance
@@ -62,29 +57,10 @@ from dynquota.policy.state import (
     quoted,
     resource_keys,
 )
-from dynquota.policy.tenant import TENANT_MESSAGE_REFRESH
 from dynquota.policy.units import unit_for
 from dynquota.quantity import Quantity
 
-__all__ = [
-    "DEFAULT_NOT_COUNTED_AFTER",
-    "DEFAULT_OVERRIDE_TTL",
-    "FUTURE_STAMP_ALLOWANCE",
-    "RECURRING_REASONS",
-    "TENANT_MESSAGE_REFRESH",
-    "Action",
-    "Change",
-    "ChangeKind",
-    "Decision",
-    "Event",
-    "QuotaState",
-    "apply_decision",
-    "ceil_div",
-    "decide",
-    "not_counted_after",
-    "reject_unmanaged_override",
-    "target",
-]
+__all__ = ["decide", "reject_unmanaged_override"]
 
 _STATE_PREFIXES: Final = tuple(
     f"{ANNOTATION_PREFIX}{name}."

@@ -29,7 +29,7 @@ from dynquota.policy import (
     reject_unmanaged_override,
     target,
 )
-from dynquota.policy.decide import FUTURE_STAMP_ALLOWANCE
+from dynquota.policy.override import FUTURE_STAMP_ALLOWANCE
 from dynquota.quantity import parse_quantity
 
 HINT = (
