@@ -37,6 +37,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Final, Literal
 
 __all__ = [
@@ -79,6 +80,7 @@ _LONGEST_STATE: Final = "last-upscale."
 _ANNOTATION_NAME_LIMIT: Final = 63
 
 
+@lru_cache(maxsize=4096)  # ~14 calls per key per decision, on a bounded set of keys
 def state_name(resource: str) -> str:
     """The ``<resource>`` part of a state annotation's name.
 
