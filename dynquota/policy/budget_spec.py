@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dynquota.policy.keys import QuotaKeyError, classify_static, conflicting_aliases
+from dynquota.policy.keys import conflicting_aliases, refused_keys
 from dynquota.policy.labels import LabelSelector
 from dynquota.policy.profiles import bound_units
 from dynquota.policy.units import unit_for
@@ -47,12 +47,7 @@ class QuotaBudgetSpec(BaseModel):
     def _units(cls, value: object) -> object:
         if not isinstance(value, Mapping):
             return value  # reported by the dict type check
-        problems: list[str] = []
-        for key in sorted(str(k) for k in value):
-            try:
-                classify_static(key)
-            except QuotaKeyError as exc:
-                problems.append(str(exc))
+        problems = refused_keys(str(k) for k in value)
         problems += [f"{a} and {b} are the same key" for a, b in conflicting_aliases(value)]
         if problems:
             raise ValueError("; ".join(problems))

@@ -17,15 +17,12 @@ from typing import Final
 
 from dynquota.names import DEFAULT_OVERRIDE_TTL, EventReason
 from dynquota.policy.decision import (
-    RECURRING_REASONS,
     Action,
     Change,
     ChangeKind,
     Decision,
     Event,
     QuotaState,
-    apply_decision,
-    ceil_div,
     target,
 )
 from dynquota.policy.durations import format_duration
@@ -34,19 +31,17 @@ from dynquota.policy.keyrules import (
     KeyRules,
     clamp_note,
     edited_note,
-    not_counted_after,
     parse_record,
     record_outside_bounds,
     stored_text,
 )
 from dynquota.policy.models import ResourceProfile
 from dynquota.policy.override import (
-    FUTURE_STAMP_ALLOWANCE,
     Override,
     ended_text,
     frozen_events,
     read_override,
-    reject_unmanaged_override,
+    reject_unmanaged_override,  # re-exported: dynquota.operator.reporting imports it here
 )
 from dynquota.policy.profiles import resource_order
 from dynquota.policy.selection import Governance
@@ -62,29 +57,10 @@ from dynquota.policy.state import (
     quoted,
     resource_keys,
 )
-from dynquota.policy.tenant import TENANT_MESSAGE_REFRESH
 from dynquota.policy.units import unit_for
 from dynquota.quantity import Quantity
 
-__all__ = [
-    "DEFAULT_NOT_COUNTED_AFTER",
-    "DEFAULT_OVERRIDE_TTL",
-    "FUTURE_STAMP_ALLOWANCE",
-    "RECURRING_REASONS",
-    "TENANT_MESSAGE_REFRESH",
-    "Action",
-    "Change",
-    "ChangeKind",
-    "Decision",
-    "Event",
-    "QuotaState",
-    "apply_decision",
-    "ceil_div",
-    "decide",
-    "not_counted_after",
-    "reject_unmanaged_override",
-    "target",
-]
+__all__ = ["decide", "reject_unmanaged_override"]
 
 _STATE_PREFIXES: Final = tuple(
     f"{ANNOTATION_PREFIX}{name}."
@@ -267,7 +243,7 @@ class _Sizer(KeyRules):
         peak = max(used, self.peak.get(resource, used))
         repairs: list[str] = []
         record_raw = self.annotations.get(hard_key(resource))
-        record = parse_record(record_raw, unit)
+        record = recorded = parse_record(record_raw, unit)
         if record_raw is not None and record is None:
             repairs.append(f"{hard_key(resource)} malformed ({quoted(record_raw)})")
         base: int | None
@@ -334,7 +310,7 @@ class _Sizer(KeyRules):
         t_used, t_peak = target(used, profile, g), target(peak, profile, g)
         desired: int
         kind: ChangeKind | None = None
-        repair = False
+        repair = usage_unknown = False
         why = ""
         if override.mode in ("grant", "active"):
             desired = profile.maximum
@@ -348,9 +324,9 @@ class _Sizer(KeyRules):
                 why = f"policy {self.policy}, override active until {until}, maximum {fmt(desired)}"
         elif base is None:  # not counted yet: its first status.used sizes it at once
             desired, kind = t_used, "create"
-            known = unit.tally or resource in self.usage
-            why = f"usage {fmt(used)}, " if known else "usage unknown yet, "
-            why += f"{buffer}{clamp_note(used, profile, unit) if known else ''}"
+            usage_unknown = not unit.tally and resource not in self.usage
+            why = "usage unknown yet, " if usage_unknown else f"usage {fmt(used)}, "
+            why += f"{buffer}{'' if usage_unknown else clamp_note(used, profile, unit)}"
         elif override.mode in ("expire", "cancel"):
             desired = t_peak
             kind = "override-expired"
@@ -412,7 +388,8 @@ class _Sizer(KeyRules):
         if kind is not None:
             if repair:
                 pass  # the cooldown keeps running: the buffer still waits for it
-            elif base is None and why.startswith("usage unknown"):
+            elif usage_unknown:
+                # the cooldown counts as already run out: the first status.used sizes the key
                 last_upscale, last_change = now - profile.upscale_cooldown, now
             elif base is None or desired > base:
                 last_upscale = last_change = now
@@ -444,6 +421,6 @@ class _Sizer(KeyRules):
         self.limits[resource] = (used, desired, profile, last_upscale)
         self._put_time(last_upscale_key(resource), last_upscale)
         self._put_time(last_change_key(resource), last_change)
-        if parse_record(self.annotations.get(hard_key(resource)), unit) != desired:
+        if recorded != desired:
             self.set[hard_key(resource)] = fmt(desired)
         self._put(profile_key(resource), sizing_key)

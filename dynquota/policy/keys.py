@@ -55,6 +55,7 @@ __all__ = [
     "classify",
     "classify_static",
     "conflicting_aliases",
+    "refused_keys",
 ]
 
 Family = Literal[
@@ -396,3 +397,15 @@ def classify_static(key: str) -> KeyInfo:
                 key, f"{where} serves no namespaced resource {resource!r} (check the plural)"
             )
     return info
+
+
+def refused_keys(keys: Iterable[str]) -> list[str]:
+    """The :class:`QuotaKeyError` text of each key :func:`classify_static` refuses, in key
+    order (what a policy's ``resources`` or a budget's ``hard`` reports)."""
+    refused: list[str] = []
+    for key in sorted(keys):
+        try:
+            classify_static(key)
+        except QuotaKeyError as exc:
+            refused.append(str(exc))
+    return refused

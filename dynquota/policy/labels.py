@@ -83,6 +83,15 @@ SelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
 _OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
+def _as_tuple(value: object) -> object:
+    """A JSON list (or null: empty) as the tuple a strict tuple field takes."""
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
 class LabelSelectorRequirement(BaseModel):
     """One ``matchExpressions`` entry: ``key``, ``operator`` (``In``, ``NotIn``, ``Exists``,
     ``DoesNotExist``; case-sensitive) and ``values``: non-empty for ``In``/``NotIn``, empty or
@@ -111,11 +120,7 @@ class LabelSelectorRequirement(BaseModel):
     @field_validator("values", mode="before")
     @classmethod
     def _values_list(cls, value: object) -> object:
-        if value is None:
-            return ()
-        if isinstance(value, list):
-            return tuple(value)
-        return value
+        return _as_tuple(value)
 
     @field_validator("values")
     @classmethod
@@ -171,11 +176,7 @@ class LabelSelector(BaseModel):
     @field_validator("match_expressions", mode="before")
     @classmethod
     def _null_expressions(cls, value: object) -> object:
-        if value is None:
-            return ()
-        if isinstance(value, list):
-            return tuple(value)
-        return value
+        return _as_tuple(value)
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether a namespace with ``labels`` is selected."""

@@ -155,9 +155,11 @@ class DynamicQuotaPolicySpec(BaseModel):
     default_limits: dict[str, str] = Field(default_factory=dict, alias="defaultLimits")
     allow_default_limits: bool = Field(default=False, alias="allowDefaultLimits")
 
-    @field_validator("namespace_selector", "override", mode="before")
+    @field_validator(
+        "namespace_selector", "override", "default_requests", "default_limits", mode="before"
+    )
     @classmethod
-    def _null_selector(cls, value: object) -> object:
+    def _null_as_empty(cls, value: object) -> object:
         return {} if value is None else value
 
     @field_validator("priority")
@@ -171,11 +173,6 @@ class DynamicQuotaPolicySpec(BaseModel):
     @classmethod
     def _fill_defaults(cls, value: object) -> object:
         return fill_resources(value)
-
-    @field_validator("default_requests", "default_limits", mode="before")
-    @classmethod
-    def _null_defaults(cls, value: object) -> object:
-        return {} if value is None else value
 
     @field_validator("default_requests")
     @classmethod

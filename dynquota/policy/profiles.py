@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dynquota.names import CONFIGMAPS, PODS, TRACKED_RESOURCES
 from dynquota.policy.durations import format_duration, parse_duration
-from dynquota.policy.keys import QuotaKeyError, classify_static, conflicting_aliases
+from dynquota.policy.keys import conflicting_aliases, refused_keys
 from dynquota.policy.units import FAMILY_DEFAULTS, KeyUnit, default_minimum, unit_for
 from dynquota.quantity import QuantityError, parse_quantity
 
@@ -188,12 +188,7 @@ def fill_resources(value: object) -> object:
         value = {}
     if not isinstance(value, Mapping):
         return value  # reported by the dict type check
-    refused: list[str] = []
-    for key in sorted(str(k) for k in value if k not in TRACKED_RESOURCES):
-        try:
-            classify_static(key)
-        except QuotaKeyError as exc:
-            refused.append(str(exc))
+    refused = refused_keys(str(k) for k in value if k not in TRACKED_RESOURCES)
     if refused:
         noun = "key" if len(refused) == 1 else "keys"
         raise ValueError(

@@ -37,6 +37,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Final, Literal
 
 __all__ = [
@@ -79,6 +80,7 @@ _LONGEST_STATE: Final = "last-upscale."
 _ANNOTATION_NAME_LIMIT: Final = 63
 
 
+@lru_cache(maxsize=4096)  # ~14 calls per key per decision, on a bounded set of keys
 def state_name(resource: str) -> str:
     """The ``<resource>`` part of a state annotation's name.
 
@@ -178,11 +180,8 @@ def parse_time(text: str) -> int:
             for any other text (date only, no offset, out-of-range fields).
     """
     match = _RFC3339.fullmatch(text) if isinstance(text, str) else None
-    error = ValueError(
-        f"invalid timestamp {quoted(str(text))}: expected RFC 3339 like 2026-11-30T03:30:00Z"
-    )
     if match is None:
-        raise error
+        raise _invalid_time(text)
     year, month, day, hour, minute, second = (int(match[i]) for i in range(1, 7))
     offset = match[8]
     if offset in ("Z", "z"):
@@ -190,14 +189,22 @@ def parse_time(text: str) -> int:
     else:
         hours, minutes = int(offset[1:3]), int(offset[4:6])
         if hours > 23 or minutes > 59:
-            raise error
+            raise _invalid_time(text)
         sign = -1 if offset[0] == "-" else 1
         zone = timezone(sign * timedelta(hours=hours, minutes=minutes))
     try:
         moment = datetime(year, month, day, hour, minute, second, tzinfo=zone)
     except ValueError:
-        raise error from None
+        raise _invalid_time(text) from None
     return math.floor(moment.timestamp())
+
+
+def _invalid_time(text: object) -> ValueError:
+    # built only on failure: quoting (bounding, hashing) a tenant's text is not free, and
+    # parse_time runs for every stamp of every decision
+    return ValueError(
+        f"invalid timestamp {quoted(str(text))}: expected RFC 3339 like 2026-11-30T03:30:00Z"
+    )
 
 
 KillSwitchState = Literal["engaged", "released", "unknown"]

@@ -29,7 +29,7 @@ from dynquota.policy import (
     reject_unmanaged_override,
     target,
 )
-from dynquota.policy.decide import FUTURE_STAMP_ALLOWANCE
+from dynquota.policy.override import FUTURE_STAMP_ALLOWANCE
 from dynquota.quantity import parse_quantity
 
 HINT = (
@@ -41,6 +41,11 @@ WEEK = 7 * 86400
 PODS_PROFILE = DEFAULT_PROFILES[PODS]
 CM_PROFILE = DEFAULT_PROFILES[CONFIGMAPS]
 GOV = Governance.managed("default", DEFAULT_PROFILES)
+
+
+def edit_warning(edits: str) -> Event:
+    """The ``ManualEditReverted`` Warning listing ``edits``."""
+    return Event("Warning", "ManualEditReverted", f"spec.hard was edited directly: {edits}. {HINT}")
 
 
 def ts(offset: int) -> str:
@@ -440,13 +445,7 @@ def test_direct_edit_is_reverted_without_stamps() -> None:
     assert d.changes[0].kind == "revert"
     assert d.hard == {PODS: 14, CONFIGMAPS: 50}
     assert d.set_annotations == {}
-    assert d.events == (
-        Event(
-            "Warning",
-            "ManualEditReverted",
-            f"spec.hard was edited directly: pods edited to 50, restored to 14. {HINT}",
-        ),
-    )
+    assert d.events == (edit_warning("pods edited to 50, restored to 14"),)
     assert_fixed_point(apply_decision(quota, d), T0 + 10, pods=10)
 
 
@@ -454,13 +453,7 @@ def test_removed_key_is_restored() -> None:
     quota = settled(14, hard={CONFIGMAPS: 50})
     d = run(quota, T0 + 10, pods=10)
     assert d.reasons == ("revert pods absent->14: spec.hard was edited directly",)
-    assert d.events == (
-        Event(
-            "Warning",
-            "ManualEditReverted",
-            f"spec.hard was edited directly: pods removed, restored to 14. {HINT}",
-        ),
-    )
+    assert d.events == (edit_warning("pods removed, restored to 14"),)
 
 
 def test_edit_plus_due_change_reports_both() -> None:
@@ -471,11 +464,7 @@ def test_edit_plus_due_change_reports_both() -> None:
     )
     assert d.events == (
         Event("Normal", "Resized", d.reasons[0]),
-        Event(
-            "Warning",
-            "ManualEditReverted",
-            f"spec.hard was edited directly: pods edited to 5, set to 20 (upscale). {HINT}",
-        ),
+        edit_warning("pods edited to 5, set to 20 (upscale)"),
     )
 
 
@@ -487,24 +476,15 @@ def test_several_edits_are_one_warning_with_every_value() -> None:
     d = run(quota, T0 + 10, pods=10)
     assert d.hard == {PODS: 14, CONFIGMAPS: 50}
     assert d.events == (
-        Event(
-            "Warning",
-            "ManualEditReverted",
-            "spec.hard was edited directly: pods edited to 1k, restored to 14; configmaps edited "
-            "to 7, restored to 50; secrets set to 10, removed (not tracked by dynquota). "
-            f"{HINT}",
+        edit_warning(
+            "pods edited to 1k, restored to 14; configmaps edited to 7, restored to 50; "
+            "secrets set to 10, removed (not tracked by dynquota)"
         ),
     )
     # During an override the maximum is what is restored.
     quota = settled(1000, 2000, extra=_granted(0), hard={PODS: 3, CONFIGMAPS: 2000})
     d = run(quota, T0 + 10, pods=10)
-    assert d.events == (
-        Event(
-            "Warning",
-            "ManualEditReverted",
-            f"spec.hard was edited directly: pods edited to 3, restored to 1000. {HINT}",
-        ),
-    )
+    assert d.events == (edit_warning("pods edited to 3, restored to 1000"),)
 
 
 def test_equality_is_numeric() -> None:
@@ -522,14 +502,7 @@ def test_foreign_keys_are_nulled() -> None:
     assert d.action == "patch"
     assert d.null_hard == frozenset({"secrets"})
     assert d.reasons == ("revert secrets: not tracked by dynquota, removed from spec.hard",)
-    assert d.events == (
-        Event(
-            "Warning",
-            "ManualEditReverted",
-            "spec.hard was edited directly: secrets set to 10, removed (not tracked by "
-            f"dynquota). {HINT}",
-        ),
-    )
+    assert d.events == (edit_warning("secrets set to 10, removed (not tracked by dynquota)"),)
     assert d.merge_patch() == {"spec": {"hard": {PODS: "14", CONFIGMAPS: "50", "secrets": None}}}
     after = apply_decision(quota, d)
     assert after is not None

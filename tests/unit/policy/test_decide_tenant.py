@@ -17,7 +17,7 @@ from dynquota.policy import (
     decide,
     validate_policy,
 )
-from dynquota.policy.decide import TENANT_MESSAGE_REFRESH
+from dynquota.policy.tenant import TENANT_MESSAGE_REFRESH
 
 from .test_decide import GOV, T0, WEEK, run, settled, ts
 
