@@ -43,7 +43,9 @@ def _sample(runtime: Runtime, name: str) -> float:
     return total
 
 
-def instrument(runtime: Runtime, reaction_ns: str, reactions: list[float]) -> None:
+def instrument(
+    runtime: Runtime, reaction_ns: str, reactions: list[float], phases: list[list[float]]
+) -> None:
     """Time each crossing in ``reaction_ns`` from its first signal to the patch it causes.
 
     The signal is whichever reaches the operator first: the pod's tally change (its metadata
@@ -89,17 +91,31 @@ def instrument(runtime: Runtime, reaction_ns: str, reactions: list[float]) -> No
 
     operator_.on_quota = timed_on_quota  # type: ignore[method-assign]
     quotas: Any = operator_.quotas
-    patch = quotas.patch
+    patch, get = quotas.patch, quotas.get
+    got: dict[str, float] = {}  # the reaction namespace's last GET: its start and end
+
+    async def timed_get(namespace: str) -> Any:
+        if namespace != reaction_ns:
+            return await get(namespace)
+        got["start"] = time.perf_counter()
+        try:
+            return await get(namespace)
+        finally:
+            got["end"] = time.perf_counter()
 
     async def timed_patch(namespace: str, body: Any, *args: Any, **kwargs: Any) -> Any:
         if namespace == reaction_ns:
             started = pending.pop(namespace, None)
             if started is not None:
-                reactions.append(time.perf_counter() - started)
+                now = time.perf_counter()
+                reactions.append(now - started)
+                # where the time went: signal -> GET sent, the GET, GET answered -> patch
+                begin, end = got.get("start", started), got.get("end", started)
+                phases.append([max(0.0, begin - started), max(0.0, end - begin), now - end])
             seen["patched"] = pods_now(seen["status_used"])
         return await patch(namespace, body, *args, **kwargs)
 
-    quotas.patch = timed_patch
+    quotas.get, quotas.patch = timed_get, timed_patch
 
 
 def write_stats(path: str, stats: dict[str, Any]) -> None:
@@ -117,11 +133,12 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
         pod_name=f"bench-{uuid.uuid4().hex[:6]}",
     )
     reactions: list[float] = []
+    phases: list[list[float]] = []
     holder: list[Runtime] = []
 
     def got(runtime: Runtime) -> None:
         holder.append(runtime)
-        instrument(runtime, reaction_ns, reactions)
+        instrument(runtime, reaction_ns, reactions, phases)
 
     stop = asyncio.Event()
 
@@ -144,6 +161,7 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
                 "decisions": _sample(runtime, "dynquota_reconciles_total"),
                 "writes": _sample(runtime, "dynquota_quota_writes_total"),
                 "reactions": reactions,
+                "phases": phases,
             }
             write_stats(stats_path, stats)
 

@@ -355,6 +355,7 @@ class Reaction:
         self.c, self.ns, self.d = c, ns, d
         self.created = 0
         self.writes = 0.0
+        self.phases: list[list[float]] = []
 
     def setup(self) -> None:
         self.c.wait_hard(self.ns, {"pods": "100", "configmaps": "100"}, timeout=120)
@@ -393,9 +394,22 @@ class Reaction:
         # a stats snapshot taken after the last step (the file is rewritten every second)
         after = time.time() + 0.5
         wait_until(lambda: self.d.stats()["t"] > after, "fresh stats", 10)
-        reactions = self.d.stats()["reactions"][start:]
+        stats = self.d.stats()
+        reactions = stats["reactions"][start:]
+        self.phases = [[float(x) for x in p] for p in stats.get("phases", [])[start:]]
         self.writes += len(reactions)  # quota patches sent in this namespace
         return [float(r) for r in reactions]
+
+    def phases_text(self) -> str:
+        """p50/p99 of where the last :meth:`run`'s reactions went (milliseconds)."""
+        if not self.phases:
+            return "n/a"
+        names = ("signal -> GET sent", "GET", "GET answered -> patch sent")
+        return "; ".join(
+            f"{name} p50 {statistics.median(col) * 1000:.1f} / p99 "
+            f"{percentile(col, 99) * 1000:.1f} ms"
+            for name, col in zip(names, zip(*self.phases, strict=True), strict=True)
+        )
 
 
 def churn(c: OperatorCluster, namespaces: list[str], pods: int, configmaps: int) -> dict[str, int]:
@@ -526,6 +540,7 @@ def test_scale_b_churn(tmp_path: Path, procs: list[Proc]) -> None:
         r = Reaction(c, reaction_ns, d)
         r.setup()
         idle = r.run(REACTION_SAMPLES)
+        idle_phases = r.phases_text()
         d0, k0 = d.mark("start"), k.mark("start")
         k_events0 = k.stats()["events"]
 
@@ -580,6 +595,7 @@ def test_scale_b_churn(tmp_path: Path, procs: list[Proc]) -> None:
                 comparison(d2, k2, f"after {REST_SECONDS} s at rest"),
                 f"reaction (tally change -> patch sent, in the operator) idle: {ms(idle)}; "
                 f"under churn: {ms(busy)}",
+                f"idle reaction by phase: {idle_phases}",
                 f"reaction namespace: {len(idle) + len(busy) + 1} crossings, {r.writes:.0f} writes",
                 f"writes at rest ({REST_SECONDS} s): {rest_writes:.0f}",
             ],
