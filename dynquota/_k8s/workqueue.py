@@ -92,6 +92,8 @@ class WorkQueue:
         self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}
         self._failures: dict[str, int] = {}
         self._started: dict[str, float] = {}  # wall-clock start of each key's last run
+        self._leading: set[str] = set()  # queued by the first event of a quiet key
+        self._running_leading: set[str] = set()  # ... and now running
         self._tasks: list[asyncio.Task[None]] = []
         self._idle = asyncio.Event()
         self._idle.set()
@@ -112,6 +114,7 @@ class WorkQueue:
         last = self._started.get(key)
         if key not in self._processing and (last is None or now - last >= self._coalesce):
             self.add_now(key)
+            self._leading.add(key)
             return
         self.add_at(key, (now if last is None else last) + self._coalesce)
 
@@ -150,6 +153,12 @@ class WorkQueue:
         handle = loop.call_later(delay + _TIMER_SLACK, self._fire, key)
         self._timers[key] = (when, handle)
 
+    def leading(self, key: str) -> bool:
+        """Whether the run of ``key`` in progress was started by the first event of a quiet
+        key (leading edge), not by a burst's trailing edge, a timer or :meth:`add_now`; the
+        handler may then trust what the watches just delivered (nothing else is in flight)."""
+        return key in self._running_leading
+
     def scheduled(self, key: str) -> float | None:
         """The pending instant for ``key`` (seconds since the epoch), or ``None``."""
         pending = self._timers.get(key)
@@ -160,6 +169,7 @@ class WorkQueue:
         self._cancel_timer(key)
         self._failures.pop(key, None)
         self._started.pop(key, None)
+        self._leading.discard(key)
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -220,11 +230,15 @@ class WorkQueue:
             key = await self._queue.get()
             self._queued.discard(key)
             self._processing.add(key)
+            if key in self._leading:
+                self._leading.discard(key)
+                self._running_leading.add(key)
             self._started[key] = self._clock()
             try:
                 outcome = await self._run(key)
             finally:
                 self._processing.discard(key)
+                self._running_leading.discard(key)
             if outcome.retry:
                 failures = self._failures.get(key, 0)
                 self._failures[key] = failures + 1

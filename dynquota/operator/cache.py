@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aiolimiter import AsyncLimiter
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from dynquota._k8s.workqueue import Outcome, WorkQueue
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
@@ -61,6 +61,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("dynquota.operator")
+
+WATCHED_QUOTAS = 256
+"""Managed quotas kept as the watch delivered them (the most recently active namespaces;
+about 3 KB each)."""
 
 
 class OperatorCache(abc.ABC):
@@ -136,6 +140,10 @@ class OperatorCache(abc.ABC):
         """Namespaces whose managed quota dynquota itself is deleting (kill switch,
         unmanaged), so their DELETED event is not taken for someone else's."""
         self._status_used: dict[str, dict[str, int]] = {}
+        # the managed quotas the watch delivered last, for the namespaces active most recently:
+        # a quiet namespace's first event decides from it instead of a GET (bounded: a GET
+        # waits behind the create that caused the event, p50 13 ms, p99 58 ms on 2 cores)
+        self._watched: LRUCache[str, QuotaSnapshot] = LRUCache(maxsize=WATCHED_QUOTAS)
         self._metric_keys: dict[str, set[str]] = {}
         """Per namespace, the quota keys it has per-key metric series for."""
         self._uncounted: dict[str, dict[str, float]] = {}
@@ -222,8 +230,10 @@ class OperatorCache(abc.ABC):
             self._deleted_by_others.add(snapshot.namespace)
         if event_type == "DELETED" or not snapshot.managed:
             self._status_used.pop(snapshot.namespace, None)
+            self._watched.pop(snapshot.namespace, None)
         else:
             self._status_used[snapshot.namespace] = snapshot.used_counts()
+            self._watched[snapshot.namespace] = snapshot
         self.queue.add(snapshot.namespace)
 
     def _ours(self, deleted: QuotaSnapshot) -> bool:
@@ -313,6 +323,7 @@ class OperatorCache(abc.ABC):
         if namespace != KUBE_SYSTEM:
             self._namespace_uid.pop(namespace, None)
         self._status_used.pop(namespace, None)
+        self._watched.pop(namespace, None)
         self._uncounted.pop(namespace, None)
         self._companions.pop(namespace, None)  # a namespace re-created is read afresh
         self.simulated.pop(namespace, None)

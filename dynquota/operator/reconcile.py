@@ -118,16 +118,22 @@ class Operator(QuotaWriter):
             )
         dry_run = self.settings.dry_run or governance.dry_run
         result: ReconcileResult
-        for attempt in range(CONFLICT_RETRIES + 1):
-            # every attempt reads the quota afresh: the patch is conditional on its
-            # resourceVersion, so it never overwrites a change it has not seen
-            current = await self.quotas.get(namespace)
+        # The first event of a quiet namespace decides from the quota its watch just delivered
+        # (no GET on the reaction path); every other attempt reads it afresh. Either way a patch
+        # is conditional on the resourceVersion decided from, so it never overwrites a change it
+        # has not seen (409: read again); anything but a patch is decided again from a GET.
+        watched = self._watched.get(namespace) if self.queue.leading(namespace) else None
+        for attempt in range(CONFLICT_RETRIES + 1 + (watched is not None)):
+            from_watch = attempt == 0 and watched is not None
+            current = watched if from_watch else await self.quotas.get(namespace)
             if current is not None and not current.managed:
                 await self._report_foreign(current)
                 return Outcome(), "ok"
             now = self.clock()
             missing = await self._missing_defaults(namespace, governance, current, dry_run)
             decision = self._decide(namespace, governance, current, now, dry_run, missing)
+            if from_watch and (decision.dry_run or decision.action not in ("patch", "nothing")):
+                continue
             if decision.dry_run:
                 simulated = apply_decision(
                     self._quota_for_decision(namespace, current, dry_run), decision

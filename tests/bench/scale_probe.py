@@ -7,7 +7,8 @@
 coalescing 0.1 s, 4 workers), as its own process so its RSS and CPU are its own. Every second
 it writes STATS (JSON): RSS, CPU seconds, watch events received, objects held, informers
 synced, decisions, quota writes, and the reaction samples of REACTION_NS: seconds from the
-tally change an event caused (the informer's ``on_change``) to the quota patch being sent.
+tally change an event caused (the informer's ``on_change``) to the quota patch being sent,
+and where that time went (a GET of the quota on the path or not; the rest).
 
 ``populate``: NAMESPACES namespaces PREFIX-i, then PODS pods bound to NODE (``spec.nodeName``:
 no scheduler, no kubelet; they stay Pending and count) and CONFIGMAPS small ConfigMaps,
@@ -109,9 +110,11 @@ def instrument(
             if started is not None:
                 now = time.perf_counter()
                 reactions.append(now - started)
-                # where the time went: signal -> GET sent, the GET, GET answered -> patch
-                begin, end = got.get("start", started), got.get("end", started)
-                phases.append([max(0.0, begin - started), max(0.0, end - begin), now - end])
+                # where the time went: the GET of the quota, if one was made after the signal
+                # (a quiet namespace decides from the watched quota: none), and the rest
+                begin = got.get("start", 0.0)
+                get_seconds = got["end"] - begin if begin >= started else 0.0
+                phases.append([get_seconds, now - started - get_seconds])
             seen["patched"] = pods_now(seen["status_used"])
         return await patch(namespace, body, *args, **kwargs)
 

@@ -404,11 +404,14 @@ class Reaction:
         """p50/p99 of where the last :meth:`run`'s reactions went (milliseconds)."""
         if not self.phases:
             return "n/a"
-        names = ("signal -> GET sent", "GET", "GET answered -> patch sent")
-        return "; ".join(
-            f"{name} p50 {statistics.median(col) * 1000:.1f} / p99 "
-            f"{percentile(col, 99) * 1000:.1f} ms"
-            for name, col in zip(names, zip(*self.phases, strict=True), strict=True)
+        gets = [g for g, _ in self.phases if g > 0]
+        rest = [r for _, r in self.phases]
+        text = f"a GET of the quota on the path in {len(gets)} of {len(self.phases)}"
+        if gets:
+            text += f" (p50 {statistics.median(gets) * 1000:.1f} ms)"
+        return (
+            f"{text}; the rest (queue, decide) p50 {statistics.median(rest) * 1000:.1f} / "
+            f"p99 {percentile(rest, 99) * 1000:.1f} ms"
         )
 
 

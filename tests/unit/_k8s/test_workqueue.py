@@ -189,3 +189,25 @@ async def test_forget_drops_the_timer() -> None:
     await asyncio.sleep(0.4)
     assert rec.runs == []
     await queue.stop()
+
+
+async def test_only_the_first_event_of_a_quiet_key_makes_a_leading_run() -> None:
+    leading: list[tuple[str, bool]] = []
+
+    async def handler(key: str) -> Outcome:
+        leading.append((key, queue.leading(key)))
+        return Outcome()
+
+    queue = WorkQueue(handler, workers=1, coalesce=0.3)
+    queue.start()
+    queue.add("a")  # quiet: leading edge
+    await async_wait_until(lambda: len(leading) == 1, "leading run", timeout=5)
+    queue.add("a")  # within the window: trailing edge
+    queue.add_now("b")  # asked for directly: not an event of a quiet key
+    await async_wait_until(lambda: len(leading) == 3, "trailing run", timeout=5)
+    queue.add_at("c", time.time() + 0.05)  # a timer
+    await async_wait_until(lambda: len(leading) == 4, "timed run", timeout=5)
+    await queue.wait_idle(timeout=5)
+    assert leading == [("a", True), ("b", False), ("a", False), ("c", False)]
+    assert not queue.leading("a")  # only while its run is in progress
+    await queue.stop()

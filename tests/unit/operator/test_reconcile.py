@@ -916,3 +916,47 @@ async def test_invalid_kill_switch_at_start_without_quotas_is_unknown_and_writes
     await world.reconcile("team-a")
     assert world.quotas.writes == [("create", "team-a")]
     await world.op.stop_background()
+
+
+class CountingQuotas(FakeQuotas):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets = 0
+
+    async def get(self, namespace: str) -> QuotaSnapshot | None:
+        self.gets += 1
+        return await super().get(namespace)
+
+
+async def test_a_leading_run_decides_from_the_watched_quota_and_patches_on_its_version() -> None:
+    world = World()
+    world.quotas = quotas = CountingQuotas()
+    world.op = world.new_operator()
+    world.op.queue.leading = lambda key: True  # type: ignore[method-assign]
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")  # no watched quota yet: GET (none), create hard 20
+    assert (quotas.gets, quotas.writes) == (1, [("create", "team-a")])
+    watched = copy.deepcopy(quotas.objects["team-a"])
+    world.op.on_quota("ADDED", watched)
+    # a crossing: decided from the watch, no GET, the patch conditional on the watched version
+    world.usage.counts[("team-a", "pods")] = 20
+    world.clock.now = T0 + 60
+    await world.reconcile("team-a")
+    assert quotas.gets == 1
+    assert quotas.patch_versions == [watched["metadata"]["resourceVersion"]]
+    assert quotas.hard("team-a")["pods"] == "28"
+    # the watch lags (still the old version): 409, then a GET and a patch on the fresh version
+    fresh = quotas.objects["team-a"]["metadata"]["resourceVersion"]
+    world.usage.counts[("team-a", "pods")] = 28
+    world.clock.now = T0 + 120
+    await world.reconcile("team-a")
+    assert quotas.gets == 2
+    assert quotas.patch_versions[1:] == [watched["metadata"]["resourceVersion"], fresh]
+    assert quotas.hard("team-a")["pods"] == "40"
+    assert world.op.metrics.write_conflicts.labels("retried")._value.get() == 1
+    # anything but a patch (here a delete: the namespace opted out) is decided again from a GET
+    world.op.on_quota("MODIFIED", copy.deepcopy(quotas.objects["team-a"]))
+    world.op.on_namespace("MODIFIED", namespace("team-a", {"dynquota.io/managed": "false"}, rv=2))
+    await world.reconcile("team-a")
+    assert quotas.gets == 3
+    assert quotas.writes[-1] == ("delete", "team-a")
