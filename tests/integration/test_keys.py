@@ -98,11 +98,43 @@ def creator(c: OperatorCluster, ns: str, key: str) -> Callable[[], None]:
     return lambda: c.create_pod(ns)
 
 
+def pod_creator(
+    c: OperatorCluster,
+    ns: str,
+    requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+) -> Callable[[], None]:
+    """Creates one pod (one container, no node: admission charges it at create) with these
+    container ``requests`` and ``limits`` (``None``: left out, the LimitRange defaults them)."""
+
+    def create() -> None:
+        resources: dict[str, Any] = {}
+        if requests is not None:
+            resources["requests"] = requests
+        if limits is not None:
+            resources["limits"] = limits
+        c.core.create_namespaced_pod(
+            ns,
+            {
+                "metadata": {"name": f"p-{uuid.uuid4().hex[:8]}"},
+                "spec": {"containers": [{"name": "c", "image": PAUSE, "resources": resources}]},
+            },
+        )
+
+    return create
+
+
 def run_pressure(
-    c: OperatorCluster, ns: str, expected: dict[str, list[str]], timeout: float = 30
+    c: OperatorCluster,
+    ns: str,
+    expected: dict[str, list[str]],
+    timeout: float = 30,
+    creators: dict[str, Callable[[], None]] | None = None,
 ) -> dict[str, list[int]]:
     """For every key at once (their cooldowns overlap): wait for the next expected hard, then
-    create until refused. Returns how many were created per step and key."""
+    create until refused (with ``creators[key]``, else :func:`creator`). Returns how many
+    were created per step and key."""
+    made = {key: (creators or {}).get(key) or creator(c, ns, key) for key in expected}
     created: dict[str, list[int]] = {key: [] for key in expected}
     for step in range(max(len(v) for v in expected.values())):
         for key, values in expected.items():
@@ -113,7 +145,7 @@ def run_pressure(
                 f"{ns}: {key} = {values[step]} (step {step}; now {c.hard(ns)})",
                 timeout=timeout,
             )
-            created[key].append(fill(creator(c, ns, key)))
+            created[key].append(fill(made[key]))
     return created
 
 
@@ -395,3 +427,126 @@ def test_companion_limit_range_gives_the_default_request_and_the_key_is_added(
     assert after.metadata.resource_version == foreign.metadata.resource_version
     assert after.metadata.labels is None
     assert after.spec.limits[0].default_request == {"memory": "32Mi"}
+
+
+def test_hugepages_and_an_extended_resource_are_charged_at_create_and_sized(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """requests.hugepages-2Mi and requests.example.com/foo: quota admission charges a pod's
+    requests at create (no node advertises them; the pods stay Pending), so both grow by
+    their buffer while the test mints pods. Hugepages and extended resources must have
+    requests == limits: the pods give limits only, which the apiserver copies to requests."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    hugepages, extended = "requests.hugepages-2Mi", "requests.example.com/foo"
+    c.policy(
+        "p-hugepages",
+        scope,
+        pods=profile(50, 100),
+        **{hugepages: profile("4Mi", "10Mi"), extended: profile(2, 5)},
+    )
+    start_operator()
+    created = run_pressure(
+        c,
+        ns,
+        # 6Mi * 1.5 = 9Mi, rounded up to a whole 2Mi page: 10Mi (the maximum)
+        {hugepages: ["4Mi", "6Mi", "10Mi"], extended: ["2", "3", "5"]},
+        creators={
+            # hugepages need a cpu or memory request beside them (pod validation)
+            hugepages: pod_creator(c, ns, limits={"hugepages-2Mi": "2Mi", "memory": "16Mi"}),
+            extended: pod_creator(c, ns, limits={"example.com/foo": "1"}),
+        },
+    )
+    assert created == {hugepages: [2, 1, 2], extended: [2, 1, 2]}
+    quota = c.quota(ns)
+    assert quota.spec.hard == {
+        "pods": "50",
+        "configmaps": "50",
+        hugepages: "10Mi",
+        extended: "5",
+    }
+    assert quota.status.used[hugepages] == "10Mi"
+    assert quota.status.used[extended] == "5"
+    assert quota.metadata.annotations["dynquota.io/hard.requests.example.com_foo"] == "5"
+
+
+def test_allow_default_limits_gives_limits_cpu_a_default_limit_and_pods_are_charged(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """allowDefaultLimits: true with defaultLimits.cpu 200m: the companion LimitRange gets
+    ``default`` (and the apiserver fills ``defaultRequest`` from it), limits.cpu is added with
+    no NeedsDefaultRequests, and a pod without limits gets 200m and is charged exactly that."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    c.policy(
+        "p-limits",
+        scope,
+        extra_spec={"allowDefaultLimits": True, "defaultLimits": {"cpu": "200m"}},
+        **{"limits.cpu": profile("400m", "1")},
+    )
+    start_operator()
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", "limits.cpu": "400m"})
+    owned = c.core.read_namespaced_limit_range("dynquota", ns)
+    assert owned.metadata.labels == {"app.kubernetes.io/managed-by": "dynquota"}
+    assert [(i.type, i.default_request, i.default) for i in owned.spec.limits] == [
+        ("Container", {"cpu": "200m"}, {"cpu": "200m"})
+    ]
+    assert c.events(ns, "NeedsDefaultRequests") == []
+    c.create_pod(ns, "no-limits")
+    pod = c.core.read_namespaced_pod("no-limits", ns)
+    assert pod.spec.containers[0].resources.limits == {"cpu": "200m"}
+    assert pod.spec.containers[0].resources.requests == {"cpu": "200m"}
+    assert c.quota(ns).status.used["limits.cpu"] == "200m"  # charged at admission
+    # 400m * 1.5 = 600m; 600m * 1.5 = 900m (4 pods fit: 800m); 800m * 1.5 = 1200m -> 1
+    created = run_pressure(c, ns, {"limits.cpu": ["400m", "600m", "900m", "1"]})
+    assert created == {"limits.cpu": [1, 1, 1, 1]}  # the first step's first pod: no-limits
+    quota = c.quota(ns)
+    assert quota.status.used["limits.cpu"] == "1"
+    assert quota.spec.hard == {"pods": "10", "configmaps": "50", "limits.cpu": "1"}
+
+
+def test_count_pods_and_requests_memory_runaways_are_refused_with_exceeded_quota(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """count/pods (status-driven, unlike the tallied ``pods``) and requests.memory (default
+    request from the companion LimitRange) in one quota: a runaway of small pods is throttled
+    by count/pods, then, once those are deleted (replenished at once), a runaway of 1Gi pods
+    by requests.memory."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    c.policy(
+        "p-runaways",
+        scope,
+        extra_spec={"defaultRequests": {"memory": "64Mi"}},
+        **{
+            "count/pods": profile(2, 5),
+            "requests.memory": profile("1Gi", "4Gi", buffer=100),
+        },
+    )
+    start_operator()
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", "count/pods": "2", "requests.memory": "1Gi"})
+    created = run_pressure(c, ns, {"count/pods": ["2", "3", "5"]})  # 64Mi each (the default)
+    assert created == {"count/pods": [2, 1, 2]}
+    quota = c.quota(ns)
+    assert quota.status.used["requests.memory"] == "320Mi"
+    assert quota.spec.hard["requests.memory"] == "1Gi"  # 320Mi * 2 = 640Mi < minimum 1Gi
+    c.delete_pods(ns, 5)
+    wait_until(
+        lambda: (c.quota(ns).status.used or {}).get("count/pods") == "0",
+        "count/pods replenished after the deletes",
+        timeout=30,
+    )
+    big = pod_creator(c, ns, requests={"memory": "1Gi"})
+    created = run_pressure(
+        c, ns, {"requests.memory": ["1Gi", "2Gi", "4Gi"]}, creators={"requests.memory": big}
+    )
+    assert created == {"requests.memory": [1, 1, 2]}
+    quota = c.quota(ns)
+    assert quota.status.used["requests.memory"] == "4Gi"
+    assert quota.status.used["count/pods"] == "4"
+    assert quota.spec.hard == {
+        "pods": "10",
+        "configmaps": "50",
+        "count/pods": "5",  # not shrunk: downscaleCooldown 1h
+        "requests.memory": "4Gi",
+    }
