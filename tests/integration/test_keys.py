@@ -9,6 +9,7 @@ Services or Jobs and sizes them anyway. The test bed's kube-controller-manager r
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread, fill
 from dynquota.testing.wait import wait_until
@@ -550,3 +552,104 @@ def test_count_pods_and_requests_memory_runaways_are_refused_with_exceeded_quota
         "count/pods": "5",  # not shrunk: downscaleCooldown 1h
         "requests.memory": "4Gi",
     }
+
+
+def widget_crd(group: str) -> dict[str, Any]:
+    """A namespaced CRD ``widgets.<group>`` (v1, any content)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {
+                "plural": "widgets",
+                "singular": "widget",
+                "kind": "Widget",
+                "listKind": "WidgetList",
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_count_of_a_custom_resource_added_right_after_its_crd_is_counted_then_sized(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """count/widgets.<group> in a policy right after the CRD is created: until the quota
+    controller's discovery resync (every 30 s) gives it an evaluator, status.hard shows the key
+    without status.used and admission refuses every widget create ("status unknown for
+    quota"). On v1.37.2 with the test bed's 10 s sync it is counted well within the
+    KeyNotCounted bound 2 x (30 s + 10 s) = 80 s: creates work again, and the key is sized like
+    any other (no KeyNotCounted). The outage window is printed (``-s``); it depends on where
+    the discovery resync falls, 0 to about 40 s."""
+    c = op_cluster
+    group = f"t{uuid.uuid4().hex[:8]}.example.com"  # unique: the control plane is shared
+    key = f"count/widgets.{group}"
+    extensions = kubernetes.client.ApiextensionsV1Api(c.api)
+    extensions.create_custom_resource_definition(widget_crd(group))
+    try:
+        c.cp.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=60s")
+        ns = c.new_namespace(scope)
+        c.policy("p-widgets", scope, **{key: profile(2, 5)})
+        start_operator()  # quotaSyncPeriod 10 s: KeyNotCounted after 80 s
+
+        def widget() -> None:
+            c.custom.create_namespaced_custom_object(
+                group,
+                "v1",
+                ns,
+                "widgets",
+                {
+                    "apiVersion": f"{group}/v1",
+                    "kind": "Widget",
+                    "metadata": {"name": f"w-{uuid.uuid4().hex[:8]}"},
+                },
+            )
+
+        c.wait_hard(ns, {"pods": "10", "configmaps": "50", key: "2"})  # status.hard has it
+        shown = time.monotonic()
+        refused: list[str] = []
+
+        def first_create() -> bool | None:
+            try:
+                widget()
+            except ApiException as exc:
+                if exc.status == 403 and "status unknown for quota: dynquota" in str(exc.body):
+                    refused.append(str(exc.body))
+                    return None
+                raise
+            return True
+
+        wait_until(first_create, "a widget create is admitted", timeout=120, interval=0.5)
+        window = time.monotonic() - shown
+        print(
+            f"\ncount/<CR> right after its CRD: widget creates refused for {window:.1f} s "
+            f"after status.hard showed the key ({len(refused)} refused creates)"
+        )
+        assert window < 80, window  # counted before KeyNotCounted would remove it
+        assert c.events(ns, "KeyNotCounted") == []
+        wait_until(lambda: (c.quota(ns).status.used or {}).get(key) == "1", "the widget is counted")
+        # one widget exists already: 2 -> 3 -> 5 (3 * 1.5 = 4.5, rounded up)
+        created = run_pressure(c, ns, {key: ["2", "3", "5"]}, creators={key: widget})
+        assert created == {key: [1, 1, 2]}
+        quota = c.quota(ns)
+        assert quota.spec.hard == {"pods": "10", "configmaps": "50", key: "5"}
+        assert quota.status.used[key] == "5"
+        assert c.events(ns, "KeyNotCounted") == []
+    finally:
+        with contextlib.suppress(ApiException):
+            extensions.delete_custom_resource_definition(f"widgets.{group}")
