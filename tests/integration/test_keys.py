@@ -20,7 +20,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread, fill
-from dynquota.testing.wait import wait_until
+from dynquota.testing.wait import WaitTimeoutError, wait_until
 
 StartOperator = Callable[..., OperatorThread]
 
@@ -126,6 +126,17 @@ def pod_creator(
     return create
 
 
+def enforced(c: OperatorCluster, ns: str, key: str) -> str | None:
+    """The hard of ``key`` once admission enforces it: ``spec.hard`` and ``status.hard`` agree
+    (the quota controller copies one to the other; admission checks ``status.hard``, so a fill
+    started before the copy is refused at the old value)."""
+    quota = c.quota(ns)
+    if quota is None or quota.status is None:
+        return None
+    spec, status = (quota.spec.hard or {}).get(key), (quota.status.hard or {}).get(key)
+    return spec if spec == status else None
+
+
 def run_pressure(
     c: OperatorCluster,
     ns: str,
@@ -133,20 +144,29 @@ def run_pressure(
     timeout: float = 30,
     creators: dict[str, Callable[[], None]] | None = None,
 ) -> dict[str, list[int]]:
-    """For every key at once (their cooldowns overlap): wait for the next expected hard, then
-    create until refused (with ``creators[key]``, else :func:`creator`). Returns how many
-    were created per step and key."""
+    """For every key at once (their cooldowns overlap): wait until the next expected hard is
+    enforced (:func:`enforced`), then create until refused (with ``creators[key]``, else
+    :func:`creator`). Returns how many were created per step and key."""
     made = {key: (creators or {}).get(key) or creator(c, ns, key) for key in expected}
     created: dict[str, list[int]] = {key: [] for key in expected}
     for step in range(max(len(v) for v in expected.values())):
         for key, values in expected.items():
             if step >= len(values):
                 continue
-            wait_until(
-                lambda k=key, v=values[step]: (c.hard(ns) or {}).get(k) == v,
-                f"{ns}: {key} = {values[step]} (step {step}; now {c.hard(ns)})",
-                timeout=timeout,
-            )
+            try:
+                wait_until(
+                    lambda k=key, v=values[step]: enforced(c, ns, k) == v,
+                    f"{ns}: {key} = {values[step]} in spec.hard and status.hard (step {step}; "
+                    f"before: {c.hard(ns)})",
+                    timeout=timeout,
+                )
+            except WaitTimeoutError as exc:
+                quota = c.quota(ns)
+                status = quota.status if quota is not None else None
+                raise WaitTimeoutError(
+                    f"{exc}; at the end: spec.hard {quota and quota.spec.hard}, status.hard "
+                    f"{status and status.hard}, status.used {status and status.used}"
+                ) from exc
             created[key].append(fill(made[key]))
     return created
 
