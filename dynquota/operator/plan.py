@@ -260,7 +260,7 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
             dry_run=dry_run,
             kill_switch=kill_switch,
         )
-        if companion is not None:
+        if companion is not None and governance.kind != "frozen":  # frozen: nothing changes
             companions.append(companion)
         if governance.kind == "excluded":
             continue

@@ -253,11 +253,19 @@ def test_plan_holds_compute_keys_without_a_limit_range_default_as_the_operator_d
             ns("stale", x="companion"),
             ns("foreign", x="companion"),
             ns("audit", x="audit"),
+            ns("frozen", x="broken"),
         ],
         policies=[
             _policy("plain", "plain"),
             _policy("companion", "companion", **memory),
             _policy("audit", "audit", dry_run=True, **memory),
+            {  # invalid (a key nothing counts): its namespaces are frozen, nothing is written
+                "metadata": {"name": "broken"},
+                "spec": {
+                    "namespaceSelector": {"matchLabels": {"x": "broken"}},
+                    "resources": {"nvidia.com/gpu": {"maximum": 1}},
+                },
+            },
         ],
         quotas=[],
         limit_ranges=[
@@ -266,6 +274,7 @@ def test_plan_holds_compute_keys_without_a_limit_range_default_as_the_operator_d
             _limit_range("ok", "dynquota", owned=True, defaultRequest={"memory": "64Mi"}),
             _limit_range("stale", "dynquota", owned=True, defaultRequest={"memory": "32Mi"}),
             _limit_range("foreign", "dynquota", defaultRequest={"cpu": "100m"}),
+            _limit_range("frozen", "dynquota", owned=True, defaultRequest={"cpu": "50m"}),
         ],
     )
     plan = build_plan(snap, Settings(), now=NOW)
