@@ -1,16 +1,21 @@
 """``dynquota cleanup``: delete every managed quota (the chart's uninstall hook), optionally
-stopping the operator first; the deletes are :mod:`dynquota.kube.cleanup`'s."""
+stopping the operator first and, with ``--limit-ranges``, the companion LimitRanges too; the
+deletes are :mod:`dynquota.kube.cleanup`'s."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from dynquota.cli.errors import FIELD_MANAGER, UserError, connect, guard
 from dynquota.settings import Settings
+
+if TYPE_CHECKING:
+    from dynquota.kube.cleanup import ListedQuota, Resource
 
 __all__ = ["CLEANUP_ROUNDS", "cmd_cleanup"]
 
@@ -19,6 +24,30 @@ CLEANUP_ROUNDS = 3
 managed quotas comes back empty (a quota re-created meanwhile is found by the next list)."""
 
 _STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What one part of the cleanup deletes: ``noun`` in messages (``managed quotas``),
+    ``kind`` in per-object lines (``resourcequota``), the API ``resource`` and the ``lister``
+    of the owned objects (name ``dynquota`` and the managed-by label)."""
+
+    noun: str
+    kind: str
+    resource: Resource
+    lister: Callable[[Any], Awaitable[list[ListedQuota]]]
+
+
+def _quotas() -> _Kind:
+    from dynquota.kube.cleanup import list_managed_quotas
+
+    return _Kind("managed quotas", "resourcequota", "resourcequotas", list_managed_quotas)
+
+
+def _limit_ranges() -> _Kind:
+    from dynquota.kube.cleanup import list_companion_limit_ranges
+
+    return _Kind("companion LimitRanges", "limitrange", "limitranges", list_companion_limit_ranges)
 
 
 def _selector_string(selector: Mapping[str, Any]) -> str:
@@ -73,6 +102,11 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     ``--progress-interval`` seconds (:func:`dynquota.kube.cleanup.delete_managed_quotas`).
     Lists again until a list comes back empty, at most :data:`CLEANUP_ROUNDS` times.
 
+    ``--limit-ranges``: then, the same way, the companion LimitRanges (named ``dynquota`` and
+    labelled managed-by=dynquota: one without the label is never listed), only once every
+    managed quota is gone (a compute key still enforced without its default request would
+    refuse every pod that declares none). Without ``--yes`` they are listed too.
+
     Raises:
         UserError: RBAC refusal (401/403), unreachable API, pods left at the deadline, the
             delete deadline passed, or managed quotas still present after the last round
@@ -97,7 +131,10 @@ async def _cleanup(args: argparse.Namespace, settings: Settings, qps: float) -> 
                 await _scale_down(api, namespace, args.scale_down, args.timeout)
             else:
                 print(f"would scale deployment {namespace}/{args.scale_down} to 0")
-        return await _cleanup_quotas(api, args, qps)
+        code = await _cleanup_kind(api, args, qps, _quotas())
+        if getattr(args, "limit_ranges", False):
+            code = await _cleanup_kind(api, args, qps, _limit_ranges())
+        return code
 
 
 async def _scale_down(api: Any, namespace: str, name: str, timeout: float) -> None:
@@ -165,23 +202,24 @@ async def _scale_down(api: Any, namespace: str, name: str, timeout: float) -> No
     print(f"operator pods gone ({selector})")
 
 
-async def _cleanup_quotas(api: Any, args: argparse.Namespace, qps: float) -> int:
-    """The quota part of ``cleanup``: list, then (with ``--yes``) delete in rounds."""
+async def _cleanup_kind(api: Any, args: argparse.Namespace, qps: float, what: _Kind) -> int:
+    """One part of ``cleanup`` (the managed quotas, or the companion LimitRanges): list, then
+    (with ``--yes``) delete in rounds."""
     from dynquota.kube.cleanup import (
         CleanupReport,
-        ListedQuota,
         Outcome,
         deadline_for,
         delete_managed_quotas,
-        list_managed_quotas,
     )
     from dynquota.names import MANAGED_QUOTA_NAME
 
+    noun = what.noun
+
     async def listed() -> list[ListedQuota]:
-        return await guard("listing managed quotas", list_managed_quotas(api))
+        return await guard(f"listing {noun}", what.lister(api))
 
     def on_result(quota: ListedQuota, outcome: Outcome, detail: str) -> None:
-        where = f"resourcequota {quota.namespace}/{MANAGED_QUOTA_NAME}"
+        where = f"{what.kind} {quota.namespace}/{MANAGED_QUOTA_NAME}"
         if outcome == "deleted" and args.verbose:
             print(f"deleted {where} (uid {quota.uid})")
         elif outcome == "gone":
@@ -204,9 +242,9 @@ async def _cleanup_quotas(api: Any, args: argparse.Namespace, qps: float) -> int
     if not args.yes:
         quotas = await listed()
         for quota in quotas:
-            print(f"would delete resourcequota {quota.namespace}/{MANAGED_QUOTA_NAME}")
+            print(f"would delete {what.kind} {quota.namespace}/{MANAGED_QUOTA_NAME}")
         print(
-            f"{len(quotas)} managed quotas; run with --yes to delete them (at {qps:g}/s: "
+            f"{len(quotas)} {noun}; run with --yes to delete them (at {qps:g}/s: "
             f"deadline {deadline_for(len(quotas), qps):.0f} s)"
         )
         return 0
@@ -217,12 +255,12 @@ async def _cleanup_quotas(api: Any, args: argparse.Namespace, qps: float) -> int
             break
         deadline = args.deadline or deadline_for(len(quotas), qps)
         print(
-            f"deleting {len(quotas)} managed quotas at {qps:g}/s, {args.concurrency} in "
+            f"deleting {len(quotas)} {noun} at {qps:g}/s, {args.concurrency} in "
             f"parallel; deadline {deadline:.0f} s",
             flush=True,
         )
         report = await guard(
-            "deleting managed quotas",
+            f"deleting {noun}",
             delete_managed_quotas(
                 api,
                 quotas,
@@ -232,13 +270,14 @@ async def _cleanup_quotas(api: Any, args: argparse.Namespace, qps: float) -> int
                 on_result=on_result,
                 on_progress=on_progress,
                 progress_interval=args.progress_interval,
+                resource=what.resource,
             ),
         )
         total.add(report)
         if report.left:
             raise UserError(
                 f"deadline of {deadline:.0f} s passed with {len(report.left)} of "
-                f"{len(quotas)} managed quotas not deleted (rate {qps:g}/s); deleted so "
+                f"{len(quotas)} {noun} not deleted (rate {qps:g}/s); deleted so "
                 f"far: {len(total.deleted)}. Run `dynquota cleanup --yes` again (it "
                 "continues), or give more time with --deadline"
             )
@@ -247,13 +286,13 @@ async def _cleanup_quotas(api: Any, args: argparse.Namespace, qps: float) -> int
         if left:
             failed = "".join(f"; {ns}: {total.failed[ns]}" for ns in left[:3] if ns in total.failed)
             raise UserError(
-                f"{len(left)} managed quotas still present after {CLEANUP_ROUNDS} rounds "
+                f"{len(left)} {noun} still present after {CLEANUP_ROUNDS} rounds "
                 f"(in {', '.join(left[:10])}{', ...' if len(left) > 10 else ''}): "
                 f"something keeps creating them (is an operator still running?) or "
                 f"their deletes fail{failed}"
             )
     print(
-        f"deleted {len(total.deleted)} managed quotas"
+        f"deleted {len(total.deleted)} {noun}"
         f" ({len(total.gone)} already gone, {len(total.replaced)} replaced meanwhile and "
         "left alone)"
     )

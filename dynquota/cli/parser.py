@@ -93,6 +93,12 @@ def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
         default=5.0,
         help="seconds between two progress lines (default 5)",
     )
+    cleanup.add_argument(
+        "--limit-ranges",
+        action="store_true",
+        help="then also delete the companion LimitRanges dynquota created (named dynquota and "
+        "labelled managed-by=dynquota; listed only without --yes)",
+    )
     cleanup.add_argument("-v", "--verbose", action="store_true", help="one line per deleted quota")
     cleanup.add_argument("--kubeconfig")
     cleanup.set_defaults(handler=cmd_cleanup)

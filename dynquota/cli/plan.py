@@ -46,6 +46,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "rows": [r.__dict__ for r in plan.rows],
             "notManaged": [n.__dict__ for n in plan.not_managed],
             "otherQuotas": [{**q.__dict__, "hard": dict(q.hard)} for q in plan.other_quotas],
+            "companionLimitRanges": [c.__dict__ for c in plan.companions],
         }
         print(json.dumps(document, indent=2))
     else:

@@ -16,6 +16,10 @@ thousand namespaces. Here:
   (``ceil(count / qps) + DEADLINE_MARGIN`` seconds); every request also has the short
   request timeout of :mod:`dynquota._k8s.timeouts`.
 
+The same deletes remove the companion LimitRanges ``dynquota`` (``dynquota cleanup
+--limit-ranges``: :func:`list_companion_limit_ranges`, ``delete_managed_quotas(...,
+resource="limitranges")``), owned by the same rule as the quota: name and label.
+
 A refusal for lack of rights (401, 403) stops everything at once (every other delete would be
 refused the same way); a delete that fails with 429, 5xx or no answer is tried again after a
 backoff (:data:`TRANSIENT_ATTEMPTS` in all), then recorded per namespace and left to the
@@ -40,6 +44,7 @@ from dynquota._k8s.errors import ApiError, ConflictError, KubeError, NotFoundErr
 from dynquota._k8s.paginate import ListPage, paginate
 from dynquota._k8s.request import call_api
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR
+from dynquota.names import MANAGED_LIMIT_RANGE_NAME
 
 __all__ = [
     "DEADLINE_MARGIN",
@@ -47,8 +52,10 @@ __all__ = [
     "CleanupReport",
     "ListedQuota",
     "Outcome",
+    "Resource",
     "deadline_for",
     "delete_managed_quotas",
+    "list_companion_limit_ranges",
     "list_managed_quotas",
 ]
 
@@ -63,10 +70,15 @@ jittered) before it is recorded as failed (and left to the next round's list).""
 Outcome = Literal["deleted", "gone", "replaced", "failed"]
 """What happened to one listed quota (see :class:`CleanupReport`)."""
 
+Resource = Literal["resourcequotas", "limitranges"]
+"""What :func:`delete_managed_quotas` deletes: the managed quotas, or the companion
+LimitRanges (both named ``dynquota``, labelled managed-by=dynquota)."""
+
 
 @dataclass(frozen=True)
 class ListedQuota:
-    """A managed quota as listed: its ``namespace`` and ``uid`` (the delete's precondition)."""
+    """A managed quota (or companion LimitRange) as listed: its ``namespace`` and ``uid`` (the
+    delete's precondition)."""
 
     namespace: str
     uid: str
@@ -159,6 +171,42 @@ async def list_managed_quotas(
     return found
 
 
+async def list_companion_limit_ranges(
+    api_client: client.ApiClient, page_size: int = 500
+) -> list[ListedQuota]:
+    """Every companion LimitRange in the cluster: LimitRanges named ``dynquota`` labelled
+    ``app.kubernetes.io/managed-by=dynquota`` (label and field selectors: one named
+    ``dynquota`` without the label is someone else's and never listed), paginated by
+    ``page_size``, a consistent read.
+
+    Raises: ``ApiError`` (e.g. ``ForbiddenError``) / ``TransportError``.
+    """
+    core: Any = client.CoreV1Api(api_client)
+
+    async def fetch(token: str | None) -> ListPage:
+        model = await call_api(
+            "list",
+            "limitranges",
+            lambda t: core.list_limit_range_for_all_namespaces(
+                label_selector=MANAGED_SELECTOR,
+                field_selector=f"metadata.name={MANAGED_LIMIT_RANGE_NAME}",
+                limit=page_size,
+                _continue=token,
+                _request_timeout=t,
+            ),
+        )
+        return ListPage.from_model(model, api_client.sanitize_for_serialization)
+
+    found: list[ListedQuota] = []
+    async for page in paginate(fetch):
+        for item in page.items:
+            metadata = item.get("metadata") or {}
+            found.append(
+                ListedQuota(str(metadata.get("namespace") or ""), str(metadata.get("uid") or ""))
+            )
+    return found
+
+
 async def delete_managed_quotas(
     api_client: client.ApiClient,
     quotas: Sequence[ListedQuota],
@@ -170,13 +218,15 @@ async def delete_managed_quotas(
     on_progress: Callable[[CleanupReport, int], None] | None = None,
     progress_interval: float = 5.0,
     on_retry: Callable[[ListedQuota, int, str], None] | None = None,
+    resource: Resource = "resourcequotas",
 ) -> CleanupReport:
     """Delete each of ``quotas`` with its ``uid`` as precondition, in parallel and
     rate-limited (see the module docstring).
 
     Args:
         api_client: a configured ``kubernetes_asyncio.client.ApiClient`` (not closed here).
-        quotas: as listed by :func:`list_managed_quotas`.
+        quotas: as listed by :func:`list_managed_quotas` (or, with ``resource="limitranges"``,
+            by :func:`list_companion_limit_ranges`).
         qps: at most this many deletes start per second (> 0).
         concurrency: at most this many deletes in flight (>= 1).
         deadline: seconds for all of them; default :func:`deadline_for` the count. When it
@@ -188,6 +238,8 @@ async def delete_managed_quotas(
             seconds while deleting, and once at the end.
         on_retry: called with ``(quota, failed attempts so far, error)`` before a delete that
             failed with 429, 5xx or no answer is tried again.
+        resource: ``resourcequotas`` (the managed quotas) or ``limitranges`` (the companion
+            LimitRanges named ``dynquota``).
 
     Returns: a :class:`CleanupReport`.
 
@@ -214,6 +266,11 @@ async def delete_managed_quotas(
         if on_result is not None:
             on_result(quota, outcome, detail)
 
+    if resource == "limitranges":
+        remove, name = core.delete_namespaced_limit_range, MANAGED_LIMIT_RANGE_NAME
+    else:
+        remove, name = core.delete_namespaced_resource_quota, MANAGED_QUOTA_NAME
+
     async def delete(quota: ListedQuota) -> None:
         body = {"preconditions": {"uid": quota.uid}}
         backoff = Backoff(initial=0.5, maximum=4.0)
@@ -221,10 +278,8 @@ async def delete_managed_quotas(
             try:
                 await call_api(
                     "delete",
-                    "resourcequotas",
-                    lambda t: core.delete_namespaced_resource_quota(
-                        MANAGED_QUOTA_NAME, quota.namespace, body=body, _request_timeout=t
-                    ),
+                    resource,
+                    lambda t: remove(name, quota.namespace, body=body, _request_timeout=t),
                 )
             except NotFoundError:
                 record(quota, "gone")

@@ -14,6 +14,13 @@ decides each namespace with the operator's own code, given the operator's
 managed or not enforced, and lists the other (non-dynquota) ResourceQuotas of each namespace:
 admission checks a create against every quota of the namespace, so the lowest limit wins.
 
+It reads every LimitRange as the reconcile does before adding a compute key (the compute trap,
+``Operator._missing_defaults`` and ``Operator._ensure_companion`` in
+:mod:`dynquota.operator.reconcile`): a compute key with no LimitRange default is shown
+``held`` (``NeedsDefaultRequests``) where the operator holds it, and the state of each
+companion LimitRange ``dynquota`` (in place, would be created or patched, foreign, dry run,
+left over) is listed.
+
 The plan has no usage history: it takes the peak as the current usage ``U``, and assumes the
 operator has been running for longer than every cooldown. The operator itself may therefore
 wait longer before a downscale than the plan shows (never shorter).
@@ -33,7 +40,13 @@ from dynquota._k8s.reflector import Collection
 from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
-from dynquota.names import DEFAULT_OVERRIDE_TTL
+from dynquota.names import (
+    DEFAULT_OVERRIDE_TTL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MANAGED_LIMIT_RANGE_NAME,
+    EventReason,
+)
 from dynquota.operator.decision import decide_args, governance_of
 from dynquota.policy import (
     KILL_SWITCH,
@@ -53,11 +66,13 @@ from dynquota.policy import (
     unit_for,
     validate_policy,
 )
+from dynquota.policy.limitrange import ContainerDefaults, limit_range_covers, owned_limit_range
 from dynquota.quantity import QuantityError, parse_quantity
 from dynquota.settings import Settings
 
 __all__ = [
     "ClusterSnapshot",
+    "Companion",
     "NotManaged",
     "OtherQuota",
     "Plan",
@@ -74,7 +89,8 @@ __all__ = [
 class ClusterSnapshot:
     """What :func:`compute_plan` needs, as decoded JSON objects (camelCase keys).
 
-    ``tally`` maps ``(namespace, resource)`` to the count the quota charges now.
+    ``tally`` maps ``(namespace, resource)`` to the count the quota charges now;
+    ``limit_ranges`` holds every LimitRange (any namespace).
     """
 
     kube_system: Mapping[str, Any]
@@ -82,6 +98,7 @@ class ClusterSnapshot:
     policies: Sequence[Mapping[str, Any]]
     quotas: Sequence[Mapping[str, Any]]
     tally: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    limit_ranges: Sequence[Mapping[str, Any]] = ()
 
 
 @dataclass(frozen=True)
@@ -89,7 +106,9 @@ class PlanRow:
     """One line of the plan, one quota key. Values are ints in the key's unit (objects,
     millicores, bytes: :func:`dynquota.policy.unit_for`; ``None``: unknown/absent; ``tally``
     only for ``pods``/``configmaps``); ``next`` is the action (``create``, ``patch``,
-    ``delete``, ``nothing``) and ``why`` the reason."""
+    ``delete``, ``nothing``; ``held`` for a compute key the operator does not add because the
+    namespace has no LimitRange default for it, ``NeedsDefaultRequests``) and ``why`` the
+    reason."""
 
     namespace: str
     resource: str
@@ -133,14 +152,31 @@ class OtherQuota:
     hard: Mapping[str, str]
 
 
+@dataclass(frozen=True)
+class Companion:
+    """The companion LimitRange ``dynquota`` of ``namespace``: ``state`` is ``in place``,
+    ``create``, ``patch`` (what the operator would write), ``not written`` (dry run, kill
+    switch), ``foreign`` (one named ``dynquota`` without the managed-by label: never
+    written) or ``left over`` (dynquota's, but no policy asks for it here: dynquota never
+    deletes it); ``defaults`` the item as ``defaultRequest cpu=100m; default cpu=1`` (the
+    policy's, or the stored one's when left over) and ``why`` a sentence."""
+
+    namespace: str
+    state: str
+    defaults: str
+    why: str
+
+
 @dataclass
 class Plan:
     """The whole plan: ``rows`` (namespaces the operator sizes, freezes or removes a quota
-    from), ``not_managed`` and ``other_quotas``, each sorted by namespace."""
+    from), ``not_managed``, ``other_quotas`` and ``companions`` (companion LimitRanges asked
+    for or left over), each sorted by namespace."""
 
     rows: list[PlanRow]
     not_managed: list[NotManaged]
     other_quotas: list[OtherQuota]
+    companions: list[Companion] = field(default_factory=list)
 
     def only(self, namespaces: Iterable[str]) -> Plan:
         """The plan restricted to ``namespaces``."""
@@ -149,6 +185,7 @@ class Plan:
             [r for r in self.rows if r.namespace in keep],
             [n for n in self.not_managed if n.namespace in keep],
             [q for q in self.other_quotas if q.namespace in keep],
+            [c for c in self.companions if c.namespace in keep],
         )
 
 
@@ -197,8 +234,13 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
         if not read.managed:
             others.append(OtherQuota(read.namespace, read.name, dict(read.spec_hard)))
     others.sort(key=lambda q: (q.namespace, q.name))
+    limit_ranges: dict[str, list[Mapping[str, Any]]] = {}
+    for obj in snapshot.limit_ranges:
+        namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+        limit_ranges.setdefault(namespace, []).append(obj)
     rows: list[PlanRow] = []
     not_managed: list[NotManaged] = []
+    companions: list[Companion] = []
     for obj in sorted(snapshot.namespaces, key=lambda o: str(o["metadata"]["name"])):
         meta = obj.get("metadata") or {}
         name = str(meta["name"])
@@ -210,6 +252,16 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
         why = _not_managed_why(info, governance, settings)
         if why is not None:
             not_managed.append(NotManaged(name, why))
+        dry_run = settings.dry_run or governance.dry_run
+        companion = _companion(
+            name,
+            governance.container_defaults if governance.kind == "managed" else None,
+            limit_ranges.get(name, []),
+            dry_run=dry_run,
+            kill_switch=kill_switch,
+        )
+        if companion is not None and governance.kind != "frozen":  # frozen: nothing changes
+            companions.append(companion)
         if governance.kind == "excluded":
             continue
         found = quotas.get(name)
@@ -234,6 +286,7 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
         tally = {r: snapshot.tally.get((name, r), 0) for r in TRACKED_RESOURCES}
         keys = resource_order(set(TRACKED_RESOURCES) | set(governance.profiles))
         usage = observed_usage(tally, quota.used_counts() if quota is not None else {}, keys)
+        missing = _missing_defaults(governance, quota, limit_ranges.get(name, []), companion)
         decision = decide(
             governance=governance,
             usage=usage,
@@ -242,10 +295,18 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
             kill_switch=kill_switch,
             now=when,
             started_at=0.0,
+            missing_defaults=missing,
             **decide_args(settings),
         )
         by_resource = {c.resource: c.reason for c in decision.changes}
-        general = "; ".join(decision.notes) or governance.reason
+        held = {
+            e.cause: e.message.removeprefix("(dry run) ")
+            for e in decision.events
+            if e.reason == EventReason.NEEDS_DEFAULT_REQUESTS and e.cause
+        }
+        # a held key's note is said on its own row
+        notes = [n for n in decision.notes if n not in held.values()]
+        general = "; ".join(notes) or governance.reason
         if decision.requeue_at is not None and not decision.changes:
             general += f"; next check at {format_time(math.ceil(decision.requeue_at))}"
         if quota is not None and OVERRIDE_EXPIRES_AT in quota.annotations:
@@ -263,6 +324,20 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
                 else None
             )
             hard_now = quota.hard_int(resource) if quota is not None else None
+            if resource in held:
+                rows.append(
+                    PlanRow(
+                        name,
+                        resource,
+                        None,
+                        quota.used_int(resource) if quota is not None else None,
+                        hard_now,
+                        None,
+                        "held",
+                        f"NeedsDefaultRequests: {held[resource]}",
+                    )
+                )
+                continue
             rows.append(
                 PlanRow(
                     name,
@@ -279,7 +354,100 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
                     + _lower_limits(others, name, resource, goal or hard_now),
                 )
             )
-    return Plan(rows, not_managed, others)
+    return Plan(rows, not_managed, others, companions)
+
+
+def _missing_defaults(
+    governance: Governance,
+    quota: QuotaSnapshot | None,
+    items: Sequence[Mapping[str, Any]],
+    companion: Companion | None,
+) -> frozenset[str]:
+    """The policy's compute keys (the compute trap) not in the quota yet that no LimitRange
+    of the namespace (``items``) gives a default for, counting the companion as the
+    reconcile does once it is in place or written (``Operator._missing_defaults``)."""
+    if governance.kind != "managed":
+        return frozenset()
+    hard = quota.spec_hard if quota is not None else {}
+    trapped = frozenset(
+        k for k in governance.profiles if k not in hard and unit_for(k).info.compute_trap
+    )
+    covered = limit_range_covers(items)
+    if companion is not None and companion.state in ("in place", "create", "patch"):
+        covered |= governance.container_defaults.covers()
+    return trapped - covered
+
+
+def _companion(
+    namespace: str,
+    defaults: ContainerDefaults | None,
+    items: Sequence[Mapping[str, Any]],
+    *,
+    dry_run: bool,
+    kill_switch: bool | None,
+) -> Companion | None:
+    """The state of ``namespace``'s companion LimitRange given the ``defaults`` its managing
+    policy asks for (``None``: not managed), as ``Operator._ensure_companion`` would find and
+    write it; ``None`` when there is none and none is asked for."""
+    found, owned = owned_limit_range(items)
+    wanted = defaults is not None and defaults.wanted
+    if not wanted:
+        if found is None or not owned:
+            return None
+        stored = _limits_text((found.get("spec") or {}).get("limits"))
+        return Companion(
+            namespace,
+            "left over",
+            stored,
+            "dynquota's, but no policy asks for defaults here; dynquota never deletes it "
+            "(dynquota cleanup --limit-ranges removes it)",
+        )
+    assert defaults is not None
+    text = _limits_text([defaults.limits_item()])
+    if found is not None and not owned:
+        return Companion(
+            namespace,
+            "foreign",
+            text,
+            f"a LimitRange {MANAGED_LIMIT_RANGE_NAME} without the label {MANAGED_BY_LABEL}="
+            f"{MANAGED_BY_VALUE} exists: never written (Warning ForeignLimitRange); the "
+            "compute keys its own defaults do not cover stay held",
+        )
+    if found is not None and defaults.matches((found.get("spec") or {}).get("limits")):
+        return Companion(namespace, "in place", text, "holds the policy's defaults")
+    action = "create" if found is None else "patch"
+    if dry_run:
+        return Companion(
+            namespace, "not written", text, f"dry run: would {action} it; compute keys held"
+        )
+    if kill_switch is not False:
+        return Companion(
+            namespace, "not written", text, f"kill switch engaged: would {action} it once released"
+        )
+    return Companion(
+        namespace,
+        action,
+        text,
+        "the operator writes it, then adds the compute keys it covers"
+        if found is None
+        else "its defaults differ from the policy's: patched in place",
+    )
+
+
+def _limits_text(limits: object) -> str:
+    """A LimitRange's ``spec.limits`` (Container items) as ``defaultRequest cpu=100m;
+    default cpu=1``."""
+    parts: list[str] = []
+    for item in limits if isinstance(limits, list) else []:
+        if not isinstance(item, Mapping) or item.get("type") != "Container":
+            continue
+        for field_name in ("defaultRequest", "default"):
+            values = item.get(field_name) or {}
+            if isinstance(values, Mapping) and values:
+                parts.append(
+                    f"{field_name} " + ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+                )
+    return "; ".join(parts) or "-"
 
 
 def _not_managed_why(
@@ -368,8 +536,9 @@ def format_table(rows: list[PlanRow]) -> str:
 
 def format_plan(plan: Plan, header: Iterable[str] = ()) -> str:
     """The plan as text: ``header`` lines, the table of :func:`format_table`, then the
-    namespaces not managed or not enforced (``NAMESPACE  WHY``) and the other quotas
-    (``NAMESPACE  QUOTA  HARD``, keys sorted), each section only when it has lines."""
+    namespaces not managed or not enforced (``NAMESPACE  WHY``), the other quotas
+    (``NAMESPACE  QUOTA  HARD``, keys sorted) and the companion LimitRanges (``NAMESPACE
+    STATE  DEFAULTS  WHY``), each section only when it has lines."""
     parts = [*header, format_table(plan.rows)]
     if plan.not_managed:
         parts += [
@@ -396,6 +565,18 @@ def format_plan(plan: Plan, header: Iterable[str] = ()) -> str:
                 ]
             ),
         ]
+    if plan.companions:
+        parts += [
+            "",
+            f"companion LimitRanges ({MANAGED_LIMIT_RANGE_NAME}; they give the compute keys "
+            "their default requests):",
+            _columns(
+                [
+                    ("NAMESPACE", "STATE", "DEFAULTS", "WHY"),
+                    *((c.namespace, c.state, c.defaults, c.why) for c in plan.companions),
+                ]
+            ),
+        ]
     return "\n".join(parts)
 
 
@@ -417,7 +598,9 @@ async def read_cluster(api: client.ApiClient, now: float | None = None) -> Clust
     consistent paginated lists (:class:`~dynquota._k8s.reflector.Collection`); the tally as the
     operator's informers make it: one full metadata-only list of each tracked resource into a
     :class:`~dynquota.usage.ResourceTally` (:class:`~dynquota.kube.informer.UsageWatcher`,
-    no watch), counted at ``now`` (default: the clock). Every request has the short timeout of
+    no watch), counted at ``now`` (default: the clock); every LimitRange (one paginated
+    list: the reconcile lists a namespace's before adding a compute key). Every request has
+    the short timeout of
     :mod:`dynquota._k8s.timeouts`.
 
     Raises ``ApiError`` (``NotFoundError`` on the policies: the CRD is missing;
@@ -430,6 +613,7 @@ async def read_cluster(api: client.ApiClient, now: float | None = None) -> Clust
     policies = await cluster.list_policies()
     # every quota, not only dynquota's: the others limit the namespace too
     quotas = await Collection(api, "/api/v1/resourcequotas").list_all()
+    limit_ranges = await Collection(api, "/api/v1/limitranges").list_all()
     usage = UsageWatcher.for_cluster(api)
     for informer in usage.informers.values():
         await informer.list_once()
@@ -440,4 +624,4 @@ async def read_cluster(api: client.ApiClient, now: float | None = None) -> Clust
         for resource, count in usage.usages(namespace, when).items()
         if count
     }
-    return ClusterSnapshot(kube_system, namespaces, policies, quotas, tally)
+    return ClusterSnapshot(kube_system, namespaces, policies, quotas, tally, limit_ranges)

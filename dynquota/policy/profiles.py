@@ -29,6 +29,7 @@ __all__ = [
     "bound_units",
     "fill_resources",
     "resource_order",
+    "round_to_units",
 ]
 
 _INT64_MAX: Final = 2**63 - 1
@@ -46,7 +47,10 @@ class ResourceProfile(BaseModel):
     :mod:`dynquota.policy.units`), ``0 <= minimum <= maximum <= 2^63-1``;
     ``upscale_cooldown`` [upscaleCooldown] and ``downscale_cooldown`` [downscaleCooldown] in
     whole seconds, given as duration strings (``90s``, ``5m``, ``1h30m``) when validated from a
-    policy. Build one from numbers with :meth:`of`.
+    policy; ``round_to`` [roundTo] the step a sized hard is rounded up to, in the key's unit
+    (``None``: the key's default granularity, :attr:`dynquota.policy.units.KeyUnit.granularity`:
+    100m for cpu, 1Mi for memory, 1Gi for storage, 1 for counts), ``1 <= round_to <=
+    2^63-1``. Build one from numbers with :meth:`of`.
     """
 
     model_config = _STRICT
@@ -56,6 +60,7 @@ class ResourceProfile(BaseModel):
     maximum: int
     upscale_cooldown: int = Field(alias="upscaleCooldown")
     downscale_cooldown: int = Field(alias="downscaleCooldown")
+    round_to: int | None = Field(default=None, alias="roundTo")
 
     @field_validator("buffer_percent")
     @classmethod
@@ -69,6 +74,13 @@ class ResourceProfile(BaseModel):
     def _count_range(cls, value: int) -> int:
         if not 0 <= value <= _INT64_MAX:
             raise ValueError(f"must be between 0 and {_INT64_MAX}, not {value}")
+        return value
+
+    @field_validator("round_to")
+    @classmethod
+    def _round_range(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= _INT64_MAX:
+            raise ValueError(f"roundTo must be between 1 and {_INT64_MAX}, not {value}")
         return value
 
     @field_validator("upscale_cooldown", "downscale_cooldown", mode="before")
@@ -94,26 +106,31 @@ class ResourceProfile(BaseModel):
         maximum: int,
         upscale_cooldown: int,
         downscale_cooldown: int,
+        round_to: int | None = None,
     ) -> ResourceProfile:
-        """A validated profile from numbers (cooldowns in whole seconds).
+        """A validated profile from numbers (cooldowns in whole seconds, ``round_to`` in the
+        key's unit or ``None``).
 
         Raises ``pydantic.ValidationError`` like validation from a policy would.
         """
-        return cls.model_validate(
-            {
-                "bufferPercent": buffer_percent,
-                "minimum": minimum,
-                "maximum": maximum,
-                "upscaleCooldown": format_duration(upscale_cooldown),
-                "downscaleCooldown": format_duration(downscale_cooldown),
-            }
-        )
+        fields: dict[str, object] = {
+            "bufferPercent": buffer_percent,
+            "minimum": minimum,
+            "maximum": maximum,
+            "upscaleCooldown": format_duration(upscale_cooldown),
+            "downscaleCooldown": format_duration(downscale_cooldown),
+        }
+        if round_to is not None:
+            fields["roundTo"] = round_to
+        return cls.model_validate(fields)
 
     def sizing_key(self) -> str:
         """The fields that decide the target, as stored in the ``dynquota.io/profile.<resource>``
-        annotation: ``bufferPercent=40,minimum=10,maximum=1000``. Cooldowns are not part of it:
-        changing a cooldown is not a policy change that resizes at once."""
-        return f"bufferPercent={self.buffer_percent},minimum={self.minimum},maximum={self.maximum}"
+        annotation: ``bufferPercent=40,minimum=10,maximum=1000``, with ``,roundTo=250`` only when
+        the policy sets one (so profiles without it keep their recorded text). Cooldowns are
+        not part of it: changing a cooldown is not a policy change that resizes at once."""
+        key = f"bufferPercent={self.buffer_percent},minimum={self.minimum},maximum={self.maximum}"
+        return key if self.round_to is None else f"{key},roundTo={self.round_to}"
 
     def to_crd(self, key: str | None = None) -> dict[str, int | str]:
         """The profile as CRD JSON (camelCase keys, duration strings); with the quota ``key``
@@ -122,13 +139,18 @@ class ResourceProfile(BaseModel):
         bounds: tuple[int | str, int | str] = (self.minimum, self.maximum)
         if unit is not None and not unit.counted:
             bounds = (unit.text(self.minimum), unit.text(self.maximum))
-        return {
+        crd: dict[str, int | str] = {
             "bufferPercent": self.buffer_percent,
             "minimum": bounds[0],
             "maximum": bounds[1],
             "upscaleCooldown": format_duration(self.upscale_cooldown),
             "downscaleCooldown": format_duration(self.downscale_cooldown),
         }
+        if self.round_to is not None:
+            crd["roundTo"] = (
+                self.round_to if unit is None or unit.counted else unit.text(self.round_to)
+            )
+        return crd
 
 
 DEFAULT_PROFILES: Final[Mapping[str, ResourceProfile]] = {
@@ -167,6 +189,27 @@ def bound_units(key: str, unit: KeyUnit, field: str, value: object) -> object:
     if unit.info.integer and quantity.value != quantity.value.to_integral_value():
         raise ValueError(f"{key}: {field} must be a whole number, not {value!r}")
     return unit.units(quantity)
+
+
+def round_to_units(key: str, unit: KeyUnit, value: object) -> object:
+    """A policy's ``roundTo`` of ``key`` as units: for a counted key a JSON integer (passed on
+    for the model's type and range check), otherwise a quantity (or an integer in the key's
+    base unit) that is a whole number of the key's units (``250m`` of cpu, ``64Mi``; not
+    ``0.5m``) and above zero.
+
+    Raises:
+        ValueError: a malformed, negative, zero or fractional value, naming the key.
+    """
+    units = bound_units(key, unit, "roundTo", value)
+    if unit.counted or isinstance(value, bool) or not isinstance(units, int):
+        return units
+    amount = parse_quantity(str(value)).value
+    if units * unit.step != amount:
+        whole = "millicores" if unit.step < 1 else "bytes"
+        raise ValueError(f"{key}: roundTo must be a whole number of {whole}, not {value!r}")
+    if units <= 0:
+        raise ValueError(f"{key}: roundTo must be above 0, not {value!r}")
+    return units
 
 
 def fill_resources(value: object) -> object:
@@ -211,7 +254,8 @@ def fill_resources(value: object) -> object:
             merged[key] = given
             continue
         unit = unit_for(key)
-        body = {f: bound_units(key, unit, f, given[f]) if f in ("minimum", "maximum") else given[f]
+        body = {f: bound_units(key, unit, f, given[f]) if f in ("minimum", "maximum")
+                else round_to_units(key, unit, given[f]) if f == "roundTo" else given[f]
                 for f in given}  # fmt: skip
         if "maximum" not in body:
             raise ValueError(

@@ -8,9 +8,9 @@ Annotations on the managed ResourceQuota ``dynquota`` (all under ``dynquota.io/`
 ``dynquota.io/hard.<resource>``            the hard limit dynquota last wrote (an integer);
                                            a ``spec.hard`` that differs was edited directly
                                            and is reverted (stamping nothing)
-``dynquota.io/profile.<resource>``         ``bufferPercent=..,minimum=..,maximum=..`` of the
-                                           profile that sized it; a difference is a policy
-                                           change, applied at once
+``dynquota.io/profile.<resource>``         ``bufferPercent=..,minimum=..,maximum=..`` (and
+                                           ``,roundTo=..`` when set) of the profile that sized
+                                           it; a difference is a policy change, applied at once
 ``dynquota.io/policy``                     name of the governing policy; a different one now
                                            governing is a policy change
 ``dynquota.io/override``                   written by the tenant: ``max`` (any case) requests

@@ -152,6 +152,62 @@ def test_cleanup_command_deletes_managed_quotas_until_none_is_listed(
     assert out[-1].endswith(" managed quotas (0 already gone, 0 replaced meanwhile and left alone)")
 
 
+def limit_range(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "100m"}}]},
+    }
+
+
+def limit_ranges_in(core: kubernetes.client.CoreV1Api, ns: str) -> set[str]:
+    return {lr.metadata.name for lr in core.list_namespaced_limit_range(ns).items}
+
+
+def test_cleanup_limit_ranges_deletes_only_the_companions_after_the_quotas(
+    controlplane: LocalControlPlane,
+    core: kubernetes.client.CoreV1Api,
+    namespaces: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--limit-ranges: the companion LimitRanges (name dynquota and the managed-by label) are
+    listed without --yes and deleted with it, after the quotas; a LimitRange named dynquota
+    without the label, or labelled but named otherwise, is left alone. Without the option
+    no LimitRange is touched."""
+    a, b, c = namespaces
+    core.create_namespaced_resource_quota(a, quota("dynquota", "10", MANAGED))
+    core.create_namespaced_limit_range(a, limit_range("dynquota", MANAGED))
+    core.create_namespaced_limit_range(b, limit_range("dynquota", MANAGED))
+    core.create_namespaced_limit_range(b, limit_range("team", MANAGED))  # not the name
+    core.create_namespaced_limit_range(c, limit_range("dynquota"))  # not the label
+    config = ["--kubeconfig", controlplane.kubeconfig]
+
+    assert main(["cleanup", "--limit-ranges", *config]) == 0
+    out = capsys.readouterr().out.splitlines()
+    mine = [line for line in out if any(ns in line for ns in namespaces)]
+    assert mine[0] == f"would delete resourcequota {a}/dynquota"  # the quotas come first
+    assert sorted(mine[1:]) == sorted(
+        [f"would delete limitrange {a}/dynquota", f"would delete limitrange {b}/dynquota"]
+    )
+    assert [line for line in out if "companion LimitRanges; run with --yes" in line]
+    assert limit_ranges_in(core, a) == {"dynquota"}
+
+    assert main(["cleanup", "--yes", *config]) == 0  # quotas only
+    capsys.readouterr()
+    assert set(quotas_in(core, a)) == set()
+    assert limit_ranges_in(core, a) == {"dynquota"}
+
+    assert main(["cleanup", "--yes", "--verbose", "--limit-ranges", *config]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert limit_ranges_in(core, a) == set()
+    assert limit_ranges_in(core, b) == {"team"}
+    assert limit_ranges_in(core, c) == {"dynquota"}
+    assert [line for line in out if line.startswith(f"deleted limitrange {a}/dynquota (uid ")]
+    assert out[-1].startswith("deleted ")
+    assert out[-1].endswith(
+        " companion LimitRanges (0 already gone, 0 replaced meanwhile and left alone)"
+    )
+
+
 # -- a few hundred namespaces, exact counts (private control plane) ----------------------------
 
 SCALE = 300  # namespaces with a managed quota

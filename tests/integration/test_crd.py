@@ -203,10 +203,10 @@ def test_counted_keys_are_stored_with_quantities(
     policies: kubernetes.client.CustomObjectsApi,
 ) -> None:
     resources = {
-        "secrets": {"maximum": 100},
+        "secrets": {"maximum": 100, "roundTo": 5},
         "count/jobs.batch": {"maximum": 30},
-        "requests.cpu": {"minimum": "500m", "maximum": "8"},
-        "requests.memory": {"maximum": "16Gi"},
+        "requests.cpu": {"minimum": "500m", "maximum": "8", "roundTo": "250m"},
+        "requests.memory": {"maximum": "16Gi", "roundTo": "64Mi"},
         "gold.storageclass.storage.k8s.io/requests.storage": {"maximum": "1Ti"},
         "gpu.example.com.deviceclass.resource.k8s.io/devices": {"maximum": 4},
         "requests.nvidia.com/gpu": {"maximum": 2},
@@ -237,6 +237,28 @@ def test_counted_keys_are_stored_with_quantities(
             "spec.resources: Invalid value: minimum and maximum of object counts, extended "
             "resources and devices are whole numbers (quantity strings such as 500m or 4Gi are "
             "for cpu, memory, ephemeral-storage, hugepages and storage keys)",
+        ),
+        (
+            {"count/jobs.batch": {"maximum": 30, "roundTo": "5"}},
+            "spec.resources: Invalid value: roundTo of object counts, extended resources and "
+            "devices is a whole number, and of memory, ephemeral-storage, hugepages and storage "
+            "keys a whole number of bytes (a quantity such as 64Mi or 1Gi; 250m for cpu)",
+        ),
+        (
+            {"requests.memory": {"maximum": "4Gi", "roundTo": "0.5"}},
+            "spec.resources: Invalid value: roundTo of object counts, extended resources and "
+            "devices is a whole number, and of memory, ephemeral-storage, hugepages and storage "
+            "keys a whole number of bytes (a quantity such as 64Mi or 1Gi; 250m for cpu)",
+        ),
+        (
+            {"requests.cpu": {"maximum": "4", "roundTo": "0"}},
+            "spec.resources[requests.cpu]: Invalid value: roundTo must be above 0 (a whole "
+            "number, or a quantity such as 250m or 64Mi)",
+        ),
+        (
+            {"secrets": {"maximum": 40, "roundTo": 0}},
+            "spec.resources[secrets]: Invalid value: roundTo must be above 0 (a whole number, "
+            "or a quantity such as 250m or 64Mi)",
         ),
         (
             {"requests.memory": {"minimum": "2Gi", "maximum": "1Gi"}},

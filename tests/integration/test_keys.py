@@ -9,6 +9,7 @@ Services or Jobs and sizes them anyway. The test bed's kube-controller-manager r
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -16,9 +17,10 @@ from typing import Any
 
 import kubernetes
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread, fill
-from dynquota.testing.wait import wait_until
+from dynquota.testing.wait import WaitTimeoutError, wait_until
 
 StartOperator = Callable[..., OperatorThread]
 
@@ -98,22 +100,74 @@ def creator(c: OperatorCluster, ns: str, key: str) -> Callable[[], None]:
     return lambda: c.create_pod(ns)
 
 
+def pod_creator(
+    c: OperatorCluster,
+    ns: str,
+    requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+) -> Callable[[], None]:
+    """Creates one pod (one container, no node: admission charges it at create) with these
+    container ``requests`` and ``limits`` (``None``: left out, the LimitRange defaults them)."""
+
+    def create() -> None:
+        resources: dict[str, Any] = {}
+        if requests is not None:
+            resources["requests"] = requests
+        if limits is not None:
+            resources["limits"] = limits
+        c.core.create_namespaced_pod(
+            ns,
+            {
+                "metadata": {"name": f"p-{uuid.uuid4().hex[:8]}"},
+                "spec": {"containers": [{"name": "c", "image": PAUSE, "resources": resources}]},
+            },
+        )
+
+    return create
+
+
+def enforced(c: OperatorCluster, ns: str, key: str) -> str | None:
+    """The hard of ``key`` once admission enforces it: ``spec.hard`` and ``status.hard`` agree
+    (the quota controller copies one to the other; admission checks ``status.hard``, so a fill
+    started before the copy is refused at the old value)."""
+    quota = c.quota(ns)
+    if quota is None or quota.status is None:
+        return None
+    spec, status = (quota.spec.hard or {}).get(key), (quota.status.hard or {}).get(key)
+    return spec if spec == status else None
+
+
 def run_pressure(
-    c: OperatorCluster, ns: str, expected: dict[str, list[str]], timeout: float = 30
+    c: OperatorCluster,
+    ns: str,
+    expected: dict[str, list[str]],
+    timeout: float = 30,
+    creators: dict[str, Callable[[], None]] | None = None,
 ) -> dict[str, list[int]]:
-    """For every key at once (their cooldowns overlap): wait for the next expected hard, then
-    create until refused. Returns how many were created per step and key."""
+    """For every key at once (their cooldowns overlap): wait until the next expected hard is
+    enforced (:func:`enforced`), then create until refused (with ``creators[key]``, else
+    :func:`creator`). Returns how many were created per step and key."""
+    made = {key: (creators or {}).get(key) or creator(c, ns, key) for key in expected}
     created: dict[str, list[int]] = {key: [] for key in expected}
     for step in range(max(len(v) for v in expected.values())):
         for key, values in expected.items():
             if step >= len(values):
                 continue
-            wait_until(
-                lambda k=key, v=values[step]: (c.hard(ns) or {}).get(k) == v,
-                f"{ns}: {key} = {values[step]} (step {step}; now {c.hard(ns)})",
-                timeout=timeout,
-            )
-            created[key].append(fill(creator(c, ns, key)))
+            try:
+                wait_until(
+                    lambda k=key, v=values[step]: enforced(c, ns, k) == v,
+                    f"{ns}: {key} = {values[step]} in spec.hard and status.hard (step {step}; "
+                    f"before: {c.hard(ns)})",
+                    timeout=timeout,
+                )
+            except WaitTimeoutError as exc:
+                quota = c.quota(ns)
+                status = quota.status if quota is not None else None
+                raise WaitTimeoutError(
+                    f"{exc}; at the end: spec.hard {quota and quota.spec.hard}, status.hard "
+                    f"{status and status.hard}, status.used {status and status.used}"
+                ) from exc
+            created[key].append(fill(made[key]))
     return created
 
 
@@ -395,3 +449,227 @@ def test_companion_limit_range_gives_the_default_request_and_the_key_is_added(
     assert after.metadata.resource_version == foreign.metadata.resource_version
     assert after.metadata.labels is None
     assert after.spec.limits[0].default_request == {"memory": "32Mi"}
+
+
+def test_hugepages_and_an_extended_resource_are_charged_at_create_and_sized(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """requests.hugepages-2Mi and requests.example.com/foo: quota admission charges a pod's
+    requests at create (no node advertises them; the pods stay Pending), so both grow by
+    their buffer while the test mints pods. Hugepages and extended resources must have
+    requests == limits: the pods give limits only, which the apiserver copies to requests."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    hugepages, extended = "requests.hugepages-2Mi", "requests.example.com/foo"
+    c.policy(
+        "p-hugepages",
+        scope,
+        pods=profile(50, 100),
+        **{hugepages: profile("4Mi", "10Mi"), extended: profile(2, 5)},
+    )
+    start_operator()
+    created = run_pressure(
+        c,
+        ns,
+        # 6Mi * 1.5 = 9Mi, rounded up to a whole 2Mi page: 10Mi (the maximum)
+        {hugepages: ["4Mi", "6Mi", "10Mi"], extended: ["2", "3", "5"]},
+        creators={
+            # hugepages need a cpu or memory request beside them (pod validation)
+            hugepages: pod_creator(c, ns, limits={"hugepages-2Mi": "2Mi", "memory": "16Mi"}),
+            extended: pod_creator(c, ns, limits={"example.com/foo": "1"}),
+        },
+    )
+    assert created == {hugepages: [2, 1, 2], extended: [2, 1, 2]}
+    quota = c.quota(ns)
+    assert quota.spec.hard == {
+        "pods": "50",
+        "configmaps": "50",
+        hugepages: "10Mi",
+        extended: "5",
+    }
+    assert quota.status.used[hugepages] == "10Mi"
+    assert quota.status.used[extended] == "5"
+    assert quota.metadata.annotations["dynquota.io/hard.requests.example.com_foo"] == "5"
+
+
+def test_allow_default_limits_gives_limits_cpu_a_default_limit_and_pods_are_charged(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """allowDefaultLimits: true with defaultLimits.cpu 200m: the companion LimitRange gets
+    ``default`` (and the apiserver fills ``defaultRequest`` from it), limits.cpu is added with
+    no NeedsDefaultRequests, and a pod without limits gets 200m and is charged exactly that."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    c.policy(
+        "p-limits",
+        scope,
+        extra_spec={"allowDefaultLimits": True, "defaultLimits": {"cpu": "200m"}},
+        **{"limits.cpu": profile("400m", "1")},
+    )
+    start_operator()
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", "limits.cpu": "400m"})
+    owned = c.core.read_namespaced_limit_range("dynquota", ns)
+    assert owned.metadata.labels == {"app.kubernetes.io/managed-by": "dynquota"}
+    assert [(i.type, i.default_request, i.default) for i in owned.spec.limits] == [
+        ("Container", {"cpu": "200m"}, {"cpu": "200m"})
+    ]
+    assert c.events(ns, "NeedsDefaultRequests") == []
+    c.create_pod(ns, "no-limits")
+    pod = c.core.read_namespaced_pod("no-limits", ns)
+    assert pod.spec.containers[0].resources.limits == {"cpu": "200m"}
+    assert pod.spec.containers[0].resources.requests == {"cpu": "200m"}
+    assert c.quota(ns).status.used["limits.cpu"] == "200m"  # charged at admission
+    # 400m * 1.5 = 600m; 600m * 1.5 = 900m (4 pods fit: 800m); 800m * 1.5 = 1200m -> 1
+    created = run_pressure(c, ns, {"limits.cpu": ["400m", "600m", "900m", "1"]})
+    assert created == {"limits.cpu": [1, 1, 1, 1]}  # the first step's first pod: no-limits
+    quota = c.quota(ns)
+    assert quota.status.used["limits.cpu"] == "1"
+    assert quota.spec.hard == {"pods": "10", "configmaps": "50", "limits.cpu": "1"}
+
+
+def test_count_pods_and_requests_memory_runaways_are_refused_with_exceeded_quota(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """count/pods (status-driven, unlike the tallied ``pods``) and requests.memory (default
+    request from the companion LimitRange) in one quota: a runaway of small pods is throttled
+    by count/pods, then, once those are deleted (replenished at once), a runaway of 1Gi pods
+    by requests.memory."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    c.policy(
+        "p-runaways",
+        scope,
+        extra_spec={"defaultRequests": {"memory": "64Mi"}},
+        **{
+            "count/pods": profile(2, 5),
+            "requests.memory": profile("1Gi", "4Gi", buffer=100),
+        },
+    )
+    start_operator()
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", "count/pods": "2", "requests.memory": "1Gi"})
+    created = run_pressure(c, ns, {"count/pods": ["2", "3", "5"]})  # 64Mi each (the default)
+    assert created == {"count/pods": [2, 1, 2]}
+    quota = c.quota(ns)
+    assert quota.status.used["requests.memory"] == "320Mi"
+    assert quota.spec.hard["requests.memory"] == "1Gi"  # 320Mi * 2 = 640Mi < minimum 1Gi
+    c.delete_pods(ns, 5)
+    wait_until(
+        lambda: (c.quota(ns).status.used or {}).get("count/pods") == "0",
+        "count/pods replenished after the deletes",
+        timeout=30,
+    )
+    big = pod_creator(c, ns, requests={"memory": "1Gi"})
+    created = run_pressure(
+        c, ns, {"requests.memory": ["1Gi", "2Gi", "4Gi"]}, creators={"requests.memory": big}
+    )
+    assert created == {"requests.memory": [1, 1, 2]}
+    quota = c.quota(ns)
+    assert quota.status.used["requests.memory"] == "4Gi"
+    assert quota.status.used["count/pods"] == "4"
+    assert quota.spec.hard == {
+        "pods": "10",
+        "configmaps": "50",
+        "count/pods": "5",  # not shrunk: downscaleCooldown 1h
+        "requests.memory": "4Gi",
+    }
+
+
+def widget_crd(group: str) -> dict[str, Any]:
+    """A namespaced CRD ``widgets.<group>`` (v1, any content)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {
+                "plural": "widgets",
+                "singular": "widget",
+                "kind": "Widget",
+                "listKind": "WidgetList",
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_count_of_a_custom_resource_added_right_after_its_crd_is_counted_then_sized(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """count/widgets.<group> in a policy right after the CRD is created: until the quota
+    controller's discovery resync (every 30 s) gives it an evaluator, status.hard shows the key
+    without status.used and admission refuses every widget create ("status unknown for
+    quota"). On v1.37.2 with the test bed's 10 s sync it is counted well within the
+    KeyNotCounted bound 2 x (30 s + 10 s) = 80 s: creates work again, and the key is sized like
+    any other (no KeyNotCounted). The outage window is printed (``-s``); it depends on where
+    the discovery resync falls, 0 to about 40 s."""
+    c = op_cluster
+    group = f"t{uuid.uuid4().hex[:8]}.example.com"  # unique: the control plane is shared
+    key = f"count/widgets.{group}"
+    extensions = kubernetes.client.ApiextensionsV1Api(c.api)
+    extensions.create_custom_resource_definition(widget_crd(group))
+    try:
+        c.cp.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=60s")
+        ns = c.new_namespace(scope)
+        c.policy("p-widgets", scope, **{key: profile(2, 5)})
+        start_operator()  # quotaSyncPeriod 10 s: KeyNotCounted after 80 s
+
+        def widget() -> None:
+            c.custom.create_namespaced_custom_object(
+                group,
+                "v1",
+                ns,
+                "widgets",
+                {
+                    "apiVersion": f"{group}/v1",
+                    "kind": "Widget",
+                    "metadata": {"name": f"w-{uuid.uuid4().hex[:8]}"},
+                },
+            )
+
+        c.wait_hard(ns, {"pods": "10", "configmaps": "50", key: "2"})  # status.hard has it
+        shown = time.monotonic()
+        refused: list[str] = []
+
+        def first_create() -> bool | None:
+            try:
+                widget()
+            except ApiException as exc:
+                if exc.status == 403 and "status unknown for quota: dynquota" in str(exc.body):
+                    refused.append(str(exc.body))
+                    return None
+                raise
+            return True
+
+        wait_until(first_create, "a widget create is admitted", timeout=120, interval=0.5)
+        window = time.monotonic() - shown
+        print(
+            f"\ncount/<CR> right after its CRD: widget creates refused for {window:.1f} s "
+            f"after status.hard showed the key ({len(refused)} refused creates)"
+        )
+        assert window < 80, window  # counted before KeyNotCounted would remove it
+        assert c.events(ns, "KeyNotCounted") == []
+        wait_until(lambda: (c.quota(ns).status.used or {}).get(key) == "1", "the widget is counted")
+        # one widget exists already: 2 -> 3 -> 5 (3 * 1.5 = 4.5, rounded up)
+        created = run_pressure(c, ns, {key: ["2", "3", "5"]}, creators={key: widget})
+        assert created == {key: [1, 1, 2]}
+        quota = c.quota(ns)
+        assert quota.spec.hard == {"pods": "10", "configmaps": "50", key: "5"}
+        assert quota.status.used[key] == "5"
+        assert c.events(ns, "KeyNotCounted") == []
+    finally:
+        with contextlib.suppress(ApiException):
+            extensions.delete_custom_resource_definition(f"widgets.{group}")

@@ -107,10 +107,18 @@ def test_plan_reads_the_release_settings_and_says_why(
     opted_out = c.new_namespace({**selected, "dynquota.io/managed": "false"})
     unmatched = c.new_namespace(scope)
     audited = c.new_namespace({**scope, "dq-plan": "audit"})
+    compute = c.new_namespace({**scope, "dq-plan": "compute"})
     c.policy("plan-p", {"dq-plan": "yes"}, pods=PROFILE)
     c.policy("plan-audit", {"dq-plan": "audit"}, pods=PROFILE, dry_run=True)
+    cpu = {**PROFILE, "minimum": "500m", "maximum": "2"}
+    c.policy(
+        "plan-compute",
+        {"dq-plan": "compute"},
+        extra_spec={"defaultRequests": {"memory": "64Mi"}},
+        **{"requests.cpu": cpu, "requests.memory": {**cpu, "minimum": "1Gi", "maximum": "4Gi"}},
+    )
     c.create_pods(managed, 3)
-    shown = [excluded, RELEASE_NS, foreign, managed, opted_out, unmatched, audited]
+    shown = [excluded, RELEASE_NS, foreign, managed, opted_out, unmatched, audited, compute]
 
     lines = run_plan(
         ["--kubeconfig", admin, *(f"--namespace={ns}" for ns in [*shown, "kube-system"])],
@@ -130,13 +138,24 @@ def test_plan_reads_the_release_settings_and_says_why(
     assert table[0] == "NAMESPACE RESOURCE TALLY STATUS.USED HARD TARGET NEXT WHY"
     rows = {tuple(line.split()[:2]): line for line in table[1:]}
     # only the namespaces the operator writes in (in dry run: would write): never the excluded
-    assert {ns for ns, _ in rows} == {foreign, managed, audited}
+    assert {ns for ns, _ in rows} == {foreign, managed, audited, compute}
     assert rows[(managed, "pods")] == (
         f"{managed} pods 3 - - 10 create create pods 10: usage 3, buffer 40%, at minimum 10"
     )
     assert rows[(foreign, "pods")] == (
         f"{foreign} pods 0 - - 10 create create pods 10: usage 0, buffer 40%, at minimum 10; "
         "lower limit in quota team: pods=5 (the lowest limit wins)"
+    )
+    # no LimitRange gives cpu a default request: held, as the operator holds it; memory's
+    # comes from the companion LimitRange the operator would create first
+    assert rows[(compute, "requests.cpu")] == (
+        f"{compute} requests.cpu - - - - held NeedsDefaultRequests: requests.cpu not added to "
+        "the quota: with a quota on it the apiserver refuses every pod whose containers do not "
+        "all declare a cpu request, and this namespace has no LimitRange (type Container) with "
+        "defaultRequest.cpu; add one and dynquota adds the key"
+    )
+    assert rows[(compute, "requests.memory")].startswith(
+        f"{compute} requests.memory - - - - create create requests.memory 1Gi"
     )
     assert rows[(audited, "pods")].startswith(
         f"{audited} pods 0 - - 10 create dry run, not written: create pods 10: "
@@ -163,6 +182,11 @@ def test_plan_reads_the_release_settings_and_says_why(
         "namespace: the lowest limit wins):",
         "NAMESPACE QUOTA HARD",
         f"{foreign} team configmaps=20, pods=5",
+        "",
+        "companion LimitRanges (dynquota; they give the compute keys their default requests):",
+        "NAMESPACE STATE DEFAULTS WHY",
+        f"{compute} create defaultRequest memory=64Mi the operator writes it, then adds the "
+        "compute keys it covers",
     ]
 
     # -o json: the same, for scripts

@@ -184,3 +184,187 @@ def test_build_plan_says_why_a_namespace_is_not_managed() -> None:
     assert (f_pods.next, f_pods.why.split(":")[0]) == ("create", "dry run, not written")
     text = format_table(plan.rows)
     assert text.splitlines()[0].startswith("NAMESPACE")
+
+
+def _compute_profile(minimum: str, maximum: str) -> dict[str, object]:
+    return {
+        "bufferPercent": 20,
+        "minimum": minimum,
+        "maximum": maximum,
+        "upscaleCooldown": "5m",
+        "downscaleCooldown": "1h",
+    }
+
+
+def _policy(name: str, label: str, dry_run: bool = False, **spec: object) -> dict[str, object]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"x": label}},
+            "dryRun": dry_run,
+            "resources": {
+                "requests.cpu": _compute_profile("500m", "2"),
+                "requests.memory": _compute_profile("1Gi", "4Gi"),
+            },
+            **spec,
+        },
+    }
+
+
+def _limit_range(
+    namespace: str, name: str, owned: bool = False, **defaults: dict[str, str]
+) -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "dynquota"} if owned else {},
+        },
+        "spec": {"limits": [{"type": "Container", **defaults}]},
+    }
+
+
+HELD_CPU = (
+    "NeedsDefaultRequests: requests.cpu not added to the quota: with a quota on it the "
+    "apiserver refuses every pod whose containers do not all declare a cpu request, and this "
+    "namespace has no LimitRange (type Container) with defaultRequest.cpu; add one and dynquota "
+    "adds the key"
+)
+HELD_MEMORY = HELD_CPU.replace("cpu", "memory")
+
+
+def test_plan_holds_compute_keys_without_a_limit_range_default_as_the_operator_does() -> None:
+    """The LimitRanges of the snapshot decide, as in the reconcile: a compute key no
+    LimitRange (type Container) gives a default is ``held`` (NeedsDefaultRequests), the
+    companion LimitRange counts once in place or about to be written, and its state is
+    listed."""
+    from dynquota.operator.plan import Companion, build_plan, format_plan
+    from dynquota.settings import Settings
+
+    memory = {"defaultRequests": {"memory": "64Mi"}}
+    snap = ClusterSnapshot(
+        kube_system={"metadata": {"name": "kube-system", "annotations": {}}},
+        namespaces=[
+            ns("none", x="plain"),
+            ns("other-lr", x="plain"),
+            ns("left", x="plain"),
+            ns("new", x="companion"),
+            ns("ok", x="companion"),
+            ns("stale", x="companion"),
+            ns("foreign", x="companion"),
+            ns("audit", x="audit"),
+            ns("frozen", x="broken"),
+        ],
+        policies=[
+            _policy("plain", "plain"),
+            _policy("companion", "companion", **memory),
+            _policy("audit", "audit", dry_run=True, **memory),
+            {  # invalid (a key nothing counts): its namespaces are frozen, nothing is written
+                "metadata": {"name": "broken"},
+                "spec": {
+                    "namespaceSelector": {"matchLabels": {"x": "broken"}},
+                    "resources": {"nvidia.com/gpu": {"maximum": 1}},
+                },
+            },
+        ],
+        quotas=[],
+        limit_ranges=[
+            _limit_range("other-lr", "defaults", defaultRequest={"cpu": "100m"}),
+            _limit_range("left", "dynquota", owned=True, defaultRequest={"cpu": "50m"}),
+            _limit_range("ok", "dynquota", owned=True, defaultRequest={"memory": "64Mi"}),
+            _limit_range("stale", "dynquota", owned=True, defaultRequest={"memory": "32Mi"}),
+            _limit_range("foreign", "dynquota", defaultRequest={"cpu": "100m"}),
+            _limit_range("frozen", "dynquota", owned=True, defaultRequest={"cpu": "50m"}),
+        ],
+    )
+    plan = build_plan(snap, Settings(), now=NOW)
+    rows = {(r.namespace, r.resource): r for r in plan.rows}
+    shown = {
+        (r.namespace, r.resource): (r.next, r.target)
+        for r in plan.rows
+        if r.resource.startswith("requests.")
+    }
+    # a status-driven key has no usage before its quota exists: no target (created at minimum)
+    assert shown == {
+        ("none", "requests.cpu"): ("held", None),
+        ("none", "requests.memory"): ("held", None),
+        ("other-lr", "requests.cpu"): ("create", None),  # another LimitRange's default counts
+        ("other-lr", "requests.memory"): ("held", None),
+        ("left", "requests.cpu"): ("create", None),  # a left-over companion's default counts
+        ("left", "requests.memory"): ("held", None),
+        ("new", "requests.cpu"): ("held", None),
+        ("new", "requests.memory"): ("create", None),  # the companion is created first
+        ("ok", "requests.cpu"): ("held", None),
+        ("ok", "requests.memory"): ("create", None),
+        ("stale", "requests.cpu"): ("held", None),
+        ("stale", "requests.memory"): ("create", None),  # patched first
+        ("foreign", "requests.cpu"): ("create", None),  # its own default counts
+        ("foreign", "requests.memory"): ("held", None),  # never written: held
+        ("audit", "requests.cpu"): ("held", None),
+        ("audit", "requests.memory"): ("held", None),  # dry run writes no LimitRange
+    }
+    held = rows[("none", "requests.cpu")]
+    assert (held.tally, held.status_used, held.hard, held.target, held.why) == (
+        None,
+        None,
+        None,
+        None,
+        HELD_CPU,
+    )
+    assert rows[("none", "requests.memory")].why == HELD_MEMORY
+    # the held keys' notes stay on their own rows
+    assert rows[("none", "pods")].why == "create pods 10: usage 0, buffer 40%, at minimum 10"
+    assert rows[("new", "requests.memory")].why == (
+        "create requests.memory 1Gi: usage unknown yet, buffer 20%"
+    )
+    audit_why = "dry run: would create it; compute keys held"
+    assert plan.companions == [
+        Companion("audit", "not written", "defaultRequest memory=64Mi", audit_why),
+        Companion(
+            "foreign",
+            "foreign",
+            "defaultRequest memory=64Mi",
+            "a LimitRange dynquota without the label app.kubernetes.io/managed-by=dynquota "
+            "exists: never written (Warning ForeignLimitRange); the compute keys its own "
+            "defaults do not cover stay held",
+        ),
+        Companion(
+            "left",
+            "left over",
+            "defaultRequest cpu=50m",
+            "dynquota's, but no policy asks for defaults here; dynquota never deletes it "
+            "(dynquota cleanup --limit-ranges removes it)",
+        ),
+        Companion(
+            "new",
+            "create",
+            "defaultRequest memory=64Mi",
+            "the operator writes it, then adds the compute keys it covers",
+        ),
+        Companion("ok", "in place", "defaultRequest memory=64Mi", "holds the policy's defaults"),
+        Companion(
+            "stale",
+            "patch",
+            "defaultRequest memory=64Mi",
+            "its defaults differ from the policy's: patched in place",
+        ),
+    ]
+    text = format_plan(plan.only(["new"]))
+    assert text.splitlines()[-3:] == [
+        "companion LimitRanges (dynquota; they give the compute keys their default requests):",
+        "NAMESPACE  STATE   DEFAULTS                    WHY",
+        "new        create  defaultRequest memory=64Mi  the operator writes it, then adds the "
+        "compute keys it covers",
+    ]
+    engaged = ClusterSnapshot(
+        {"metadata": {"name": "kube-system", "annotations": {"dynquota.io/kill-switch": "true"}}},
+        snap.namespaces,
+        snap.policies,
+        [],
+        limit_ranges=snap.limit_ranges,
+    )
+    (new,) = build_plan(engaged, Settings(), now=NOW).only(["new"]).companions
+    assert (new.state, new.why) == (
+        "not written",
+        "kill switch engaged: would create it once released",
+    )

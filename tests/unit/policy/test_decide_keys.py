@@ -300,3 +300,116 @@ def test_a_key_created_before_it_is_counted_is_sized_from_its_first_status_used(
     assert [r for r in d.reasons if "secrets" in r] == [
         "upscale secrets 10->60: usage 50, buffer 20%"
     ]
+
+
+# -- roundTo ----------------------------------------------------------------------------------
+
+
+ROUNDED = governance(
+    {
+        "secrets": {"minimum": 5, "maximum": 100, "roundTo": 5},
+        "count/jobs.batch": {"maximum": 50},  # default 1
+        "requests.cpu": {"minimum": "500m", "maximum": "8", "roundTo": "250m"},
+        "requests.memory": {"maximum": "64Gi", "roundTo": "512Mi"},
+        "requests.storage": {"minimum": "1Gi", "maximum": "1Ti", "roundTo": "100Gi"},
+    }
+)
+
+
+def test_round_to_sets_the_step_of_each_key() -> None:
+    profiles = ROUNDED.profiles
+    assert profiles["requests.cpu"].round_to == 250  # millicores
+    assert profiles["requests.memory"].round_to == 512 * 2**20  # bytes
+    assert profiles["requests.storage"].round_to == 100 * 2**30
+    assert profiles["secrets"].round_to == 5
+    assert profiles["count/jobs.batch"].round_to is None  # the key's default granularity
+    quota = stored(None, run(None, T0, {}, gov=ROUNDED))
+    usage = {
+        "requests.cpu": 1234,
+        "requests.memory": 3 * 2**30,
+        "requests.storage": 150 * 2**30,
+        "secrets": 11,
+        "count/jobs.batch": 11,
+    }
+    d = run(quota, T0 + 300, usage, gov=ROUNDED)
+    # cpu 1234m * 1.2 = 1480.8m -> 1500m (250m steps; 100m would give 1500m too: see 1600m
+    # below); memory 3Gi * 1.2 = 3686.4Mi -> 4Gi (512Mi steps); storage 150Gi * 1.2 = 180Gi
+    # -> 200Gi; secrets 11 * 1.2 = 13.2 -> 15; jobs 11 * 1.2 = 13.2 -> 14 (steps of 1)
+    assert d.merge_patch()["spec"]["hard"] == {
+        PODS: "10",
+        CONFIGMAPS: "50",
+        "count/jobs.batch": "14",
+        "requests.cpu": "1500m",
+        "requests.memory": "4Gi",
+        "requests.storage": "200Gi",
+        "secrets": "15",
+    }
+    again = run(stored(quota, d), T0 + 301, usage, gov=ROUNDED)
+    assert again.action == "nothing", again  # canonical text: no re-patch
+    more = run(stored(quota, d), T0 + 600, {**usage, "requests.cpu": 1300}, gov=ROUNDED)
+    # 1300m * 1.2 = 1560m: 1750m in 250m steps (the default 100m would give 1600m)
+    assert more.merge_patch()["spec"]["hard"]["requests.cpu"] == "1750m"
+
+
+def test_round_to_is_part_of_the_recorded_profile_and_a_change_resizes_at_once() -> None:
+    d = run(None, T0, {}, gov=ROUNDED)
+    assert d.set_annotations["dynquota.io/profile.requests.cpu"] == (
+        "bufferPercent=20,minimum=500,maximum=8000,roundTo=250"
+    )
+    # no roundTo: the recorded text is unchanged from before roundTo existed
+    assert d.set_annotations["dynquota.io/profile.count_jobs.batch"] == (
+        "bufferPercent=20,minimum=10,maximum=50"
+    )
+    quota = stored(None, d)
+    usage = {"requests.cpu": 1300, "requests.memory": 0, "requests.storage": 0, "secrets": 0}
+    usage["count/jobs.batch"] = 0
+    first = run(quota, T0 + 300, usage, gov=ROUNDED)
+    quota = stored(quota, first)
+    assert str(quota.hard["requests.cpu"]) == "1750m"
+    coarser = governance(
+        {**{k: p.to_crd(k) for k, p in ROUNDED.profiles.items() if k not in (PODS, CONFIGMAPS)},
+         "requests.cpu": {"minimum": "500m", "maximum": "8", "roundTo": "1"}}
+    )  # fmt: skip
+    d = run(quota, T0 + 301, usage, gov=coarser)  # within the upscale cooldown: a policy change
+    assert d.merge_patch()["spec"]["hard"]["requests.cpu"] == "2"
+    assert d.reasons[0].startswith("policy requests.cpu 1750m->2: ")
+
+
+@pytest.mark.parametrize(
+    ("resources", "error"),
+    [
+        ({"secrets": {"maximum": 10, "roundTo": "5"}}, "roundTo: must be an integer"),
+        ({"secrets": {"maximum": 10, "roundTo": 0}}, "roundTo must be between 1 and"),
+        ({"pods": {"roundTo": 2.5}}, "roundTo: must be an integer"),
+        (
+            {"requests.nvidia.com/gpu": {"maximum": 4, "roundTo": "500m"}},
+            "roundTo: must be an integer",
+        ),
+        (
+            {
+                "gold.storageclass.storage.k8s.io/requests.storage": {
+                    "maximum": "1Ti",
+                    "roundTo": "0.5",
+                }
+            },
+            "gold.storageclass.storage.k8s.io/requests.storage: roundTo must be a whole number",
+        ),
+        (
+            {"requests.cpu": {"maximum": "4", "roundTo": "0.5m"}},
+            "requests.cpu: roundTo must be a whole number of millicores, not '0.5m'",
+        ),
+        (
+            {"requests.memory": {"maximum": "4Gi", "roundTo": "1.5"}},
+            "requests.memory: roundTo must be a whole number of bytes, not '1.5'",
+        ),
+        ({"requests.memory": {"maximum": "4Gi", "roundTo": "0"}}, "roundTo must be above 0"),
+        ({"requests.cpu": {"maximum": "4", "roundTo": "-1"}}, "must not be negative"),
+    ],
+)
+def test_a_fractional_or_non_positive_round_to_is_refused(
+    resources: dict[str, Any], error: str
+) -> None:
+    info = validate_policy({"metadata": {"name": "bad"}, "spec": {"resources": resources}})
+    assert info.spec is None
+    assert info.reason is not None
+    assert error in info.reason, info.reason
