@@ -17,6 +17,8 @@ from typing import Final
 
 __all__ = [
     "API_VERSION",
+    "BUDGET_KIND",
+    "BUDGET_PLURAL",
     "CONFIGMAPS",
     "DEFAULT_OVERRIDE_TTL",
     "GROUP",
@@ -38,6 +40,9 @@ VERSION: Final = "v1alpha1"
 PLURAL: Final = "dynamicquotapolicies"
 KIND: Final = "DynamicQuotaPolicy"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
+BUDGET_PLURAL: Final = "quotabudgets"
+BUDGET_KIND: Final = "QuotaBudget"
+"""The QuotaBudget CRD (``crds/quotabudgets.yaml``, issue #13): same group and version."""
 
 MANAGED_QUOTA_NAME: Final = "dynquota"
 """The name of the ResourceQuota dynquota manages in each namespace."""
@@ -70,7 +75,8 @@ class EventReason(StrEnum):
     default). On a LimitRange: ``ForeignLimitRange`` (one named ``dynquota`` without the
     managed-by label: never written). On a Namespace: ``ManagedLabelIgnored``, ``QuotaRemoved``; on
     ``kube-system``: ``KillSwitchEngaged``, ``KillSwitchReleased``, ``KillSwitchInvalid``. On a
-    policy: ``PolicyInvalid``.
+    policy: ``PolicyInvalid``. On a QuotaBudget: ``Rebalanced`` (Normal: slices written),
+    ``OverBudget``, ``BudgetInvalid``, ``BudgetConflict`` (a namespace in two budgets: frozen).
     """
 
     RESIZED = "Resized"
@@ -94,3 +100,7 @@ class EventReason(StrEnum):
     KEY_NOT_COUNTED = "KeyNotCounted"
     NEEDS_DEFAULT_REQUESTS = "NeedsDefaultRequests"
     FOREIGN_LIMIT_RANGE = "ForeignLimitRange"
+    REBALANCED = "Rebalanced"
+    OVER_BUDGET = "OverBudget"
+    BUDGET_INVALID = "BudgetInvalid"
+    BUDGET_CONFLICT = "BudgetConflict"

@@ -31,7 +31,14 @@ from typing import Any
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.names import GROUP, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PLURAL, VERSION
+from dynquota.names import (
+    BUDGET_PLURAL,
+    GROUP,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    PLURAL,
+    VERSION,
+)
 from dynquota.operator.runtime import Runtime, run
 from dynquota.settings import Settings
 from dynquota.testing.controlplane import ControlPlaneError, LocalControlPlane
@@ -41,6 +48,7 @@ from dynquota.testing.wait import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "dynquota"
 CRD = ROOT / "crds" / "dynamicquotapolicies.yaml"
+BUDGET_CRD = ROOT / "crds" / "quotabudgets.yaml"
 OPERATOR_NS = "dynquota-system"
 OPERATOR_SA = "dynquota"
 PAUSE = "registry.k8s.io/pause:3.10"
@@ -234,10 +242,17 @@ def install_operator(cp: LocalControlPlane, workdir: Path, crd: Path = CRD) -> s
     try:
         core: Any = kubernetes.client.CoreV1Api(api)
         cp.kubectl("apply", "-f", str(crd))
+        if BUDGET_CRD.exists():
+            cp.kubectl("apply", "-f", str(BUDGET_CRD))
         if not _try(lambda: core.read_namespace(OPERATOR_NS)):
             cp.kubectl("create", "namespace", OPERATOR_NS)
         cp.kubectl("apply", "-f", "-", input=render_rbac(cp))
         cp.kubectl("wait", "--for=condition=Established", f"crd/{PLURAL}.{GROUP}", "--timeout=60s")
+        if BUDGET_CRD.exists():
+            cp.kubectl(
+                "wait", "--for=condition=Established", f"crd/{BUDGET_PLURAL}.{GROUP}",
+                "--timeout=60s",
+            )  # fmt: skip
         wait_until(
             lambda: _try(lambda: core.read_namespaced_service_account(OPERATOR_SA, OPERATOR_NS)),
             "operator ServiceAccount",

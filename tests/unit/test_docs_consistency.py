@@ -127,11 +127,13 @@ def schema_fields(node: dict[str, Any], prefix: str) -> list[str]:
 
 @pytest.mark.parametrize("crd_file", CRDS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_crd_field_is_in_the_policy_reference(reference: str, crd_file: Path) -> None:
-    """Top-level spec/status fields are rows of the policy table; profile fields rows of the
+    """Top-level spec/status fields are rows of the kind's table (DynamicQuotaPolicy,
+    QuotaBudget); profile fields rows of the
     profile table; selector and condition sub-fields are Kubernetes' own types and skipped."""
     (version,) = yaml.safe_load(crd_file.read_text())["spec"]["versions"]
     schema = version["schema"]["openAPIV3Schema"]
-    policy = section(reference, "DynamicQuotaPolicy")
+    kind = yaml.safe_load(crd_file.read_text())["spec"]["names"]["kind"]
+    policy = section(reference, kind)
     policy_rows = {k.split("[")[0] for k in table_keys(policy)}
     profile_rows = set(table_keys(section(reference, "Resource profile")))
     missing = []
