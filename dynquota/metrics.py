@@ -175,6 +175,40 @@ class Metrics:
             registry=r,
         )
 
+        bk = ("budget", "resource")
+        self.budget_hard = Gauge(
+            "dynquota_budget_hard", "A QuotaBudget's hard per key (base unit)", bk, registry=r
+        )
+        self.budget_granted = Gauge(
+            "dynquota_budget_granted",
+            "Sum over a budget's namespaces of max(spec.hard, status.hard, status.used) after "
+            "its last pass (base unit)",
+            bk,
+            registry=r,
+        )
+        self.budget_used = Gauge(
+            "dynquota_budget_used",
+            "Sum of a budget's namespaces' status.used (base unit)",
+            bk,
+            registry=r,
+        )
+        self.budget_rebalances = Counter(
+            "dynquota_budget_rebalances",
+            "Budget passes that wrote slices",
+            ("budget",),
+            registry=r,
+        )
+
+    def forget_budget(self, budget: str) -> None:
+        """Remove the series of a deleted QuotaBudget."""
+        for gauge in (self.budget_hard, self.budget_granted, self.budget_used):
+            for labels in [s.labels for m in gauge.collect() for s in m.samples]:
+                if labels.get("budget") == budget:
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(budget, labels["resource"])
+        with contextlib.suppress(KeyError):
+            self.budget_rebalances.remove(budget)
+
     def observe_api(self, verb: str, resource: str, status: int) -> None:
         """Count one API call (an :data:`~dynquota._k8s.request.ApiCallObserver`).
 

@@ -17,6 +17,7 @@ from dynquota._k8s.paginate import ListPage, paginate
 from dynquota._k8s.request import ApiCallObserver, call_api
 from dynquota.kube.quotas import FIELD_MANAGER
 from dynquota.names import (
+    BUDGET_PLURAL,
     GROUP,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
@@ -166,6 +167,39 @@ class ClusterClient:
                 GROUP,
                 VERSION,
                 PLURAL,
+                name,
+                {"status": dict(status)},
+                field_manager=FIELD_MANAGER,
+                _content_type=_MERGE_PATCH,
+                _request_timeout=t,
+            ),
+            self._observer,
+        )
+
+    async def list_budgets(self) -> list[dict[str, Any]]:
+        """Every QuotaBudget, read consistently (no ``resourceVersion`` sent). Raises
+        ``NotFoundError`` when its CRD is not installed, other ``ApiError``,
+        ``TransportError``."""
+        answer = await call_api(
+            "list",
+            BUDGET_PLURAL,
+            lambda t: self._custom.list_cluster_custom_object(
+                GROUP, VERSION, BUDGET_PLURAL, _request_timeout=t
+            ),
+            self._observer,
+        )
+        return list(answer.get("items") or [])
+
+    async def patch_budget_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch ``status`` of QuotaBudget ``name`` (the status subresource; a map
+        entry set to ``None`` is removed). Raises ``ApiError``, ``TransportError``."""
+        await call_api(
+            "patch",
+            f"{BUDGET_PLURAL}/status",
+            lambda t: self._custom.patch_cluster_custom_object_status(
+                GROUP,
+                VERSION,
+                BUDGET_PLURAL,
                 name,
                 {"status": dict(status)},
                 field_manager=FIELD_MANAGER,

@@ -115,6 +115,11 @@ class QuotaSnapshot:
         up; unparsable values left out)."""
         return {k: n for k, text in self.status_used.items() if (n := _units(k, text)) is not None}
 
+    def status_hard_int(self, resource: str) -> int | None:
+        """``status.hard[resource]`` (what admission enforces) as an integer in the key's
+        unit, or ``None`` if absent (the key limits nothing yet)."""
+        return _units(resource, self.status_hard.get(resource))
+
     def used_int(self, resource: str) -> int | None:
         """``status.used[resource]`` as an integer in the key's unit, or ``None`` if absent."""
         return _units(resource, self.status_used.get(resource))

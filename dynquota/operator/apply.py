@@ -20,6 +20,7 @@ from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.names import EventReason
 from dynquota.operator.killswitch import Deletion, KillSwitch
 from dynquota.operator.ports import (
+    HELD_BUDGETS,
     HELD_INFORMERS,
     HELD_KILL_SWITCH,
     HELD_LEASE,
@@ -51,16 +52,19 @@ class QuotaWriter(KillSwitch):
     def hold_reason(self, decision: Decision) -> str | None:
         """Why writing ``decision`` must wait (one of :data:`HOLD_REASONS`), or ``None``.
 
-        Every write needs the policies listed, the kill switch read (a release seen in a
-        watch event confirmed by a consistent read before anything is created), the
-        informers synced and the Lease valid for :data:`WRITE_TIMEOUT` seconds; a write that
-        shrinks also needs the informers healthy now. A kill-switch delete needs only the
-        Lease (the switch itself was read: it must work in the incident it exists for).
+        Every write needs the policies and the budgets listed, the kill switch read (a
+        release seen in a watch event confirmed by a consistent read before anything is
+        created), the informers synced and the Lease valid for :data:`WRITE_TIMEOUT`
+        seconds; a write that shrinks also needs the informers healthy now. A kill-switch
+        delete needs only the Lease (the switch itself was read: it must work in the
+        incident it exists for).
         """
         if decision.action == "delete" and self.kill_switch:
             return None if self.gate.can_write(WRITE_TIMEOUT) else HELD_LEASE
         if not self.policies_listed:
             return HELD_POLICIES
+        if not self.budgets.listed:
+            return HELD_BUDGETS
         if self.kill_switch is None:
             return HELD_KILL_SWITCH
         if decision.action == "create" and not self._release_confirmed:

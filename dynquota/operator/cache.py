@@ -25,11 +25,13 @@ from cachetools import LRUCache, TTLCache
 from dynquota._k8s.workqueue import Outcome, WorkQueue
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.metrics import Metrics
+from dynquota.operator.budgets import Budgets
 from dynquota.operator.decision import governance_of
 from dynquota.operator.ports import (
     KUBE_SYSTEM,
     WARNING_TTL,
     AlwaysLeading,
+    BudgetStatusSink,
     EventSink,
     LeaderView,
     LimitRangeReader,
@@ -93,6 +95,7 @@ class OperatorCache(abc.ABC):
         clock: Callable[[], float] = time.time,
         namespace_reader: NamespaceReader | None = None,
         limit_ranges: LimitRangeReader | None = None,
+        budget_status: BudgetStatusSink | None = None,
     ) -> None:
         self.settings = settings
         self.quotas = quotas
@@ -103,6 +106,8 @@ class OperatorCache(abc.ABC):
         watch event before it deletes or re-creates quotas (``None``: the event is trusted;
         unit tests only)."""
         self.limit_ranges = limit_ranges
+        self.budget_status = budget_status
+        """QuotaBudget status writes (``None``: not reported; unit tests only)."""
         """LimitRange defaults per namespace, read before a compute key (the compute trap) is
         added to a quota, and the companion LimitRange's writes (``None``: no defaults known,
         such keys are held)."""
@@ -170,6 +175,8 @@ class OperatorCache(abc.ABC):
         self.queue = WorkQueue(
             self.reconcile, workers=settings.workers, coalesce=settings.coalesce_seconds
         )
+        self.budgets = Budgets(self)
+        """The QuotaBudgets and their members' demands (issue #13)."""
         self.on_decision: Callable[[str, Decision], None] | None = None
         """Hook called after every decision (the demo's live table)."""
 
@@ -235,6 +242,7 @@ class OperatorCache(abc.ABC):
             self._status_used[snapshot.namespace] = snapshot.used_counts()
             self._watched[snapshot.namespace] = snapshot
         self.queue.add(snapshot.namespace)
+        self.budgets.wake_namespace(snapshot.namespace)
 
     def _ours(self, deleted: QuotaSnapshot) -> bool:
         """Whether a deletion was dynquota's own, by whichever replica made it: the kill
@@ -317,6 +325,7 @@ class OperatorCache(abc.ABC):
 
     def _forget(self, namespace: str) -> None:
         self.queue.forget(namespace)
+        self.budgets.forget(namespace)
         self.peaks.forget(namespace)
         self._deleted_by_others.discard(namespace)
         self._own_deletes.pop(namespace, None)

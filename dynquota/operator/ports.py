@@ -27,6 +27,7 @@ from dynquota.policy import (
 
 __all__ = [
     "Applied",
+    "BudgetStatusSink",
     "EventSink",
     "LeaderView",
     "LimitRangeReader",
@@ -50,6 +51,7 @@ under the per-request timeouts: a hung reconcile never stalls a worker for good)
 CONFLICT_RETRIES = 3
 """Re-reads after a 409 Conflict on a managed-quota write, before backing off."""
 HELD_POLICIES = "policies-unknown"
+HELD_BUDGETS = "budgets-unknown"
 HELD_INFORMERS = "informers-not-synced"
 HELD_STALE = "informers-stale"
 HELD_KILL_SWITCH = "kill-switch-unknown"
@@ -57,6 +59,7 @@ HELD_RELEASE = "kill-switch-release-unconfirmed"
 HELD_LEASE = "lease-not-held"
 HOLD_REASONS = (
     HELD_POLICIES,
+    HELD_BUDGETS,
     HELD_INFORMERS,
     HELD_STALE,
     HELD_KILL_SWITCH,
@@ -112,6 +115,13 @@ class PolicyStatusSink(Protocol):
     """Policy status writes (:class:`dynquota.kube.cluster.ClusterClient`)."""
 
     async def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None: ...
+
+
+class BudgetStatusSink(Protocol):
+    """QuotaBudget status writes (:class:`dynquota.kube.cluster.ClusterClient`: a JSON
+    merge-patch of the status subresource)."""
+
+    async def patch_budget_status(self, name: str, status: Mapping[str, Any]) -> None: ...
 
 
 class NamespaceReader(Protocol):

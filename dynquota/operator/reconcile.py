@@ -40,6 +40,7 @@ from dynquota.names import (
     EventReason,
 )
 from dynquota.operator.apply import QuotaWriter
+from dynquota.operator.budget_task import BudgetTasks
 from dynquota.operator.decision import decide_args
 from dynquota.operator.ports import (
     CONFLICT_RETRIES,
@@ -76,6 +77,11 @@ class Operator(QuotaWriter):
     queue runs and feed the watches with :meth:`on_namespace`, :meth:`on_quota`,
     :meth:`on_policy`, :meth:`on_usage_change`.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.budget_tasks = BudgetTasks(self, self.budgets)
+        """One serialized task per QuotaBudget (started by the runtime with the queue)."""
 
     async def reconcile(self, namespace: str) -> Outcome:
         """Decide and apply the managed quota of ``namespace`` (the workqueue's handler).
@@ -134,6 +140,9 @@ class Operator(QuotaWriter):
             decision = self._decide(namespace, governance, current, now, dry_run, missing)
             if from_watch and (decision.dry_run or decision.action not in ("patch", "nothing")):
                 continue
+            if not decision.dry_run:
+                # budgeted keys are the budget task's to write: their hard is its demand
+                decision = self.budgets.shape(namespace, decision, current)
             if decision.dry_run:
                 simulated = apply_decision(
                     self._quota_for_decision(namespace, current, dry_run), decision

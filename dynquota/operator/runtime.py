@@ -9,6 +9,7 @@ kopf writes nothing on Namespaces, pods or ConfigMaps:
 - ``@kopf.on.event`` ResourceQuotas, server-side field selector ``metadata.name=dynquota``
   -> :meth:`Operator.on_quota` (deleted -> re-created, edits reverted, override requests);
 - ``@kopf.on.event`` DynamicQuotaPolicies -> :meth:`Operator.on_policy`;
+- ``@kopf.on.event`` QuotaBudgets -> :meth:`Budgets.on_budget` (issue #13);
 - ``@kopf.on.startup``/``cleanup`` start and stop :class:`Runtime`; ``@kopf.on.probe`` is the
   liveness check; ``@kopf.on.login`` hands kopf the same credentials as our own client.
 
@@ -49,7 +50,7 @@ from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.leader import AlwaysLeader, LeaderGate
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaClient
 from dynquota.metrics import InformerCollector, Metrics, MetricsServer
-from dynquota.names import GROUP, PLURAL, VERSION
+from dynquota.names import BUDGET_PLURAL, GROUP, PLURAL, VERSION
 from dynquota.operator.ports import KUBE_SYSTEM
 from dynquota.operator.reconcile import Operator
 from dynquota.policy import KILL_SWITCH, parse_kill_switch
@@ -144,6 +145,7 @@ class Runtime:
             gate=self.gate,
             namespace_reader=self.cluster,
             limit_ranges=self.cluster,
+            budget_status=self.cluster,
         )
         if isinstance(self.gate, LeaderGate):
             self.gate.on_change = self.operator.on_leadership
@@ -179,6 +181,7 @@ class Runtime:
         else:
             await self.operator.on_leadership(True)
         self._tasks.append(asyncio.create_task(self._list_policies(), name="dynquota-policies"))
+        self._tasks.append(asyncio.create_task(self._list_budgets(), name="dynquota-budgets"))
         self._tasks.append(asyncio.create_task(self._finish_start(), name="dynquota-start"))
 
     async def _prime(self) -> None:
@@ -225,12 +228,38 @@ class Runtime:
         log.info("policies listed: %d; quota writes may proceed", len(policies))
         self.operator.on_policy_list(policies)
 
+    async def _list_budgets(self) -> None:
+        """List the QuotaBudgets (consistent LIST) until it succeeds; until then writes are
+        held. Their CRD not served (an upgrade whose chart did not install it: Helm installs
+        crds/ only on install) counts as no budgets, logged: no namespace is budgeted then."""
+        async for attempt in _until_it_succeeds(
+            lambda exc, delay: log.warning(
+                "listing QuotaBudgets failed (%s): no quota is written until it succeeds; "
+                "retrying in %.1f s",
+                exc,
+                delay,
+            )
+        ):
+            with attempt:
+                try:
+                    budgets = await self.cluster.list_budgets()
+                except NotFoundError:
+                    log.warning(
+                        "the QuotaBudget CRD (%s.%s) is not served: no namespace is budgeted",
+                        BUDGET_PLURAL,
+                        GROUP,
+                    )
+                    budgets = []
+        log.info("QuotaBudgets listed: %d", len(budgets))
+        self.operator.budgets.on_budget_list(budgets)
+
     async def _finish_start(self) -> None:
         started = time.monotonic()
         await self.watcher.wait_synced()
         log.info("informers synced in %.1f s", time.monotonic() - started)
         self.operator.queue.start()
         self.operator.queue.add_all(list(self.operator.namespaces))
+        self.operator.budget_tasks.start()
         self.operator.mark_policy_status_dirty()
         self._tasks.append(
             asyncio.create_task(self.operator.run_policy_status(), name="dynquota-status")
@@ -252,6 +281,7 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.operator.queue.stop()
+        await self.operator.budget_tasks.stop()
         await self.operator.stop_background()
         await self.watcher.stop()
         await self.gate.release()
@@ -346,6 +376,10 @@ def build_registry(runtime_of: Callable[[Any], Runtime]) -> kopf.OperatorRegistr
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def policies(event: Any, memo: Any, **_: Any) -> None:
         runtime_of(memo).operator.on_policy(event.get("type"), event.get("object") or {})
+
+    @kopf.on.event(GROUP, VERSION, BUDGET_PLURAL, registry=registry)
+    async def budgets(event: Any, memo: Any, **_: Any) -> None:
+        runtime_of(memo).operator.budgets.on_budget(event.get("type"), event.get("object") or {})
 
     return registry
 

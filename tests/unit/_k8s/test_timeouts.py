@@ -117,6 +117,8 @@ def drivers(api: client.ApiClient) -> dict[str, Callable[[], Awaitable[Any]]]:
         ),
         "ClusterClient.list_policies": cluster.list_policies,
         "ClusterClient.patch_policy_status": lambda: cluster.patch_policy_status("p", {}),
+        "ClusterClient.list_budgets": cluster.list_budgets,
+        "ClusterClient.patch_budget_status": lambda: cluster.patch_budget_status("b", {}),
         "EventRecorder.emit": lambda: events.emit(
             ObjectRef.quota("team", "dynquota"), "Normal", "Resized", "x"
         ),
@@ -232,11 +234,12 @@ async def test_start_up_reads_are_consistent_reads() -> None:
             lambda: cluster.read_namespace("kube-system"),
             cluster.list_namespaces,
             cluster.list_policies,
+            cluster.list_budgets,
             quotas.list_managed,
         ):
             with pytest.raises(TransportError):
                 await call()
-    assert len(api.requests) == 4
+    assert len(api.requests) == 5
     for request in api.requests:
         assert request["method"] == "GET"
         assert "resourceVersion" not in request["query"], request

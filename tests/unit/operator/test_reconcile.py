@@ -241,6 +241,7 @@ class World:
         op.usage = self.usage
         op.on_namespace(None, namespace("kube-system"))
         op.on_policy_list([])  # the start-up LIST succeeded (tests of holds undo this)
+        op.budgets.on_budget_list([])  # as did the budgets' (no budget)
         return op
 
     async def reconcile(self, ns: str) -> Outcome:
@@ -881,6 +882,7 @@ def _world_with_invalid_switch(managed_quotas_exist: bool) -> World:
     )
     op.usage = world.usage
     op.on_policy_list([])
+    op.budgets.on_budget_list([])
     op.managed_quotas_exist = managed_quotas_exist
     op.on_namespace(None, namespace("kube-system", annotations={"dynquota.io/kill-switch": "yes"}))
     world.op = op
