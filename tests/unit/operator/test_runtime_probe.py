@@ -37,6 +37,7 @@ def test_registry_has_event_handlers_only_for_resources() -> None:
         "namespaces",
         "resourcequotas",
         "dynamicquotapolicies",
+        "quotabudgets",
     }
     assert list(registry._changing.get_all_handlers()) == []
     assert list(registry._spawning.get_all_handlers()) == []  # no timers, no daemons
