@@ -3,14 +3,19 @@ the operator slicing a budget into managed quotas under concurrency (docs/budget
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.names import BUDGET_KIND, BUDGET_PLURAL, GROUP, VERSION
-from dynquota.testing.operator import OperatorCluster
+from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
+from dynquota.testing.wait import wait_until
 
 
 def budget_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -64,3 +69,229 @@ def test_the_crd_stores_a_good_budget(op_cluster: OperatorCluster) -> None:
         assert stored["spec"] == spec
     finally:
         op_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, name)
+
+
+# -- the operator slicing a budget ----------------------------------------------------------------
+
+BUDGET = 60
+PHASE_SECONDS = 8.0
+CREATORS = 3
+POLICY = {
+    # demand follows usage closely and often: a rebalance every few seconds
+    "pods": {
+        "bufferPercent": 50,
+        "minimum": 2,
+        "maximum": 60,
+        "upscaleCooldown": "0s",
+        "downscaleCooldown": "3s",
+    }
+}
+
+
+@pytest.fixture
+def make_budget(op_cluster: OperatorCluster) -> Iterator[Callable[..., str]]:
+    """``make_budget(selector, hard)`` creates a QuotaBudget; all are deleted afterwards."""
+    made: list[str] = []
+
+    def make(selector: dict[str, str], hard: dict[str, Any]) -> str:
+        name = f"qb-{uuid.uuid4().hex[:8]}"
+        body = budget_body(name, {"namespaceSelector": {"matchLabels": selector}, "hard": hard})
+        op_cluster.custom.create_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, body)
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        with contextlib.suppress(ApiException):
+            op_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, name)
+
+
+def get_budget(op_cluster: OperatorCluster, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = op_cluster.custom.get_cluster_custom_object(
+        GROUP, VERSION, BUDGET_PLURAL, name
+    )
+    return result
+
+
+def condition(budget: dict[str, Any], type_: str) -> dict[str, Any]:
+    found = [c for c in (budget.get("status") or {}).get("conditions") or [] if c["type"] == type_]
+    return found[0] if found else {}
+
+
+def pods_of(quota: Any, part: str) -> int | None:
+    values = getattr(quota.spec if part == "spec" else quota.status, "hard", None) or {}
+    if part == "used":
+        values = quota.status.used or {}
+    return int(values["pods"]) if "pods" in values else None
+
+
+class Load:
+    """Pod creators and deleters per namespace, switched per phase (threads, official client).
+
+    A creator creates pods labelled ``dq-load`` until stopped; a refused create (quota) waits
+    up to 0.1 s on the stop flag before the next (what a controller's backoff does). A deleter
+    deletes the namespace's pods one by one."""
+
+    def __init__(self, op_cluster: OperatorCluster, run: str) -> None:
+        self.c = op_cluster
+        self.run = run
+        self.created = 0
+        self.denied = 0
+        self._lock = threading.Lock()
+
+    def _create(self, ns: str, stop: threading.Event) -> None:
+        while not stop.is_set():
+            body = {
+                "metadata": {"generateName": "p-", "labels": {"dq-load": self.run}},
+                "spec": {"containers": [{"name": "c", "image": PAUSE}]},
+            }
+            try:
+                self.c.core.create_namespaced_pod(ns, body)
+                with self._lock:
+                    self.created += 1
+            except ApiException as exc:
+                if exc.status not in (403, 409):
+                    raise
+                with self._lock:
+                    self.denied += 1
+                stop.wait(0.1)
+
+    def _delete(self, ns: str, stop: threading.Event) -> None:
+        while not stop.is_set():
+            pods = self.c.core.list_namespaced_pod(ns, label_selector=f"dq-load={self.run}")
+            if not pods.items:
+                stop.wait(0.1)
+            for pod in pods.items:
+                if stop.is_set():
+                    return
+                with contextlib.suppress(ApiException):
+                    self.c.core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
+
+    def phase(self, plan: dict[str, str], seconds: float) -> None:
+        """Run ``plan`` (namespace -> "create", "delete" or "idle") for ``seconds``."""
+        stop = threading.Event()
+        threads = []
+        for ns, what in plan.items():
+            if what == "create":
+                threads += [
+                    threading.Thread(target=self._create, args=(ns, stop), daemon=True)
+                    for _ in range(CREATORS)
+                ]
+            elif what == "delete":
+                threads.append(threading.Thread(target=self._delete, args=(ns, stop), daemon=True))
+        for t in threads:
+            t.start()
+        stop.wait(seconds)
+        stop.set()
+        for t in threads:
+            t.join(30)
+
+
+class Sampler:
+    """Every 50 ms: ONE LIST of the managed quotas and ONE LIST of the load's pods (a
+    snapshot each; per-namespace GETs are none). Records the samples whose sum over
+    ``namespaces`` of max(spec.hard, status.hard) for pods exceeds ``budget``, and the most
+    pods seen at once beyond it."""
+
+    def __init__(
+        self, op_cluster: OperatorCluster, namespaces: list[str], run: str, quota: str = ""
+    ) -> None:
+        self.c = op_cluster
+        self.namespaces = set(namespaces)
+        self.run = run
+        self.quota = quota
+        self.samples = 0
+        self.over: list[tuple[float, dict[str, int]]] = []
+        self.most_pods = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            started = time.monotonic()
+            selector = "app.kubernetes.io/managed-by=dynquota" if not self.quota else None
+            quotas = self.c.core.list_resource_quota_for_all_namespaces(
+                label_selector=selector
+            ).items
+            pods = self.c.core.list_pod_for_all_namespaces(
+                label_selector=f"dq-load={self.run}"
+            ).items
+            commitments = {}
+            for q in quotas:
+                ns = q.metadata.namespace
+                if ns not in self.namespaces or q.metadata.name != (self.quota or "dynquota"):
+                    continue
+                commitments[ns] = max(pods_of(q, "spec") or 0, pods_of(q, "status") or 0)
+            if sum(commitments.values()) > BUDGET:
+                self.over.append((time.monotonic(), commitments))
+            live = [p for p in pods if p.metadata.namespace in self.namespaces]
+            self.most_pods = max(self.most_pods, len(live))
+            self.samples += 1
+            self.stop.wait(max(0.0, 0.05 - (time.monotonic() - started)))
+
+    def __enter__(self) -> Sampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+    @property
+    def overshoot(self) -> int:
+        return max(0, self.most_pods - BUDGET)
+
+
+def test_a_budget_holds_while_demand_shifts_between_namespaces(
+    op_cluster: OperatorCluster,
+    scope: dict[str, str],
+    start_operator: Callable[..., OperatorThread],
+    make_budget: Callable[..., str],
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    load = Load(op_cluster, run)
+    # Baseline: the same load against one static quota of 60 in one namespace.
+    static = op_cluster.new_namespace(dict(scope))
+    op_cluster.core.create_namespaced_resource_quota(
+        static, {"metadata": {"name": "static"}, "spec": {"hard": {"pods": str(BUDGET)}}}
+    )
+    wait_until(
+        lambda: (op_cluster.quota(static, "static").status.hard or {}).get("pods"),
+        "the static quota enforced",
+    )
+    with Sampler(op_cluster, [static], run, quota="static") as baseline:
+        load.phase({static: "create"}, PHASE_SECONDS)
+        load.phase({static: "delete"}, PHASE_SECONDS / 2)
+        load.phase({static: "create"}, PHASE_SECONDS / 2)
+    op_cluster.delete_namespace(static)
+
+    team = {**scope, "team": run}
+    op_cluster.policy(f"p-{run}", team, **POLICY)
+    a, b, c = (op_cluster.new_namespace(team) for _ in range(3))
+    name = make_budget(team, {"pods": BUDGET})
+    op = start_operator()
+
+    def bounded() -> bool:
+        quotas = [op_cluster.quota(ns) for ns in (a, b, c)]
+        return all(q is not None and pods_of(q, "status") is not None for q in quotas)
+
+    wait_until(bounded, "every slice enforced", timeout=60)
+    with Sampler(op_cluster, [a, b, c], run) as sampler:
+        load.phase({a: "create"}, PHASE_SECONDS)
+        load.phase({a: "delete", b: "create"}, PHASE_SECONDS)
+        load.phase({b: "delete", c: "create", a: "create"}, PHASE_SECONDS)
+    rebalances = op.sample("dynquota_budget_rebalances_total", {"budget": name})
+    status = get_budget(op_cluster, name)["status"]
+    print(
+        f"\nbudget {BUDGET} pods over 3 namespaces: {sampler.samples} samples, "
+        f"{len(sampler.over)} over budget by max(spec.hard, status.hard); {rebalances:.0f} "
+        f"rebalances; pods at most {sampler.most_pods} (overshoot {sampler.overshoot}); "
+        f"baseline (one static quota of {BUDGET}): {baseline.samples} samples, pods at most "
+        f"{baseline.most_pods} (overshoot {baseline.overshoot}); creates {load.created}, "
+        f"denied {load.denied}; status {status.get('granted')} granted, {status.get('used')} used"
+    )
+    assert sampler.samples > 100
+    assert sampler.over == []
+    assert rebalances >= 5
+    assert sampler.overshoot <= baseline.overshoot
+    assert condition(get_budget(op_cluster, name), "Valid")["status"] == "True"
