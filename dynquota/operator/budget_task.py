@@ -286,8 +286,13 @@ class BudgetTasks:
                     continue
                 versions[ns] = patched.resource_version
                 result.writes.setdefault(ns, {}).update(values)
+                log.info("budget %s: slice of %s set to %s", name, ns, hard_text(values))
             if result.again is not None:
                 break
+        log.debug(
+            "budget %s: pass over %s: %s", name, members,
+            {k: (a.writes, a.targets, a.committed) for k, a in result.allocations.items()},
+        )  # fmt: skip
         await self._report(record, result, members, self.budgets.frozen(name), listed)
         self.last[name] = result
         return result
@@ -313,7 +318,7 @@ class BudgetTasks:
         annotations: dict[str, str] = {}
         for key, text in texts.items():
             annotations[hard_key(key)] = text
-            if grows:
+            if grows or quota.hard_int(key) is None:  # a grow, or the key's first slice
                 stamp = format_time(now)
                 annotations[last_upscale_key(key)] = stamp
                 annotations[last_change_key(key)] = stamp

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -116,6 +117,9 @@ def get_budget(op_cluster: OperatorCluster, name: str) -> dict[str, Any]:
 def condition(budget: dict[str, Any], type_: str) -> dict[str, Any]:
     found = [c for c in (budget.get("status") or {}).get("conditions") or [] if c["type"] == type_]
     return found[0] if found else {}
+
+
+_NO_QUOTA = SimpleNamespace(spec=SimpleNamespace(hard={}), status=SimpleNamespace(hard={}, used={}))
 
 
 def pods_of(quota: Any, part: str) -> int | None:
@@ -295,3 +299,119 @@ def test_a_budget_holds_while_demand_shifts_between_namespaces(
     assert rebalances >= 5
     assert sampler.overshoot <= baseline.overshoot
     assert condition(get_budget(op_cluster, name), "Valid")["status"] == "True"
+
+
+def budget_events(op_cluster: OperatorCluster, name: str, reason: str) -> list[Any]:
+    items = op_cluster.core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={name},reason={reason}"
+    ).items
+    return list(items)
+
+
+def test_a_namespace_in_two_budgets_is_frozen_and_a_deleted_budget_gives_it_back(
+    op_cluster: OperatorCluster,
+    scope: dict[str, str],
+    start_operator: Callable[..., OperatorThread],
+    make_budget: Callable[..., str],
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    team = {**scope, "team": run}
+    op_cluster.policy(f"p-{run}", team, **POLICY)
+    x = op_cluster.new_namespace({**team, "one": run, "two": run})
+    first = make_budget({"one": run}, {"pods": 4})
+    op = start_operator()
+    wait_until(
+        lambda: pods_of(op_cluster.quota(x) or _NO_QUOTA, "status") is not None,
+        "x's slice enforced (until then admission limits nothing: the window issue #13's "
+        "admission policy closes)",
+    )
+    # in the first budget alone: the slice grows with usage up to the budget, no further
+    wait_until(lambda: op_cluster.fill_pods(x) >= 0 and pods_of(op_cluster.quota(x), "spec") == 4,
+               "x's slice grown to the whole budget (4)", timeout=60)  # fmt: skip
+    second = make_budget({"two": run}, {"pods": 30})
+
+    def frozen() -> bool:
+        budgets = [get_budget(op_cluster, n) for n in (first, second)]
+        return all(
+            condition(b, "Valid").get("reason") == "NamespaceConflict"
+            and b["status"].get("frozenNamespaces") == [x]
+            for b in budgets
+        )
+
+    wait_until(frozen, "both budgets report x frozen (Valid=False)", timeout=30)
+    assert budget_events(op_cluster, first, "BudgetConflict")
+    # frozen: the first budget raised to 30 would grow x's slice to 6 (4 pods, buffer 50%);
+    # while x is in two budgets nobody writes it
+    op_cluster.custom.patch_cluster_custom_object(
+        GROUP, VERSION, BUDGET_PLURAL, first, {"spec": {"hard": {"pods": 30}}}
+    )
+    wait_until(
+        lambda: get_budget(op_cluster, first)["status"].get("observedGeneration") == 2,
+        "the raised budget seen by the operator",
+    )
+    op.idle()
+    assert pods_of(op_cluster.quota(x), "spec") == 4
+    # the second budget deleted: x is the first's alone, whose 30 pods give it its demand
+    op_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, second)
+    op_cluster.wait_hard(x, {"pods": "6", "configmaps": "50"}, timeout=30)
+    wait_until(
+        lambda: condition(get_budget(op_cluster, first), "Valid").get("status") == "True",
+        "the first budget valid again",
+    )
+    # the first deleted too: plain dynamic sizing again (6 pods, buffer 50% -> 9)
+    op_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, first)
+    assert op_cluster.fill_pods(x) == 2
+    quota = op_cluster.wait_hard(x, {"pods": "9", "configmaps": "50"}, timeout=30)
+    assert quota.metadata.annotations["dynquota.io/hard.pods"] == "9"
+
+
+def test_a_namespace_joining_above_the_free_budget_is_over_budget_and_nothing_grows(
+    op_cluster: OperatorCluster,
+    scope: dict[str, str],
+    start_operator: Callable[..., OperatorThread],
+    make_budget: Callable[..., str],
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    team = {**scope, "team": run}
+    op_cluster.policy(f"p-{run}", team, **POLICY)
+    a = op_cluster.new_namespace({**team, "tenant": run})
+    joiner = op_cluster.new_namespace(team)
+    op_cluster.create_pods(a, 6)  # before any quota: nothing refuses them
+    op_cluster.create_pods(joiner, 8)
+    name = make_budget({"tenant": run}, {"pods": 10})
+    op = start_operator()
+    # a: target ceil(6 * 1.5) = 9, within the budget of 10; the joiner sized on its own: 12
+    op_cluster.wait_hard(a, {"pods": "9", "configmaps": "50"}, timeout=60)
+    op_cluster.wait_hard(joiner, {"pods": "12", "configmaps": "50"}, timeout=60)
+    op_cluster.core.patch_namespace(joiner, {"metadata": {"labels": {"tenant": run}}})
+    wait_until(
+        lambda: condition(get_budget(op_cluster, name), "OverBudget").get("status") == "True",
+        "OverBudget=True",
+        timeout=30,
+    )
+    wait_until(lambda: budget_events(op_cluster, name, "OverBudget"), "OverBudget Event")
+    # shrunk to their usage, never below it; no grant anywhere while over
+    op_cluster.wait_hard(a, {"pods": "6", "configmaps": "50"}, timeout=30)
+    op_cluster.wait_hard(joiner, {"pods": "8", "configmaps": "50"}, timeout=30)
+    # once the controller showed both shrinks: 6 + 8 committed, 4 over
+    status = wait_until(
+        lambda: (s := get_budget(op_cluster, name)["status"])["granted"] == {"pods": "14"} and s,
+        "granted 14 in the budget's status",
+    )
+    assert status["free"] == {"pods": "-4"}
+    assert status["used"] == {"pods": "14"}
+    assert status["namespaces"][joiner] == {
+        "grant": {"pods": "8"},
+        "used": {"pods": "8"},
+        "demand": {"pods": "12"},
+    }
+    op.idle()
+    assert pods_of(op_cluster.quota(a), "spec") == 6
+    assert pods_of(op_cluster.quota(joiner), "spec") == 8
+    # usage falls under the budget: OverBudget ends
+    op_cluster.delete_pods(joiner, 5)
+    wait_until(
+        lambda: condition(get_budget(op_cluster, name), "OverBudget").get("status") == "False",
+        "OverBudget=False once usage fell",
+        timeout=60,
+    )

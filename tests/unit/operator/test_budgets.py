@@ -1,0 +1,150 @@
+"""Tenant budgets on the operator side (issue #13) against fakes at the kube/ ports: the
+reconcile hands a budgeted key over as demand, a pass writes shrinks before grows and grows
+only into observed room, conflicts and frozen namespaces write nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from dynquota._k8s.errors import ConflictError
+from dynquota.operator.budgets import read_budget
+
+from .test_reconcile import World, namespace, policy
+
+PODS = {
+    "bufferPercent": 50,
+    "minimum": 2,
+    "maximum": 100,
+    "upscaleCooldown": "0s",
+    "downscaleCooldown": "1h",
+}
+
+
+class FakeBudgetStatus:
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    async def patch_budget_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self.patches.append((name, dict(status)))
+
+
+def budget(name: str, selector: dict[str, str], hard: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "generation": 1},
+        "spec": {"namespaceSelector": {"matchLabels": selector}, "hard": hard},
+    }
+
+
+@pytest.fixture
+def world() -> World:
+    w = World()
+    w.op.budget_status = FakeBudgetStatus()
+    w.op.on_policy(None, policy(pods=PODS))
+    return w
+
+
+def member(world: World, ns: str, pods: int, labels: dict[str, str] | None = None) -> None:
+    world.op.on_namespace(None, namespace(ns, labels or {"tenant": "t"}))
+    world.usage.counts[(ns, "pods")] = pods
+
+
+def status(world: World) -> dict[str, Any]:
+    fake = world.op.budget_status
+    assert isinstance(fake, FakeBudgetStatus)
+    return fake.patches[-1][1]
+
+
+async def test_the_reconcile_hands_a_budgeted_key_over_and_the_pass_writes_it(
+    world: World,
+) -> None:
+    world.op.budgets.on_budget(None, budget("b", {"tenant": "t"}, {"pods": 30}))
+    member(world, "team-a", pods=14)
+    await world.reconcile("team-a")
+    # created without the budgeted key; its target (ceil(14 * 1.5) = 21) is the demand
+    assert world.quotas.hard("team-a") == {"configmaps": "50"}
+    assert "dynquota.io/hard.pods" not in world.quotas.annotations("team-a")
+    assert world.op.budgets.demand == {"team-a": {"pods": 21}}
+    result = await world.op.budget_tasks.run_pass("b")
+    assert result.writes == {"team-a": {"pods": 21}}  # a bounding write, within the budget
+    assert world.quotas.hard("team-a") == {"configmaps": "50", "pods": "21"}
+    annotations = world.quotas.annotations("team-a")
+    assert annotations["dynquota.io/hard.pods"] == "21"
+    # the budget's write is not taken for a manual edit: the reconcile writes nothing now
+    writes = list(world.quotas.writes)
+    world.quotas.objects["team-a"]["status"]["hard"]["pods"] = "21"
+    await world.reconcile("team-a")
+    assert world.quotas.writes == writes
+    assert "ManualEditReverted" not in world.events.reasons("team-a")
+    assert status(world)["granted"] == {"pods": "21"}
+    assert status(world)["free"] == {"pods": "9"}
+
+
+async def test_a_pass_shrinks_first_and_grows_only_into_room_the_controller_showed(
+    world: World,
+) -> None:
+    world.op.budgets.on_budget(None, budget("b", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=5)
+    member(world, "b", pods=10)
+    world.quotas.put("a", {"pods": "20"}, annotations={"dynquota.io/hard.pods": "20"})
+    world.quotas.put("b", {"pods": "10"}, annotations={"dynquota.io/hard.pods": "10"})
+    world.op.budgets.demand.update({"a": {"pods": 8}, "b": {"pods": 15}})
+    first = await world.op.budget_tasks.run_pass("b")
+    assert first.writes == {"a": {"pods": 8}}  # room 30 - (20 + 10) = 0: b waits
+    assert world.quotas.hard("a")["pods"] == "8"
+    assert world.quotas.hard("b")["pods"] == "10"
+    again = await world.op.budget_tasks.run_pass("b")
+    assert again.writes == {}  # the shrink is not in status.hard yet: still no room
+    world.quotas.objects["a"]["status"]["hard"]["pods"] = "8"  # the controller's copy
+    third = await world.op.budget_tasks.run_pass("b")
+    assert third.writes == {"b": {"pods": 15}}
+    annotations = world.quotas.annotations("b")
+    assert annotations["dynquota.io/hard.pods"] == "15"
+    assert annotations["dynquota.io/last-upscale.pods"] == "2027-01-15T08:00:00Z"
+
+
+async def test_a_conflict_ends_the_pass_and_asks_for_another_at_once(world: World) -> None:
+    world.op.budgets.on_budget(None, budget("b", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=5)
+    world.quotas.put("a", {"pods": "20"}, annotations={"dynquota.io/hard.pods": "20"})
+    world.op.budgets.demand["a"] = {"pods": 8}
+    world.quotas.fail.append(ConflictError(409, "Conflict", "modified"))
+    result = await world.op.budget_tasks.run_pass("b")
+    assert result.writes == {}
+    assert result.again == 0.0
+    assert world.quotas.hard("a")["pods"] == "20"
+
+
+async def test_a_namespace_in_two_budgets_is_frozen_and_reported(world: World) -> None:
+    world.op.budgets.on_budget(None, budget("one", {"tenant": "t"}, {"pods": 30}))
+    world.op.budgets.on_budget(None, budget("two", {"team": "x"}, {"pods": 50}))
+    member(world, "a", pods=14, labels={"tenant": "t", "team": "x"})
+    world.quotas.put("a", {"pods": "10", "configmaps": "50"})
+    await world.reconcile("a")
+    assert world.quotas.hard("a")["pods"] == "10"  # frozen: usage 14 would ask for 21
+    assert world.op.budgets.demand == {}
+    result = await world.op.budget_tasks.run_pass("one")
+    assert result.writes == {}
+    valid = next(c for c in status(world)["conditions"] if c["type"] == "Valid")
+    assert (valid["status"], valid["reason"]) == ("False", "NamespaceConflict")
+    assert status(world)["frozenNamespaces"] == ["a"]
+    assert "BudgetConflict" in world.events.reasons("one")
+
+
+async def test_writes_wait_for_the_budgets_to_be_listed(world: World) -> None:
+    world.op.budgets.listed = False
+    member(world, "a", pods=3)
+    outcome = await world.reconcile("a")
+    assert outcome.retry is True
+    assert world.quotas.writes == []
+
+
+def test_an_invalid_budget_keeps_its_selector_and_keys_to_freeze() -> None:
+    record = read_budget(budget("bad", {"tenant": "t"}, {"pods": "5k", "secrets": 3}))
+    assert record.spec is None
+    assert "pods" in record.error
+    assert record.keys == frozenset({"pods", "secrets"})
+    assert record.selector is not None
+    assert record.selector.matches({"tenant": "t"})
