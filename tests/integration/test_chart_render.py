@@ -268,6 +268,16 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
             "verbs": ["patch"],
         },
         {
+            "apiGroups": ["dynquota.io"],
+            "resources": ["quotabudgets"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["dynquota.io"],
+            "resources": ["quotabudgets/status"],
+            "verbs": ["patch"],
+        },
+        {
             "apiGroups": ["apiextensions.k8s.io"],
             "resources": ["customresourcedefinitions"],
             "verbs": ["list", "watch"],

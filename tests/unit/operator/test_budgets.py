@@ -11,6 +11,7 @@ import pytest
 
 from dynquota._k8s.errors import ConflictError
 from dynquota.operator.budgets import read_budget
+from dynquota.policy import Decision
 
 from .test_reconcile import World, namespace, policy
 
@@ -148,3 +149,18 @@ def test_an_invalid_budget_keeps_its_selector_and_keys_to_freeze() -> None:
     assert record.keys == frozenset({"pods", "secrets"})
     assert record.selector is not None
     assert record.selector.matches({"tenant": "t"})
+
+
+async def test_the_kill_switch_holds_every_pass_and_its_deletes_pass_unchanged(
+    world: World,
+) -> None:
+    world.op.budgets.on_budget(None, budget("b", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=5)
+    world.quotas.put("a", {"pods": "20", "configmaps": "50"})
+    world.op.budgets.demand["a"] = {"pods": 8}
+    world.op.kill_switch = True
+    result = await world.op.budget_tasks.run_pass("b")
+    assert (result.writes, result.again) == ({}, 1.0)
+    assert world.quotas.hard("a")["pods"] == "20"
+    delete = Decision("delete")
+    assert world.op.budgets.shape("a", delete, None) is delete
