@@ -20,20 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from dynquota._k8s.errors import ApiError, ConflictError, KubeError, NotFoundError
-from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import QuotaSnapshot
-from dynquota.metrics import Metrics
-from dynquota.names import API_VERSION, BUDGET_KIND, TRACKED_RESOURCES, EventReason
-from dynquota.operator.budgets import BudgetRecord, Budgets
+from dynquota.names import TRACKED_RESOURCES
+from dynquota.operator.budget_report import BudgetReporter, BudgetTaskHost, PassResult
+from dynquota.operator.budgets import Budgets
 from dynquota.operator.ports import (
     HELD_BUDGETS,
     HELD_INFORMERS,
@@ -44,72 +41,14 @@ from dynquota.operator.ports import (
     HELD_STALE,
     RECONCILE_TIMEOUT,
     WRITE_TIMEOUT,
-    BudgetStatusSink,
-    LeaderView,
-    QuotaStore,
-    UsageView,
 )
-from dynquota.policy import hard_text, unit_for
-from dynquota.policy.budget import Allocation, Slice, allocate
+from dynquota.policy import hard_text
+from dynquota.policy.budget import Slice, allocate
 from dynquota.policy.state import format_time, hard_key, last_change_key, last_upscale_key
-from dynquota.policy.status import now_rfc3339, set_condition
-from dynquota.settings import Settings
 
-__all__ = ["BudgetTaskHost", "BudgetTasks", "PassResult"]
+__all__ = ["BudgetTasks"]
 
 log = logging.getLogger("dynquota.operator")
-
-
-class BudgetTaskHost(Protocol):
-    """What a pass reads and uses of the operator
-    (:class:`~dynquota.operator.reconcile.Operator`)."""
-
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def gate(self) -> LeaderView: ...
-    @property
-    def metrics(self) -> Metrics: ...
-    @property
-    def quotas(self) -> QuotaStore: ...
-    @property
-    def usage(self) -> UsageView | None: ...
-    @property
-    def budget_status(self) -> BudgetStatusSink | None: ...
-    @property
-    def policies_listed(self) -> bool: ...
-    @property
-    def kill_switch(self) -> bool | None: ...
-    @property
-    def _release_confirmed(self) -> bool: ...
-    def clock(self) -> float: ...
-    async def _emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None: ...
-    async def _warn_once(
-        self,
-        ref: ObjectRef,
-        reason: str,
-        message: str,
-        key: str,
-        *,
-        cause: str = "",
-        logged: bool = False,
-    ) -> None: ...
-
-
-@dataclass
-class PassResult:
-    """What one pass did: ``writes`` (namespace -> key -> value written, in units),
-    ``allocations`` per key, ``again``: seconds until the next pass is due without a wake-up
-    (0: at once, e.g. after a 409; ``None``: only when woken)."""
-
-    writes: dict[str, dict[str, int]] = field(default_factory=dict)
-    allocations: dict[str, Allocation] = field(default_factory=dict)
-    again: float | None = None
-
-
-def _text(key: str, units: int) -> str:
-    text = hard_text({key: abs(units)})[key]
-    return f"-{text}" if units < 0 else text
 
 
 class BudgetTasks:
@@ -127,7 +66,7 @@ class BudgetTasks:
         budgets.on_records = self.sync
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wakes: dict[str, asyncio.Event] = {}
-        self._over: dict[str, frozenset[str]] = {}
+        self.reporter = BudgetReporter(owner, budgets)
         self._held_logged: dict[str, float] = {}
         self.running = False
         self.last: dict[str, PassResult] = {}
@@ -154,9 +93,8 @@ class BudgetTasks:
         for name in [n for n in self._tasks if n not in self.budgets.records]:
             self._tasks.pop(name).cancel()
             self._wakes.pop(name, None)
-            self._over.pop(name, None)
             self.last.pop(name, None)
-            self.owner.metrics.forget_budget(name)
+            self.reporter.forget(name)
 
     def wake(self, name: str) -> None:
         """Ask ``name``'s task for a pass (coalesced: one pass for many wake-ups)."""
@@ -200,6 +138,10 @@ class BudgetTasks:
                 failures += 1
                 due = min(30.0, 2.0**failures)
                 log.warning("budget %s: pass failed (%s); again in %.0f s", name, exc, due)
+            except Exception:  # a bug must not end the budget's task for good
+                failures += 1
+                due = min(30.0, 2.0**failures)
+                log.exception("budget %s: pass failed; again in %.0f s", name, due)
 
     # -- one pass -------------------------------------------------------------------------------
 
@@ -234,7 +176,7 @@ class BudgetTasks:
             result.again = 1.0  # a standby looks again (cheap: no API call)
             return result
         if record.spec is None:
-            await self._report(record, result, [], [])
+            await self.reporter.report(record, result, [], [])
             return result
         why = self.hold_reason()
         if why is not None:
@@ -293,7 +235,7 @@ class BudgetTasks:
             "budget %s: pass over %s: %s", name, members,
             {k: (a.writes, a.targets, a.committed) for k, a in result.allocations.items()},
         )  # fmt: skip
-        await self._report(record, result, members, self.budgets.frozen(name), listed)
+        await self.reporter.report(record, result, members, self.budgets.frozen(name), listed)
         self.last[name] = result
         return result
 
@@ -323,160 +265,3 @@ class BudgetTasks:
                 annotations[last_upscale_key(key)] = stamp
                 annotations[last_change_key(key)] = stamp
         return {"metadata": {"annotations": annotations}, "spec": {"hard": texts}}
-
-    # -- status, Events, metrics ----------------------------------------------------------------
-
-    async def _report(
-        self,
-        record: BudgetRecord,
-        result: PassResult,
-        members: list[str],
-        frozen: list[str],
-        listed: Mapping[str, QuotaSnapshot] | None = None,
-    ) -> None:
-        o = self.owner
-        ref = ObjectRef(API_VERSION, BUDGET_KIND, record.name, "", record.uid)
-        conditions = [dict(c) for c in record.status.get("conditions") or []]
-        stamp = now_rfc3339()
-        gen = record.generation
-        status: dict[str, Any] = {"observedGeneration": gen}
-        if record.spec is None:
-            set_condition(conditions, "Valid", "False", "Invalid", record.error, gen, stamp)
-            await o._warn_once(
-                ref, EventReason.BUDGET_INVALID, f"{record.error}; its namespaces are frozen",
-                key=f"budget/{record.name}", cause=str(gen),
-            )  # fmt: skip
-            status["conditions"] = conditions
-            await self._patch_status(record, status)
-            return
-        if frozen:
-            message = (
-                f"namespaces {', '.join(frozen)} are selected by another budget too: their "
-                "budgeted keys are frozen (left as they are) until only one budget selects them"
-            )
-            set_condition(conditions, "Valid", "False", "NamespaceConflict", message, gen, stamp)
-            await o._warn_once(
-                ref, EventReason.BUDGET_CONFLICT, message,
-                key=f"budget/{record.name}", cause=",".join(frozen),
-            )  # fmt: skip
-        else:
-            set_condition(conditions, "Valid", "True", "Valid", "the spec is valid", gen, stamp)
-        allocations = result.allocations
-        over = frozenset(k for k, a in allocations.items() if a.over_budget)
-        at_risk = sorted({ns for a in allocations.values() for ns in a.at_risk})
-        waiting = sorted({ns for a in allocations.values() for ns in a.waiting})
-        set_condition(
-            conditions, "OverBudget", "True" if over else "False",
-            "OverBudget" if over else "WithinBudget",
-            f"over budget for {', '.join(sorted(over))}: nothing is granted until usage falls"
-            if over else "every key is within the budget", gen, stamp,
-        )  # fmt: skip
-        set_condition(
-            conditions, "AtRisk", "True" if at_risk else "False",
-            "Unbounded" if at_risk else "Bounded",
-            f"not enforced yet (no quota or key in status.hard): {', '.join(at_risk)}; "
-            "nothing is granted meanwhile" if at_risk else "every slice is enforced", gen, stamp,
-        )  # fmt: skip
-        set_condition(
-            conditions, "Rebalancing", "True" if result.writes else "False",
-            "SlicesWritten" if result.writes else ("Waiting" if waiting else "Settled"),
-            f"slices written for {', '.join(sorted(result.writes))}" if result.writes
-            else (f"demand not yet granted: {', '.join(waiting)}" if waiting else "settled"),
-            gen, stamp,
-        )  # fmt: skip
-        if over and over != self._over.get(record.name, frozenset()):
-            message = "; ".join(
-                f"{k}: committed {_text(k, allocations[k].committed)} of "
-                f"{_text(k, allocations[k].budget)}"
-                for k in sorted(over)
-            )
-            await o._emit(
-                ref, "Warning", EventReason.OVER_BUDGET,
-                f"{message}: nothing is granted, no slice shrunk below its usage",
-            )  # fmt: skip
-        self._over[record.name] = over
-        if result.writes:
-            o.metrics.budget_rebalances.labels(record.name).inc()
-            parts = []
-            for key, allocation in sorted(allocations.items()):
-                moved = [
-                    f"{ns} {_old(listed, ns, key)}->{_text(key, vals[key])}"
-                    for ns, vals in sorted(result.writes.items())
-                    if key in vals
-                ]
-                if moved:
-                    parts.append(
-                        f"{key}: {', '.join(moved)} (budget {_text(key, allocation.budget)}, "
-                        f"committed {_text(key, allocation.committed_after)})"
-                    )
-            await o._emit(ref, "Normal", EventReason.REBALANCED, "; ".join(parts))
-        namespaces: dict[str, Any] = {}
-        used_sum: dict[str, int] = {}
-        for ns in members:
-            quota = (listed or {}).get(ns)
-            grant, used, demand = {}, {}, {}
-            for key in allocations:
-                value = result.writes.get(ns, {}).get(key)
-                if value is None and quota is not None:
-                    value = quota.hard_int(key)
-                if value is not None:
-                    grant[key] = _text(key, value)
-                u = quota.used_int(key) if quota is not None else None
-                if u is not None:
-                    used[key] = _text(key, u)
-                    used_sum[key] = used_sum.get(key, 0) + u
-                d = self.budgets.demand.get(ns, {}).get(key)
-                if d is not None:
-                    demand[key] = _text(key, d)
-            namespaces[ns] = {"grant": grant, "used": used, "demand": demand}
-        for ns in record.status.get("namespaces") or {}:
-            namespaces.setdefault(ns, None)  # left the budget: removed by the merge-patch
-        for key, allocation in allocations.items():
-            base = unit_for(key).base
-            o.metrics.budget_hard.labels(record.name, key).set(base(allocation.budget))
-            o.metrics.budget_granted.labels(record.name, key).set(base(allocation.committed_after))
-            o.metrics.budget_used.labels(record.name, key).set(base(used_sum.get(key, 0)))
-        status.update(
-            namespaceCount=len(members),
-            used={k: _text(k, used_sum.get(k, 0)) for k in allocations},
-            granted={k: _text(k, a.committed_after) for k, a in allocations.items()},
-            free={k: _text(k, a.free) for k, a in allocations.items()},
-            namespaces=namespaces,
-            frozenNamespaces=frozen,
-            conditions=conditions,
-        )
-        await self._patch_status(record, status)
-
-    async def _patch_status(self, record: BudgetRecord, status: dict[str, Any]) -> None:
-        old = record.status
-        same = all(
-            old.get(k) == v for k, v in status.items() if k not in ("namespaces", "conditions")
-        ) and _same_conditions(old.get("conditions") or [], status.get("conditions") or [])
-        same = same and {k: v for k, v in (status.get("namespaces") or {}).items() if v} == (
-            old.get("namespaces") or {}
-        )
-        if same or self.owner.budget_status is None or not self.owner.gate.is_leader:
-            return
-        try:
-            await self.owner.budget_status.patch_budget_status(record.name, status)
-        except NotFoundError:
-            return  # deleted meanwhile
-        merged = {**old, **status}
-        merged["namespaces"] = {k: v for k, v in (status.get("namespaces") or {}).items() if v}
-        if self.budgets.records.get(record.name) is record:
-            self.budgets.records[record.name] = dataclasses.replace(record, status=merged)
-
-
-def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
-    def strip(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        return sorted(
-            (c.get("type"), c.get("status"), c.get("reason"), c.get("message")) for c in items
-        )
-
-    return strip(old) == strip(new)
-
-
-def _old(listed: Mapping[str, QuotaSnapshot] | None, ns: str, key: str) -> str:
-    quota = (listed or {}).get(ns)
-    units = quota.hard_int(key) if quota is not None else None
-    return "absent" if units is None else unit_for(key).text(units)

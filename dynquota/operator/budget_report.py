@@ -1,0 +1,257 @@
+"""A QuotaBudget's status, Events and metrics after each pass (issue #13, ``docs/budgets.md``).
+
+:class:`BudgetReporter` turns one pass (:class:`PassResult`) into the budget's status (a JSON
+merge-patch of the status subresource, only when it changed): ``used``, ``granted`` (the sum of
+commitments after the pass), ``free``, the slices per namespace, ``frozenNamespaces`` and the
+conditions ``Valid``, ``OverBudget``, ``AtRisk``, ``Rebalancing``; the Events ``Rebalanced``,
+``OverBudget`` (when a key goes over), ``BudgetConflict`` and ``BudgetInvalid``; and the
+``dynquota_budget_*`` metrics. :class:`BudgetTaskHost` is what the budget's task and this
+reporter use of the operator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dynquota._k8s.errors import NotFoundError
+from dynquota.kube.events import EventType, ObjectRef
+from dynquota.kube.quotas import QuotaSnapshot
+from dynquota.metrics import Metrics
+from dynquota.names import API_VERSION, BUDGET_KIND, EventReason
+from dynquota.operator.budgets import BudgetRecord, Budgets
+from dynquota.operator.ports import (
+    BudgetStatusSink,
+    LeaderView,
+    QuotaStore,
+    UsageView,
+)
+from dynquota.policy import hard_text, unit_for
+from dynquota.policy.budget import Allocation
+from dynquota.policy.status import now_rfc3339, set_condition
+from dynquota.settings import Settings
+
+__all__ = ["BudgetReporter", "BudgetTaskHost", "PassResult"]
+
+
+class BudgetTaskHost(Protocol):
+    """What a pass reads and uses of the operator
+    (:class:`~dynquota.operator.reconcile.Operator`)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def gate(self) -> LeaderView: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def quotas(self) -> QuotaStore: ...
+    @property
+    def usage(self) -> UsageView | None: ...
+    @property
+    def budget_status(self) -> BudgetStatusSink | None: ...
+    @property
+    def policies_listed(self) -> bool: ...
+    @property
+    def kill_switch(self) -> bool | None: ...
+    @property
+    def _release_confirmed(self) -> bool: ...
+    def clock(self) -> float: ...
+    async def _emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None: ...
+    async def _warn_once(
+        self,
+        ref: ObjectRef,
+        reason: str,
+        message: str,
+        key: str,
+        *,
+        cause: str = "",
+        logged: bool = False,
+    ) -> None: ...
+
+
+@dataclass
+class PassResult:
+    """What one pass did: ``writes`` (namespace -> key -> value written, in units),
+    ``allocations`` per key, ``again``: seconds until the next pass is due without a wake-up
+    (0: at once, e.g. after a 409; ``None``: only when woken)."""
+
+    writes: dict[str, dict[str, int]] = field(default_factory=dict)
+    allocations: dict[str, Allocation] = field(default_factory=dict)
+    again: float | None = None
+
+
+def _text(key: str, units: int) -> str:
+    text = hard_text({key: abs(units)})[key]
+    return f"-{text}" if units < 0 else text
+
+
+class BudgetReporter:
+    """Reports each pass of the budgets of ``owner`` (see the module docs)."""
+
+    def __init__(self, owner: BudgetTaskHost, budgets: Budgets) -> None:
+        self.owner = owner
+        self.budgets = budgets
+        self._over: dict[str, frozenset[str]] = {}
+
+    def forget(self, name: str) -> None:
+        """Budget ``name`` was deleted."""
+        self._over.pop(name, None)
+        self.owner.metrics.forget_budget(name)
+
+    async def report(
+        self,
+        record: BudgetRecord,
+        result: PassResult,
+        members: list[str],
+        frozen: list[str],
+        listed: Mapping[str, QuotaSnapshot] | None = None,
+    ) -> None:
+        o = self.owner
+        ref = ObjectRef(API_VERSION, BUDGET_KIND, record.name, "", record.uid)
+        conditions = [dict(c) for c in record.status.get("conditions") or []]
+        stamp = now_rfc3339()
+        gen = record.generation
+        status: dict[str, Any] = {"observedGeneration": gen}
+        if record.spec is None:
+            set_condition(conditions, "Valid", "False", "Invalid", record.error, gen, stamp)
+            await o._warn_once(
+                ref, EventReason.BUDGET_INVALID, f"{record.error}; its namespaces are frozen",
+                key=f"budget/{record.name}", cause=str(gen),
+            )  # fmt: skip
+            status["conditions"] = conditions
+            await self._patch_status(record, status)
+            return
+        if frozen:
+            message = (
+                f"namespaces {', '.join(frozen)} are selected by another budget too: their "
+                "budgeted keys are frozen (left as they are) until only one budget selects them"
+            )
+            set_condition(conditions, "Valid", "False", "NamespaceConflict", message, gen, stamp)
+            await o._warn_once(
+                ref, EventReason.BUDGET_CONFLICT, message,
+                key=f"budget/{record.name}", cause=",".join(frozen),
+            )  # fmt: skip
+        else:
+            set_condition(conditions, "Valid", "True", "Valid", "the spec is valid", gen, stamp)
+        allocations = result.allocations
+        over = frozenset(k for k, a in allocations.items() if a.over_budget)
+        at_risk = sorted({ns for a in allocations.values() for ns in a.at_risk})
+        waiting = sorted({ns for a in allocations.values() for ns in a.waiting})
+        set_condition(
+            conditions, "OverBudget", "True" if over else "False",
+            "OverBudget" if over else "WithinBudget",
+            f"over budget for {', '.join(sorted(over))}: nothing is granted until usage falls"
+            if over else "every key is within the budget", gen, stamp,
+        )  # fmt: skip
+        set_condition(
+            conditions, "AtRisk", "True" if at_risk else "False",
+            "Unbounded" if at_risk else "Bounded",
+            f"not enforced yet (no quota or key in status.hard): {', '.join(at_risk)}; "
+            "nothing is granted meanwhile" if at_risk else "every slice is enforced", gen, stamp,
+        )  # fmt: skip
+        set_condition(
+            conditions, "Rebalancing", "True" if result.writes else "False",
+            "SlicesWritten" if result.writes else ("Waiting" if waiting else "Settled"),
+            f"slices written for {', '.join(sorted(result.writes))}" if result.writes
+            else (f"demand not yet granted: {', '.join(waiting)}" if waiting else "settled"),
+            gen, stamp,
+        )  # fmt: skip
+        if over and over != self._over.get(record.name, frozenset()):
+            message = "; ".join(
+                f"{k}: committed {_text(k, allocations[k].committed)} of "
+                f"{_text(k, allocations[k].budget)}"
+                for k in sorted(over)
+            )
+            await o._emit(
+                ref, "Warning", EventReason.OVER_BUDGET,
+                f"{message}: nothing is granted, no slice shrunk below its usage",
+            )  # fmt: skip
+        self._over[record.name] = over
+        if result.writes:
+            o.metrics.budget_rebalances.labels(record.name).inc()
+            parts = []
+            for key, allocation in sorted(allocations.items()):
+                moved = [
+                    f"{ns} {_old(listed, ns, key)}->{_text(key, vals[key])}"
+                    for ns, vals in sorted(result.writes.items())
+                    if key in vals
+                ]
+                if moved:
+                    parts.append(
+                        f"{key}: {', '.join(moved)} (budget {_text(key, allocation.budget)}, "
+                        f"committed {_text(key, allocation.committed_after)})"
+                    )
+            await o._emit(ref, "Normal", EventReason.REBALANCED, "; ".join(parts))
+        namespaces: dict[str, Any] = {}
+        used_sum: dict[str, int] = {}
+        for ns in members:
+            quota = (listed or {}).get(ns)
+            grant, used, demand = {}, {}, {}
+            for key in allocations:
+                value = result.writes.get(ns, {}).get(key)
+                if value is None and quota is not None:
+                    value = quota.hard_int(key)
+                if value is not None:
+                    grant[key] = _text(key, value)
+                u = quota.used_int(key) if quota is not None else None
+                if u is not None:
+                    used[key] = _text(key, u)
+                    used_sum[key] = used_sum.get(key, 0) + u
+                d = self.budgets.demand.get(ns, {}).get(key)
+                if d is not None:
+                    demand[key] = _text(key, d)
+            namespaces[ns] = {"grant": grant, "used": used, "demand": demand}
+        for ns in record.status.get("namespaces") or {}:
+            namespaces.setdefault(ns, None)  # left the budget: removed by the merge-patch
+        for key, allocation in allocations.items():
+            base = unit_for(key).base
+            o.metrics.budget_hard.labels(record.name, key).set(base(allocation.budget))
+            o.metrics.budget_granted.labels(record.name, key).set(base(allocation.committed_after))
+            o.metrics.budget_used.labels(record.name, key).set(base(used_sum.get(key, 0)))
+        status.update(
+            namespaceCount=len(members),
+            used={k: _text(k, used_sum.get(k, 0)) for k in allocations},
+            granted={k: _text(k, a.committed_after) for k, a in allocations.items()},
+            free={k: _text(k, a.free) for k, a in allocations.items()},
+            namespaces=namespaces,
+            frozenNamespaces=frozen,
+            conditions=conditions,
+        )
+        await self._patch_status(record, status)
+
+    async def _patch_status(self, record: BudgetRecord, status: dict[str, Any]) -> None:
+        old = record.status
+        same = all(
+            old.get(k) == v for k, v in status.items() if k not in ("namespaces", "conditions")
+        ) and _same_conditions(old.get("conditions") or [], status.get("conditions") or [])
+        same = same and {k: v for k, v in (status.get("namespaces") or {}).items() if v} == (
+            old.get("namespaces") or {}
+        )
+        if same or self.owner.budget_status is None or not self.owner.gate.is_leader:
+            return
+        try:
+            await self.owner.budget_status.patch_budget_status(record.name, status)
+        except NotFoundError:
+            return  # deleted meanwhile
+        merged = {**old, **status}
+        merged["namespaces"] = {k: v for k, v in (status.get("namespaces") or {}).items() if v}
+        if self.budgets.records.get(record.name) is record:
+            self.budgets.records[record.name] = dataclasses.replace(record, status=merged)
+
+
+def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
+    def strip(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted(
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("message")) for c in items
+        )
+
+    return strip(old) == strip(new)
+
+
+def _old(listed: Mapping[str, QuotaSnapshot] | None, ns: str, key: str) -> str:
+    quota = (listed or {}).get(ns)
+    units = quota.hard_int(key) if quota is not None else None
+    return "absent" if units is None else unit_for(key).text(units)
