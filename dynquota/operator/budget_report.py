@@ -12,6 +12,8 @@ reporter use of the operator.
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,7 +35,11 @@ from dynquota.policy.budget import Allocation
 from dynquota.policy.status import now_rfc3339, set_condition
 from dynquota.settings import Settings
 
-__all__ = ["BudgetReporter", "BudgetTaskHost", "PassResult"]
+__all__ = ["STATUS_INTERVAL", "BudgetReporter", "BudgetTaskHost", "PassResult"]
+
+STATUS_INTERVAL = 1.0
+"""Seconds between two status writes of one budget when only its figures changed (used,
+granted, slices): under load every pass changes them."""
 
 
 class BudgetTaskHost(Protocol):
@@ -95,10 +101,12 @@ class BudgetReporter:
         self.owner = owner
         self.budgets = budgets
         self._over: dict[str, frozenset[str]] = {}
+        self._written: dict[str, float] = {}
 
     def forget(self, name: str) -> None:
         """Budget ``name`` was deleted."""
         self._over.pop(name, None)
+        self._written.pop(name, None)
         self.owner.metrics.forget_budget(name)
 
     async def report(
@@ -220,26 +228,38 @@ class BudgetReporter:
             frozenNamespaces=frozen,
             conditions=conditions,
         )
-        await self._patch_status(record, status)
+        if await self._patch_status(record, status) and result.again is None:
+            result.again = STATUS_INTERVAL  # the waiting figures are written by a later pass
 
-    async def _patch_status(self, record: BudgetRecord, status: dict[str, Any]) -> None:
+    async def _patch_status(self, record: BudgetRecord, status: dict[str, Any]) -> bool:
+        """Merge-patch ``status`` if it differs from the stored one; a change of the figures
+        alone (conditions and generation as stored) waits until :data:`STATUS_INTERVAL`
+        seconds after this budget's last status write. Returns whether a write waits."""
         old = record.status
-        same = all(
+        same_conditions = _same_conditions(
+            old.get("conditions") or [], status.get("conditions") or []
+        ) and old.get("observedGeneration") == status.get("observedGeneration")
+        same = same_conditions and all(
             old.get(k) == v for k, v in status.items() if k not in ("namespaces", "conditions")
-        ) and _same_conditions(old.get("conditions") or [], status.get("conditions") or [])
+        )
         same = same and {k: v for k, v in (status.get("namespaces") or {}).items() if v} == (
             old.get("namespaces") or {}
         )
         if same or self.owner.budget_status is None or not self.owner.gate.is_leader:
-            return
+            return False
+        now = time.monotonic()
+        if same_conditions and now - self._written.get(record.name, -math.inf) < STATUS_INTERVAL:
+            return True  # figures only, written a moment ago: under load, not on every pass
+        self._written[record.name] = now
         try:
             await self.owner.budget_status.patch_budget_status(record.name, status)
         except NotFoundError:
-            return  # deleted meanwhile
+            return False  # deleted meanwhile
         merged = {**old, **status}
         merged["namespaces"] = {k: v for k, v in (status.get("namespaces") or {}).items() if v}
         if self.budgets.records.get(record.name) is record:
             self.budgets.records[record.name] = dataclasses.replace(record, status=merged)
+        return False
 
 
 def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:

@@ -168,6 +168,7 @@ def test_install_creates_every_object(release: Release, api_client: Any) -> None
     ]
     # The CRD came from the chart's crds/ (or already existed: Helm then leaves it alone).
     cp.kubectl("wait", "--for=condition=Established", "crd/dynamicquotapolicies.dynquota.io")
+    cp.kubectl("wait", "--for=condition=Established", "crd/quotabudgets.dynquota.io")
     vap = json.loads(
         cp.kubectl("get", "validatingadmissionpolicy", f"{full}-managed-quota", "-o", "json")
     )
@@ -226,6 +227,10 @@ OPERATOR_ALLOWED = [
     ("list", "dynamicquotapolicies.dynquota.io"),
     ("watch", "dynamicquotapolicies.dynquota.io"),
     ("patch", "dynamicquotapolicies.dynquota.io", "--subresource=status"),
+    ("get", "quotabudgets.dynquota.io"),
+    ("list", "quotabudgets.dynquota.io"),
+    ("watch", "quotabudgets.dynquota.io"),
+    ("patch", "quotabudgets.dynquota.io", "--subresource=status"),
     ("list", "customresourcedefinitions.apiextensions.k8s.io"),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
     ("list", "limitranges", "-n", "any-ns"),
@@ -262,6 +267,10 @@ OPERATOR_DENIED = [
     ("get", "limitranges/dynquota", "-n", "any-ns"),
     ("update", "dynamicquotapolicies.dynquota.io"),
     ("delete", "dynamicquotapolicies.dynquota.io"),
+    ("create", "quotabudgets.dynquota.io"),
+    ("update", "quotabudgets.dynquota.io"),
+    ("patch", "quotabudgets.dynquota.io"),
+    ("delete", "quotabudgets.dynquota.io"),
     ("create", "leases.coordination.k8s.io", "-n", "any-ns"),
     ("create", "customresourcedefinitions.apiextensions.k8s.io"),
     ("create", "serviceaccounts/token", "-n", "any-ns"),
