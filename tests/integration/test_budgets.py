@@ -16,8 +16,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.names import BUDGET_KIND, BUDGET_PLURAL, GROUP, VERSION
+from dynquota.operator.ports import HOLD_REASONS
 from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
-from dynquota.testing.wait import wait_until
+from dynquota.testing.wait import WaitTimeoutError, wait_until
 
 
 def budget_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -310,6 +311,31 @@ def budget_events(op_cluster: OperatorCluster, name: str, reason: str) -> list[A
     return list(items)
 
 
+def wait_slice(op_cluster: OperatorCluster, op: OperatorThread, ns: str, pods: int) -> Any:
+    """Wait until ``ns``'s quota has ``pods`` in spec.hard and status.hard; on a timeout, fail
+    with what the quota and the operator's budgets hold (for a diagnosis)."""
+
+    def check() -> Any:
+        quota = op_cluster.quota(ns)
+        ok = quota is not None and pods_of(quota, "spec") == pods_of(quota, "status") == pods
+        return quota if ok else None
+
+    try:
+        return wait_until(check, f"the pods slice of {ns} at {pods}", timeout=60)
+    except WaitTimeoutError as exc:
+        quota = op_cluster.quota(ns)
+        assert op.runtime is not None
+        budgets = op.runtime.operator.budgets
+        tasks = op.runtime.operator.budget_tasks
+        held = {r: op.sample("dynquota_writes_held_total", {"reason": r}) for r in HOLD_REASONS}
+        raise AssertionError(
+            f"{exc}: quota {quota and (quota.spec.hard, quota.status.hard, quota.status.used)}, "
+            f"annotations {quota and quota.metadata.annotations}, demand {budgets.demand}, "
+            f"records {list(budgets.records)}, slicing {budgets.slicing(ns)}, last passes "
+            f"{tasks.last}, held {held}"
+        ) from exc
+
+
 def test_a_namespace_in_two_budgets_is_frozen_and_a_deleted_budget_gives_it_back(
     op_cluster: OperatorCluster,
     scope: dict[str, str],
@@ -355,7 +381,7 @@ def test_a_namespace_in_two_budgets_is_frozen_and_a_deleted_budget_gives_it_back
     assert pods_of(op_cluster.quota(x), "spec") == 4
     # the second budget deleted: x is the first's alone, whose 30 pods give it its demand
     op_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, second)
-    op_cluster.wait_hard(x, {"pods": "6", "configmaps": "50"}, timeout=30)
+    wait_slice(op_cluster, op, x, 6)
     wait_until(
         lambda: condition(get_budget(op_cluster, first), "Valid").get("status") == "True",
         "the first budget valid again",
@@ -363,7 +389,7 @@ def test_a_namespace_in_two_budgets_is_frozen_and_a_deleted_budget_gives_it_back
     # the first deleted too: plain dynamic sizing again (6 pods, buffer 50% -> 9)
     op_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, first)
     op_cluster.create_pods(x, 2)  # within the slice of 6; the policy sizes on from there
-    quota = op_cluster.wait_hard(x, {"pods": "9", "configmaps": "50"}, timeout=30)
+    quota = wait_slice(op_cluster, op, x, 9)
     assert quota.metadata.annotations["dynquota.io/hard.pods"] == "9"
 
 
