@@ -230,8 +230,8 @@ class Runtime:
 
     async def _list_budgets(self) -> None:
         """List the QuotaBudgets (consistent LIST) until it succeeds; until then writes are
-        held. Their CRD not served (an upgrade whose chart did not install it: Helm installs
-        crds/ only on install) counts as no budgets, logged: no namespace is budgeted then."""
+        held. Their CRD not served while the policies' (same group) is, i.e. not installed (an
+        upgrade: Helm installs crds/ only on install), counts as no budgets, logged."""
         async for attempt in _until_it_succeeds(
             lambda exc, delay: log.warning(
                 "listing QuotaBudgets failed (%s): no quota is written until it succeeds; "
@@ -244,6 +244,8 @@ class Runtime:
                 try:
                     budgets = await self.cluster.list_budgets()
                 except NotFoundError:
+                    if not self.operator.policies_listed:
+                        raise  # maybe an apiserver not serving its CRDs yet: ask again
                     log.warning(
                         "the QuotaBudget CRD (%s.%s) is not served: no namespace is budgeted",
                         BUDGET_PLURAL,
