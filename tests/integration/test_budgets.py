@@ -283,21 +283,28 @@ def test_a_budget_holds_while_demand_shifts_between_namespaces(
         return all(q is not None and pods_of(q, "status") is not None for q in quotas)
 
     wait_until(bounded, "every slice enforced", timeout=60)
+    per_phase = []
     with Sampler(op_cluster, [a, b, c], run) as sampler:
-        load.phase({a: "create"}, PHASE_SECONDS)
-        load.phase({a: "delete", b: "create"}, PHASE_SECONDS)
-        load.phase({b: "delete", c: "create", a: "create"}, PHASE_SECONDS)
+        for plan in (
+            {a: "create"},
+            {a: "delete", b: "create"},
+            {b: "delete", c: "create", a: "create"},
+        ):
+            before = sampler.samples
+            load.phase(plan, PHASE_SECONDS)
+            per_phase.append(sampler.samples - before)
     rebalances = op.sample("dynquota_budget_rebalances_total", {"budget": name})
     status = get_budget(op_cluster, name)["status"]
     print(
-        f"\nbudget {BUDGET} pods over 3 namespaces: {sampler.samples} samples, "
+        f"\nbudget {BUDGET} pods over 3 namespaces: {sampler.samples} samples {per_phase}, "
         f"{len(sampler.over)} over budget by max(spec.hard, status.hard); {rebalances:.0f} "
         f"rebalances; pods at most {sampler.most_pods} (overshoot {sampler.overshoot}); "
         f"baseline (one static quota of {BUDGET}): {baseline.samples} samples, pods at most "
         f"{baseline.most_pods} (overshoot {baseline.overshoot}); creates {load.created}, "
         f"denied {load.denied}; status {status.get('granted')} granted, {status.get('used')} used"
     )
-    assert sampler.samples > 100
+    # every phase sampled (how often depends on the machine's load: 2 LISTs a sample)
+    assert min(per_phase) >= 5, per_phase
     assert sampler.over == []
     assert rebalances >= 5
     assert sampler.overshoot <= baseline.overshoot
