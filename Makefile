@@ -70,7 +70,7 @@ integration: setup controlplane kwok toxiproxy
 # tests/integration/test_image.py uses the image `make image` built (.ci/run builds it first)
 # and skips, saying why, where buildah is not installed.
 test: lint controlplane kwok promtool toxiproxy
-	$(PY) -m pytest -m 'not bench' tests
+	$(PY) -m pytest -m 'not bench' --durations=25 tests
 
 bench: setup controlplane kwok
 	$(PY) -m pytest -m 'bench and not scale' -s tests/bench
