@@ -280,6 +280,11 @@ def test_budget_against_a_static_split_and_no_limit(tmp_path: Path) -> None:
             f"{arm.utilisation:6.2f} {arm.sustained:8.2f} {arm.created:7} {arm.denied:6} "
             f"{arm.denied_with_room:7} {headroom:>50}"
         )
+    lines += [
+        f"pods held at the phases' ends, {arm.name}: "
+        + ", ".join(str(held) for held in arm.held_at_ends)
+        for arm in arms
+    ]
     lines.append(
         f"dynquota: {dyn.rebalances:.0f} rebalances; utilisation {dyn.utilisation:.2f} = "
         f"{dyn.utilisation / static.utilisation:.2f}x the static split's (gate: >= 1.5x)"
