@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup controlplane kwok toxiproxy promtool image image-test alerts test unit integration \
-	lint bench bench-admission bench-cleanup bench-scale soak demo clean chart-generate
+	lint bench bench-admission bench-budgets bench-cleanup bench-scale soak demo clean chart-generate
 
 setup: $(STAMP)
 
@@ -77,6 +77,10 @@ bench: setup controlplane kwok
 
 bench-admission: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench -k admission
+
+# tenant budgets vs a static split vs no limit (issue #13); knobs DQ_BENCH_BUDGET_* in the file.
+bench-budgets: setup controlplane
+	$(PY) -m pytest -m bench -s tests/bench/test_budget_bench.py
 
 # `dynquota cleanup` over 5,000 managed namespaces (DYNQUOTA_CLEANUP_BENCH_NAMESPACES, _RUNS).
 bench-cleanup: setup controlplane

@@ -122,6 +122,11 @@ class QuotaWatch:
                     times.setdefault(value, seen.at)
         return times
 
+    def versions(self) -> list[Seen]:
+        """Every version seen so far, in arrival order (a copy)."""
+        with self._lock:
+            return list(self.seen)
+
     def first(self, key: str, value: int, after: float) -> float | None:
         """When spec.hard[key] was first seen equal to ``value`` after ``after`` (epoch s)."""
         with self._lock:
