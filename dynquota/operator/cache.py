@@ -25,6 +25,7 @@ from cachetools import LRUCache, TTLCache
 from dynquota._k8s.workqueue import Outcome, WorkQueue
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.metrics import Metrics
+from dynquota.names import MANAGED_LIMIT_RANGE_NAME
 from dynquota.operator.budgets import Budgets
 from dynquota.operator.decision import governance_of
 from dynquota.operator.ports import (
@@ -292,6 +293,19 @@ class OperatorCache(abc.ABC):
             log.debug("policies listed: %d; writes may proceed", len(self._policies))
             self.queue.add_all(list(self.namespaces))
             self.mark_policy_status_dirty()
+
+    def on_limit_range(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """An event of a LimitRange named ``dynquota`` (the companion, or a foreign one of that
+        name): what the operator confirmed about it is forgotten and the namespace is decided
+        again, so a companion deleted or edited by hand is restored at once, not at the next
+        confirmation (a missing default refuses every pod without requests)."""
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "")
+        if meta.get("name") != MANAGED_LIMIT_RANGE_NAME or not namespace:
+            return
+        self._companions.pop(namespace, None)
+        if namespace in self.namespaces:
+            self.queue.add(namespace)
 
     def on_usage_change(self, namespace: str, resource: str) -> None:
         """The informers' callback: sample the peak and queue the namespace."""

@@ -8,6 +8,8 @@ kopf writes nothing on Namespaces, pods or ConfigMaps:
   the kill switch on ``kube-system``);
 - ``@kopf.on.event`` ResourceQuotas, server-side field selector ``metadata.name=dynquota``
   -> :meth:`Operator.on_quota` (deleted -> re-created, edits reverted, override requests);
+- ``@kopf.on.event`` LimitRanges, field selector ``metadata.name=dynquota`` ->
+  :meth:`Operator.on_limit_range` (a companion deleted or edited by hand is restored at once);
 - ``@kopf.on.event`` DynamicQuotaPolicies -> :meth:`Operator.on_policy`;
 - ``@kopf.on.event`` QuotaBudgets -> :meth:`Budgets.on_budget` (issue #13);
 - ``@kopf.on.startup``/``cleanup`` start and stop :class:`Runtime`; ``@kopf.on.probe`` is the
@@ -50,7 +52,7 @@ from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.leader import AlwaysLeader, LeaderGate
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaClient
 from dynquota.metrics import InformerCollector, Metrics, MetricsServer
-from dynquota.names import BUDGET_PLURAL, GROUP, PLURAL, VERSION
+from dynquota.names import BUDGET_PLURAL, GROUP, MANAGED_LIMIT_RANGE_NAME, PLURAL, VERSION
 from dynquota.operator.ports import KUBE_SYSTEM
 from dynquota.operator.reconcile import Operator
 from dynquota.policy import KILL_SWITCH, parse_kill_switch
@@ -333,6 +335,8 @@ def kopf_settings(settings: Settings) -> kopf.OperatorSettings:
     ks.watching.server_timeout = settings.watch_timeout_seconds
     ks.watching.client_timeout = settings.watch_timeout_seconds + 30
     ks.watching.field_selectors["v1", "resourcequotas"] = f"metadata.name={MANAGED_QUOTA_NAME}"
+    # only the companions (RBAC: watch limitranges with resourceNames [dynquota])
+    ks.watching.field_selectors["v1", "limitranges"] = f"metadata.name={MANAGED_LIMIT_RANGE_NAME}"
     ks.peering.standalone = True
     ks.networking.error_backoffs = [1, 2, 5, 10, 20]
     # kopf's own requests (its lists, Events) get the same bounds as ours: 10 s / 3 s
@@ -374,6 +378,10 @@ def build_registry(runtime_of: Callable[[Any], Runtime]) -> kopf.OperatorRegistr
     @kopf.on.event("", "v1", "resourcequotas", registry=registry)
     async def quotas(event: Any, memo: Any, **_: Any) -> None:
         runtime_of(memo).operator.on_quota(event.get("type"), event.get("object") or {})
+
+    @kopf.on.event("", "v1", "limitranges", registry=registry)
+    async def limit_ranges(event: Any, memo: Any, **_: Any) -> None:
+        runtime_of(memo).operator.on_limit_range(event.get("type"), event.get("object") or {})
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def policies(event: Any, memo: Any, **_: Any) -> None:

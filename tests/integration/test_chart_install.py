@@ -236,6 +236,7 @@ OPERATOR_ALLOWED = [
     ("list", "limitranges", "-n", "any-ns"),
     ("create", "limitranges", "-n", "any-ns"),
     ("patch", "limitranges/dynquota", "-n", "any-ns"),
+    ("watch", "limitranges/dynquota", "-n", "any-ns"),
 ]
 
 OPERATOR_DENIED = [
@@ -265,6 +266,7 @@ OPERATOR_DENIED = [
     ("update", "limitranges/dynquota", "-n", "any-ns"),
     ("delete", "limitranges/dynquota", "-n", "any-ns"),
     ("get", "limitranges/dynquota", "-n", "any-ns"),
+    ("watch", "limitranges/team-defaults", "-n", "any-ns"),
     ("update", "dynamicquotapolicies.dynquota.io"),
     ("delete", "dynamicquotapolicies.dynquota.io"),
     ("create", "quotabudgets.dynquota.io"),

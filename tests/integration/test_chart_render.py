@@ -247,6 +247,12 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
         },
         # issue #12: LimitRange defaults before a compute key is added; list only
         {"apiGroups": [""], "resources": ["limitranges"], "verbs": ["list"]},
+        {
+            "apiGroups": [""],
+            "resources": ["limitranges"],
+            "resourceNames": ["dynquota"],
+            "verbs": ["watch"],
+        },
         # the companion LimitRange (rbac.companionLimitRanges): create, patch by name, no delete
         {"apiGroups": [""], "resources": ["limitranges"], "verbs": ["create"]},
         {
@@ -296,7 +302,7 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
     rules = one(
         render(helm, "--set", "rbac.companionLimitRanges=false"), "ClusterRole", "dq-dynquota"
     )
-    assert rules["rules"] == role["rules"][:4] + role["rules"][6:]
+    assert rules["rules"] == role["rules"][:5] + role["rules"][7:]
 
 
 def test_tenant_role_aggregates_to_admin_and_edit(helm: Path) -> None:

@@ -449,6 +449,22 @@ def test_companion_limit_range_gives_the_default_request_and_the_key_is_added(
     assert after.metadata.resource_version == foreign.metadata.resource_version
     assert after.metadata.labels is None
     assert after.spec.limits[0].default_request == {"memory": "32Mi"}
+    # the companion deleted by hand: restored at once (the operator watches LimitRanges named
+    # dynquota), not at its next confirmation, while no pod can be created without requests
+    c.core.delete_namespaced_limit_range("dynquota", ns)
+    deleted = time.monotonic()
+
+    def companion() -> Any:
+        found = c.core.list_namespaced_limit_range(ns, field_selector="metadata.name=dynquota")
+        return found.items[0] if found.items else None
+
+    restored = wait_until(companion, "the companion LimitRange restored", timeout=30)
+    print(f"companion LimitRange restored {time.monotonic() - deleted:.1f} s after its deletion")
+    assert restored.metadata.uid != owned.metadata.uid
+    assert restored.metadata.labels == {"app.kubernetes.io/managed-by": "dynquota"}
+    assert [(i.type, i.default_request, i.default) for i in restored.spec.limits] == [
+        ("Container", {"cpu": "100m"}, None)
+    ]
 
 
 def test_hugepages_and_an_extended_resource_are_charged_at_create_and_sized(

@@ -167,3 +167,21 @@ async def test_a_recreated_namespace_gets_its_companion_again_at_once() -> None:
     await world.reconcile("team-a")
     assert fake.calls[2:] == [("list", "team-a"), ("create", "team-a")]
     assert container(fake) == {"type": "Container", "defaultRequest": {"cpu": "100m"}}
+
+
+async def test_a_companion_deleted_by_hand_is_restored_by_its_watch_event() -> None:
+    world = World()
+    fake = setup(world, defaultRequests={"cpu": "100m"})
+    await world.reconcile("team-a")
+    assert fake.calls == [("list", "team-a"), ("create", "team-a")]
+    deleted = fake.objects["team-a"].pop()
+    deleted["metadata"]["namespace"] = "team-a"
+    world.op.on_limit_range("DELETED", deleted)
+    assert "team-a" in world.op.queue._queued  # decided again at once
+    other = {"metadata": {"name": "team-defaults", "namespace": "team-a"}}
+    world.op.on_limit_range("ADDED", other)  # not a companion: ignored
+    await world.reconcile("team-a")
+    assert fake.calls[2:] == [("list", "team-a"), ("create", "team-a")]
+    assert container(fake) == {"type": "Container", "defaultRequest": {"cpu": "100m"}}
+    await world.reconcile("team-a")
+    assert len(fake.calls) == 4  # confirmed again: nothing at rest

@@ -36,6 +36,7 @@ def test_registry_has_event_handlers_only_for_resources() -> None:
     assert {h.selector.any_name for h in resources} == {  # type: ignore[union-attr]
         "namespaces",
         "resourcequotas",
+        "limitranges",
         "dynamicquotapolicies",
         "quotabudgets",
     }
@@ -58,4 +59,7 @@ def test_kopf_settings_post_no_events_and_select_the_managed_quota() -> None:
     assert ks.posting.enabled is False
     assert ks.peering.standalone is True
     assert ks.watching.server_timeout == 120
-    assert list(ks.watching.field_selectors.values()) == ["metadata.name=dynquota"]
+    assert {s.any_name: v for s, v in ks.watching.field_selectors.items()} == {
+        "resourcequotas": "metadata.name=dynquota",
+        "limitranges": "metadata.name=dynquota",
+    }
