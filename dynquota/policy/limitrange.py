@@ -48,6 +48,12 @@ def validate_default_quantities(value: Mapping[str, str], field_name: str) -> di
             raise ValueError(f"{field_name}.{name}: {error}") from None
         if quantity <= 0:
             raise ValueError(f"{field_name}.{name}: must be above 0, not {text!r}")
+        # the apiserver rounds a fraction away (0.5m -> 1m; 1.5 bytes -> 1500m), so the
+        # companion would never match what it stores and be patched again and again
+        whole, unit = (quantity.value * 1000, "millicores") if name == "cpu" else (
+            quantity.value, "bytes")  # fmt: skip
+        if whole != whole.to_integral_value():
+            raise ValueError(f"{field_name}.{name}: must be a whole number of {unit}, not {text!r}")
     return dict(value)
 
 

@@ -271,6 +271,13 @@ def fill_resources(value: object) -> object:
                 f"{key}: minimum ({unit.text(low)}) must be less than or equal to maximum "
                 f"({unit.text(high)})"
             )
+        step = body.get("roundTo")
+        if isinstance(step, int) and isinstance(high, int) and step > high > 0:
+            # e.g. roundTo 64Mi on requests.cpu: every target rounds to the maximum at once
+            raise ValueError(
+                f"{key}: roundTo ({unit.text(step)}) must not exceed maximum "
+                f"({unit.text(high)}): every hard would round up to the maximum"
+            )
         merged[key] = {
             "bufferPercent": defaults.buffer_percent,
             "minimum": minimum,

@@ -404,6 +404,11 @@ def test_round_to_is_part_of_the_recorded_profile_and_a_change_resizes_at_once()
         ),
         ({"requests.memory": {"maximum": "4Gi", "roundTo": "0"}}, "roundTo must be above 0"),
         ({"requests.cpu": {"maximum": "4", "roundTo": "-1"}}, "must not be negative"),
+        (
+            {"requests.cpu": {"maximum": "8", "roundTo": "64Mi"}},
+            "requests.cpu: roundTo (67108864) must not exceed maximum (8): every hard would "
+            "round up to the maximum",
+        ),
     ],
 )
 def test_a_fractional_or_non_positive_round_to_is_refused(

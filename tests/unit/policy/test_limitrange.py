@@ -59,6 +59,16 @@ def test_default_limits_need_the_explicit_opt_in() -> None:
             "spec.defaultRequests: defaultRequests.cpu: must be above 0, not '0'",
         ),
         (
+            {"defaultRequests": {"cpu": "0.5m"}},
+            "spec.defaultRequests: defaultRequests.cpu: must be a whole number of millicores, "
+            "not '0.5m'",
+        ),
+        (
+            {"defaultRequests": {"memory": "1.5"}},
+            "spec.defaultRequests: defaultRequests.memory: must be a whole number of bytes, not "
+            "'1.5'",
+        ),
+        (
             {"defaultRequests": {"memory": "1 Gi"}},
             "spec.defaultRequests: defaultRequests.memory: invalid quantity '1 Gi'",
         ),
