@@ -81,11 +81,14 @@ class Reporting(OperatorCache):
             if hard is not None:
                 m.hard.labels(namespace, resource).set(unit.base(hard))
             m.maximum.labels(namespace, resource).set(unit.base(profile.maximum))
-            if resource not in usage:
+            if resource not in usage and hard is not None:
+                # in the quota but not counted: held (docs/metrics.md)
                 m.usage_unknown.labels(namespace, resource).set(1)
                 continue
             with contextlib.suppress(KeyError):
                 m.usage_unknown.remove(namespace, resource)
+            if resource not in usage:
+                continue  # not in the quota (held for a default, or KeyNotCounted): no usage
             used = usage[resource]
             m.usage.labels(namespace, resource).set(unit.base(used))
             m.target.labels(namespace, resource).set(

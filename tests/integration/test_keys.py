@@ -354,6 +354,10 @@ def test_key_never_counted_is_removed_with_key_not_counted(
     assert "dynquota.io/hard.count_widgets.example.com" not in ann
     op.idle()
     assert c.hard(ns) == {"pods": "10", "configmaps": "50"}  # not added again
+    # out of the quota: its usage_unknown series goes (it was left at 1 before)
+    labels = {"namespace": ns, "resource": key}
+    assert op.runtime is not None
+    assert op.runtime.metrics.registry.get_sample_value("dynquota_usage_unknown", labels) is None
 
 
 def test_a_key_without_status_used_is_held_while_the_controller_manager_is_down(

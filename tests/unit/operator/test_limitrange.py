@@ -125,6 +125,9 @@ async def test_dry_run_writes_no_limit_range_and_holds_the_key() -> None:
     await world.reconcile("team-a")
     assert fake.calls == [("list", "team-a")]
     assert "requests.cpu" not in world.op.views["team-a"].hard
+    # held, not in the quota: no usage to know, so no usage_unknown series (docs/metrics.md)
+    labels = {"namespace": "team-a", "resource": "requests.cpu"}
+    assert world.op.metrics.registry.get_sample_value("dynquota_usage_unknown", labels) is None
     assert any(
         r == "NeedsDefaultRequests" and m.startswith("(dry run) requests.cpu not added")
         for _, _, r, m in world.events.posted
