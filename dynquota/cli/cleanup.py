@@ -131,10 +131,28 @@ async def _cleanup(args: argparse.Namespace, settings: Settings, qps: float) -> 
                 await _scale_down(api, namespace, args.scale_down, args.timeout)
             else:
                 print(f"would scale deployment {namespace}/{args.scale_down} to 0")
+        await _cleanup_budget_admission(api, args)
         code = await _cleanup_kind(api, args, qps, _quotas())
         if getattr(args, "limit_ranges", False):
             code = await _cleanup_kind(api, args, qps, _limit_ranges())
         return code
+
+
+async def _cleanup_budget_admission(api: Any, args: argparse.Namespace) -> None:
+    """The budgets' admission bindings and policies (``dynquota-budget-slice-<budget>``,
+    labelled managed-by=dynquota), before any quota: a binding left without its quota would
+    deny every create it matches. Without ``--yes`` they are listed."""
+    from dynquota.kube.budget_admission import AdmissionClient
+
+    store = AdmissionClient(api)
+    names = await guard("listing the budget admission bindings", store.list_owned())
+    if not args.yes:
+        for name in names:
+            print(f"would delete the budget admission binding and policy {name}")
+        return
+    for name in names:
+        await guard(f"deleting the budget admission binding {name}", store.remove(name))
+    print(f"deleted {len(names)} budget admission bindings and policies")
 
 
 async def _scale_down(api: Any, namespace: str, name: str, timeout: float) -> None:

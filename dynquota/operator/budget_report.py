@@ -11,6 +11,7 @@ reporter use of the operator.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import time
@@ -25,6 +26,7 @@ from dynquota.metrics import Metrics
 from dynquota.names import API_VERSION, BUDGET_KIND, EventReason
 from dynquota.operator.budgets import BudgetRecord, Budgets
 from dynquota.operator.ports import (
+    BudgetAdmissionStore,
     BudgetStatusSink,
     LeaderView,
     QuotaStore,
@@ -58,6 +60,10 @@ class BudgetTaskHost(Protocol):
     def usage(self) -> UsageView | None: ...
     @property
     def budget_status(self) -> BudgetStatusSink | None: ...
+    @property
+    def budget_admission(self) -> BudgetAdmissionStore | None: ...
+    @property
+    def admission_lock(self) -> asyncio.Lock: ...
     @property
     def policies_listed(self) -> bool: ...
     @property

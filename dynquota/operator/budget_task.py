@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dynquota._k8s.errors import ApiError, ConflictError, KubeError, NotFoundError
+from dynquota.kube.budget_admission import binding_for, object_name, policy_for, resource_rules
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import TRACKED_RESOURCES
 from dynquota.operator.budget_report import BudgetReporter, BudgetTaskHost, PassResult
@@ -44,6 +45,7 @@ from dynquota.operator.ports import (
 )
 from dynquota.policy import hard_text
 from dynquota.policy.budget import Slice, allocate
+from dynquota.policy.selection import SYSTEM_NAMESPACES
 from dynquota.policy.state import format_time, hard_key, last_change_key, last_upscale_key
 
 __all__ = ["BudgetTasks"]
@@ -71,6 +73,11 @@ class BudgetTasks:
         self.running = False
         self.last: dict[str, PassResult] = {}
         """Budget -> its last pass (for tests and ``plan``)."""
+        self.admission: dict[str, tuple[Any, Any] | None] = {}
+        """Budget -> the (policy, binding) last written for it (``docs/budgets.md``, "The
+        admission policy"); forgotten when a write fails or the kill switch removes them."""
+        self._orphans_checked = False
+        self._removals: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -95,6 +102,9 @@ class BudgetTasks:
             self._wakes.pop(name, None)
             self.last.pop(name, None)
             self.reporter.forget(name)
+            self._removals[name] = asyncio.create_task(
+                self._remove_admission(name), name=f"dynquota-budget-{name}-removal"
+            )
 
     def wake(self, name: str) -> None:
         """Ask ``name``'s task for a pass (coalesced: one pass for many wake-ups)."""
@@ -110,8 +120,9 @@ class BudgetTasks:
     async def stop(self) -> None:
         """Cancel every task (idempotent)."""
         self.running = False
-        tasks = list(self._tasks.values())
+        tasks = list(self._tasks.values()) + list(self._removals.values())
         self._tasks.clear()
+        self._removals.clear()
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -188,6 +199,7 @@ class BudgetTasks:
             result.again = 1.0
             return result
         members = self.budgets.members(name)
+        await self.ensure_admission(name, members)
         listed = {q.namespace: q for q in await o.quotas.list_managed()}
         now = o.clock()
         for key, budget in sorted(record.spec.hard.items()):
@@ -238,6 +250,116 @@ class BudgetTasks:
         await self.reporter.report(record, result, members, self.budgets.frozen(name), listed)
         self.last[name] = result
         return result
+
+    # -- the admission policy (docs/budgets.md, "The admission policy") -----------------------
+
+    def desired_admission(self, name: str, members: list[str]) -> tuple[Any, Any] | None:
+        """The (policy, binding) budget ``name`` should have with these ``members``, or
+        ``None`` (invalid budget, no guarded key, dry run). The binding selects by the budget's
+        selector minus every namespace it selects that is not a member (no policy, opted out,
+        frozen, system or the operator's own), so it denies only where a slice is owed."""
+        record = self.budgets.records.get(name)
+        if record is None or record.spec is None or record.selector is None:
+            return None
+        if self.owner.settings.dry_run or not resource_rules(record.spec.hard):
+            return None
+        namespaces = self.budgets.owner.namespaces
+        chosen = set(members)
+        excluded = {
+            ns
+            for ns, info in namespaces.items()
+            if ns not in chosen and record.selector.matches(info.labels)
+        }
+        excluded.update(SYSTEM_NAMESPACES)
+        if self.owner.settings.namespace:
+            excluded.add(self.owner.settings.namespace)
+        selector = record.selector.model_dump(by_alias=True, mode="json", exclude_defaults=True)
+        return (
+            policy_for(name, record.spec.hard),
+            binding_for(name, selector, excluded),
+        )
+
+    async def ensure_admission(self, name: str, members: list[str]) -> None:
+        """Write budget ``name``'s policy and binding if they differ from the last written
+        (one PATCH or CREATE each; nothing at rest), or remove them when the budget should have
+        none. Only while the kill switch is released (checked under
+        :attr:`admission_lock`, which the kill switch's removal holds too). Raises
+        ``KubeError`` (the pass fails and is retried)."""
+        o = self.owner
+        if o.budget_admission is None:
+            return
+        if not self._orphans_checked:
+            await self._remove_orphans()
+        desired = self.desired_admission(name, members)
+        if name in self.admission and desired == self.admission[name]:
+            return
+        async with o.admission_lock:
+            if o.kill_switch is not False or not o.gate.can_write(WRITE_TIMEOUT):
+                return
+            self.admission.pop(name, None)
+            if desired is None:
+                await o.budget_admission.remove(object_name(name))
+                log.info("budget %s: admission policy and binding removed", name)
+                self.admission[name] = None
+                return
+            await o.budget_admission.apply(*desired)
+            self.admission[name] = desired
+            log.info(
+                "budget %s: admission binding %s written (excludes %s)",
+                name,
+                object_name(name),
+                desired[1]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][-1],
+            )
+
+    async def exclude_namespace(self, namespace: str) -> None:
+        """Before the managed quota of ``namespace`` is deleted (no longer managed): every
+        binding that could select it is rewritten to exclude it first (it is no member now).
+        Raises ``KubeError`` (then the delete is not made)."""
+        for name in sorted(self.admission):
+            if self.admission.get(name) is not None:
+                await self.ensure_admission(name, self.budgets.members(name))
+
+    async def remove_all_admission(self) -> int:
+        """Remove every owned policy and binding (the kill switch, before any quota is
+        deleted); the caller holds :attr:`admission_lock`. Raises ``KubeError``."""
+        if self.owner.budget_admission is None:
+            return 0
+        self.admission.clear()
+        return await self.owner.budget_admission.remove_all()
+
+    async def _remove_orphans(self) -> None:
+        """Once per leadership of the tasks: remove owned objects of budgets that no longer
+        exist (deleted while no operator ran)."""
+        store = self.owner.budget_admission
+        assert store is not None
+        wanted = {object_name(n) for n in self.budgets.records}
+        for found in await store.list_owned():
+            if found not in wanted:
+                await store.remove(found)
+                log.info("removed the admission policy and binding %s (no such budget)", found)
+        self._orphans_checked = True
+
+    async def _remove_admission(self, name: str) -> None:
+        """Budget ``name`` was deleted: its binding, then its policy, are removed (retried with
+        backoff while this replica leads)."""
+        failures = 0
+        while self.owner.budget_admission is not None and name not in self.budgets.records:
+            if not self.owner.gate.is_leader:
+                self._orphans_checked = False  # the next leader's first pass removes it
+                return
+            try:
+                async with self.owner.admission_lock:
+                    await self.owner.budget_admission.remove(object_name(name))
+                self.admission.pop(name, None)
+                log.info("budget %s deleted: its admission policy and binding removed", name)
+                return
+            except KubeError as exc:
+                failures += 1
+                delay = min(30.0, 2.0**failures)
+                log.warning("budget %s: removing its binding failed (%s); again in %.0f s",
+                            name, exc, delay)  # fmt: skip
+                await asyncio.sleep(delay)
+        self._removals.pop(name, None)
 
     def _slice(self, ns: str, key: str, quota: QuotaSnapshot | None, now: float) -> Slice:
         spec_hard = status_hard = used = None

@@ -32,6 +32,7 @@ from dynquota.operator.ports import (
     KUBE_SYSTEM,
     WARNING_TTL,
     AlwaysLeading,
+    BudgetAdmissionStore,
     BudgetStatusSink,
     EventSink,
     LeaderView,
@@ -97,6 +98,7 @@ class OperatorCache(abc.ABC):
         namespace_reader: NamespaceReader | None = None,
         limit_ranges: LimitRangeReader | None = None,
         budget_status: BudgetStatusSink | None = None,
+        budget_admission: BudgetAdmissionStore | None = None,
     ) -> None:
         self.settings = settings
         self.quotas = quotas
@@ -108,6 +110,13 @@ class OperatorCache(abc.ABC):
         unit tests only)."""
         self.limit_ranges = limit_ranges
         self.budget_status = budget_status
+        self.budget_admission = budget_admission
+        """The budgets' admission policies and bindings (``None``: none are written; unit
+        tests only). Written by the budget tasks, removed first by the kill switch."""
+        self.admission_lock = asyncio.Lock()
+        """Held around every write of a budget binding and around the kill switch's removal
+        of them, so a binding written by a pass that began before the switch engaged cannot
+        land after the removal."""
         """QuotaBudget status writes (``None``: not reported; unit tests only)."""
         """LimitRange defaults per namespace, read before a compute key (the compute trap) is
         added to a quota, and the companion LimitRange's writes (``None``: no defaults known,

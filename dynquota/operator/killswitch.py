@@ -199,6 +199,20 @@ class KillSwitch(PolicyStatusWriter):
         deleted = gone = held = 0
         complete = False
         try:
+            # the budgets' admission bindings deny creates where a quota is missing: they go
+            # first, so none outlives the quotas it guards (docs/budgets.md)
+            while self.kill_switch and self.gate.is_leader:
+                try:
+                    async with self.admission_lock:
+                        removed = await self._remove_budget_admission()
+                except KubeError as exc:
+                    log.warning("kill switch: removing the budget bindings failed: %s; retrying",
+                                exc)  # fmt: skip
+                    await asyncio.sleep(2)
+                    continue
+                if removed:
+                    log.warning("kill switch: removed %d budget admission bindings", removed)
+                break
             while self.kill_switch and self.gate.is_leader:
                 try:
                     found = await self.quotas.list_managed()
@@ -256,6 +270,18 @@ class KillSwitch(PolicyStatusWriter):
             )
         return deleted
 
+    async def _remove_budget_admission(self) -> int:
+        """Remove every budget admission policy and binding (the caller holds
+        :attr:`admission_lock`); returns how many. Raises ``KubeError``. Overridden by the
+        operator (its budget tasks keep what they wrote)."""
+        if self.budget_admission is None:
+            return 0
+        return await self.budget_admission.remove_all()
+
+    async def _before_unmanaged_delete(self, namespace: str) -> None:
+        """Before the quota of ``namespace`` is deleted because it is no longer managed: no
+        budget binding may still select it. Raises ``KubeError``. Overridden by the operator."""
+
     async def _delete_managed(
         self, namespace: str, uid: str | None, cause: str, why: str
     ) -> Deletion:
@@ -281,6 +307,8 @@ class KillSwitch(PolicyStatusWriter):
                 cause,
             )
             return Deletion.HELD
+        if cause != "kill-switch":
+            await self._before_unmanaged_delete(namespace)
         self._own_deletes[namespace] = True
         try:
             deleted = await self.quotas.delete(namespace, uid)

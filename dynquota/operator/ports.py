@@ -27,6 +27,7 @@ from dynquota.policy import (
 
 __all__ = [
     "Applied",
+    "BudgetAdmissionStore",
     "BudgetStatusSink",
     "EventSink",
     "LeaderView",
@@ -122,6 +123,18 @@ class BudgetStatusSink(Protocol):
     merge-patch of the status subresource)."""
 
     async def patch_budget_status(self, name: str, status: Mapping[str, Any]) -> None: ...
+
+
+class BudgetAdmissionStore(Protocol):
+    """The budgets' admission policies and bindings
+    (:class:`dynquota.kube.budget_admission.AdmissionClient`): ``apply`` creates or replaces a
+    policy, then its binding; ``remove`` deletes a binding, then its policy (404 ignored);
+    ``list_owned`` names the owned ones; ``remove_all`` deletes every owned one."""
+
+    async def apply(self, policy: Mapping[str, Any], binding: Mapping[str, Any]) -> None: ...
+    async def remove(self, name: str) -> None: ...
+    async def list_owned(self) -> list[str]: ...
+    async def remove_all(self) -> int: ...
 
 
 class NamespaceReader(Protocol):

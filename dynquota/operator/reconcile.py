@@ -83,6 +83,12 @@ class Operator(QuotaWriter):
         self.budget_tasks = BudgetTasks(self, self.budgets)
         """One serialized task per QuotaBudget (started by the runtime with the queue)."""
 
+    async def _remove_budget_admission(self) -> int:
+        return await self.budget_tasks.remove_all_admission()
+
+    async def _before_unmanaged_delete(self, namespace: str) -> None:
+        await self.budget_tasks.exclude_namespace(namespace)
+
     async def reconcile(self, namespace: str) -> Outcome:
         """Decide and apply the managed quota of ``namespace`` (the workqueue's handler).
 

@@ -45,6 +45,7 @@ from tenacity import (
 )
 
 from dynquota._k8s.errors import KubeError, NotFoundError
+from dynquota.kube.budget_admission import AdmissionClient
 from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.events import EventRecorder
@@ -148,6 +149,7 @@ class Runtime:
             namespace_reader=self.cluster,
             limit_ranges=self.cluster,
             budget_status=self.cluster,
+            budget_admission=AdmissionClient(api_client, observer),
         )
         if isinstance(self.gate, LeaderGate):
             self.gate.on_change = self.operator.on_leadership
