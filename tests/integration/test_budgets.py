@@ -12,9 +12,11 @@ from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
+import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.kube.budget_admission import object_name
 from dynquota.names import BUDGET_KIND, BUDGET_PLURAL, GROUP, VERSION
 from dynquota.operator.ports import HOLD_REASONS
 from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
@@ -450,3 +452,94 @@ def test_a_namespace_joining_above_the_free_budget_is_over_budget_and_nothing_gr
         "OverBudget=False once usage fell",
         timeout=60,
     )
+
+
+# -- the admission policy that closes the window before a slice is enforced ----------------------
+
+
+def slice_binding(op_cluster: OperatorCluster, budget: str) -> Any:
+    """The budget's ValidatingAdmissionPolicyBinding, or ``None``."""
+    api = kubernetes.client.AdmissionregistrationV1Api(op_cluster.core.api_client)
+    try:
+        return api.read_validating_admission_policy_binding(object_name(budget))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def refusal(create: Callable[[], object]) -> str:
+    """The message of the denial ``create`` got, or ``""`` if it was admitted: 403 from the
+    policy's validation (reason Forbidden), 422 from ``parameterNotFoundAction: Deny``."""
+    try:
+        create()
+    except ApiException as exc:
+        if exc.status not in (403, 422):
+            raise
+        return str(exc.body)
+    return ""
+
+
+def probe(op_cluster: OperatorCluster, ns: str) -> str:
+    """:func:`refusal` of a dry-run pod create in ``ns`` (admission runs, nothing is stored):
+    the apiserver applies a written binding, and sees its params, through its own informers,
+    so what it enforces is waited for, not assumed."""
+    body = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    return refusal(lambda: op_cluster.core.create_namespaced_pod(ns, body, dry_run="All"))
+
+
+def test_the_admission_policy_denies_creates_until_the_slice_is_enforced(
+    op_cluster: OperatorCluster,
+    scope: dict[str, str],
+    start_operator: Callable[..., OperatorThread],
+    make_budget: Callable[..., str],
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    team = {**scope, "team": run}
+    op_cluster.policy(f"p-{run}", team, **POLICY)
+    name = make_budget(team, {"pods": 4})
+    op = start_operator()
+    wait_until(lambda: slice_binding(op_cluster, name), "the budget's binding written")
+    binding = slice_binding(op_cluster, name)
+    assert binding.spec.param_ref.name == "dynquota"
+    assert binding.spec.param_ref.parameter_not_found_action == "Deny"
+    # the operator stopped: nothing closes the window for it, so what admission does in it
+    # is the binding's alone (deterministic)
+    op.stop()
+    ns = op_cluster.new_namespace(team)
+    # no managed quota yet: denied by parameterNotFoundAction; ConfigMaps are not budgeted here
+    wait_until(lambda: "no params found" in probe(op_cluster, ns), "the binding enforced in ns")
+    assert "no params found" in refusal(lambda: op_cluster.create_pod(ns))
+    op_cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "free"}})
+    # a managed quota without the budgeted key (as the reconcile creates it, before the
+    # budget's bounding write): denied by the expression, telling the tenant what to do
+    op_cluster.core.create_namespaced_resource_quota(
+        ns,
+        {
+            "metadata": {
+                "name": "dynquota",
+                "labels": {"app.kubernetes.io/managed-by": "dynquota"},
+            },
+            "spec": {"hard": {"configmaps": "50"}},
+        },
+    )
+    expected = f"is in QuotaBudget {name} and its slice of pods is not enforced yet"
+    wait_until(lambda: expected in probe(op_cluster, ns), "the quota seen as the binding's param")
+    assert expected in refusal(lambda: op_cluster.create_pod(ns))
+    assert op_cluster.core.list_namespaced_pod(ns).items == []
+    # the operator back: the slice is written and enforced, then creates are admitted
+    op = start_operator()
+    wait_until(lambda: pods_of(op_cluster.quota(ns), "status") is not None, "ns's slice enforced")
+    wait_until(lambda: probe(op_cluster, ns) == "", "creates admitted once the slice is enforced")
+    assert refusal(lambda: op_cluster.create_pod(ns)) == ""
+    # the kill switch: the binding goes before the quota; then creates are admitted (no
+    # quota, no denial)
+    op_cluster.kill_switch("true")
+    wait_until(
+        lambda: op_cluster.quota(ns) is None and slice_binding(op_cluster, name) is None,
+        "the quota and the binding removed by the kill switch",
+    )
+    wait_until(lambda: probe(op_cluster, ns) == "", "creates admitted with the kill switch engaged")
+    assert refusal(lambda: op_cluster.create_pod(ns)) == ""
+    assert len(op_cluster.core.list_namespaced_pod(ns).items) == 2
+    assert op.sample("dynquota_quota_deletions_total", {"cause": "kill-switch"}) == 1
