@@ -102,9 +102,12 @@ class BudgetTasks:
             self._wakes.pop(name, None)
             self.last.pop(name, None)
             self.reporter.forget(name)
-            self._removals[name] = asyncio.create_task(
-                self._remove_admission(name), name=f"dynquota-budget-{name}-removal"
-            )
+        # a deleted budget's binding goes (it selects by a selector nobody maintains now)
+        for name in [n for n in self.admission if n not in self.budgets.records]:
+            if name not in self._removals:
+                self._removals[name] = asyncio.create_task(
+                    self._remove_admission(name), name=f"dynquota-budget-{name}-removal"
+                )
 
     def wake(self, name: str) -> None:
         """Ask ``name``'s task for a pass (coalesced: one pass for many wake-ups)."""
@@ -346,13 +349,13 @@ class BudgetTasks:
         while self.owner.budget_admission is not None and name not in self.budgets.records:
             if not self.owner.gate.is_leader:
                 self._orphans_checked = False  # the next leader's first pass removes it
-                return
+                break
             try:
                 async with self.owner.admission_lock:
                     await self.owner.budget_admission.remove(object_name(name))
                 self.admission.pop(name, None)
                 log.info("budget %s deleted: its admission policy and binding removed", name)
-                return
+                break
             except KubeError as exc:
                 failures += 1
                 delay = min(30.0, 2.0**failures)

@@ -283,6 +283,12 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
             "resources": ["quotabudgets/status"],
             "verbs": ["patch"],
         },
+        # issue #13: each budget's admission policy and binding (names follow the budgets')
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            "verbs": ["list", "create", "patch", "delete"],
+        },
         {
             "apiGroups": ["apiextensions.k8s.io"],
             "resources": ["customresourcedefinitions"],
@@ -403,6 +409,11 @@ def test_cleanup_hook(helm: Path) -> None:
         assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
         assert hook["metadata"]["annotations"]["helm.sh/hook-weight"] == "-10"
     assert one(objs, "ClusterRole", "dq-dynquota-cleanup")["rules"] == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            "verbs": ["list", "delete"],
+        },
         {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]},
         {
             "apiGroups": [""],

@@ -415,7 +415,12 @@ def test_a_refused_delete_stops_the_cleanup(
     core.create_namespaced_service_account("default", {"metadata": {"name": sa}})
     rbac.create_cluster_role(
         {"metadata": {"name": sa},
-         "rules": [{"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]}]}
+         "rules": [{"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]},
+                   # the budgets' bindings go first (none here): listing them is allowed
+                   {"apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": ["validatingadmissionpolicybindings",
+                                  "validatingadmissionpolicies"],
+                    "verbs": ["list", "delete"]}]}
     )  # fmt: skip
     rbac.create_cluster_role_binding(
         {"metadata": {"name": sa},

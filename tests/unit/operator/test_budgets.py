@@ -164,3 +164,76 @@ async def test_the_kill_switch_holds_every_pass_and_its_deletes_pass_unchanged(
     assert world.quotas.hard("a")["pods"] == "20"
     delete = Decision("delete")
     assert world.op.budgets.shape("a", delete, None) is delete
+
+
+class FakeAdmission:
+    """The budgets' policies and bindings (``BudgetAdmissionStore``), logging into ``log``."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.bindings: dict[str, dict[str, Any]] = {}
+
+    async def apply(self, policy: Mapping[str, Any], binding: Mapping[str, Any]) -> None:
+        self.log.append(f"apply {binding['metadata']['name']}")
+        self.bindings[binding["metadata"]["name"]] = dict(binding)
+
+    async def remove(self, name: str) -> None:
+        self.log.append(f"remove {name}")
+        self.bindings.pop(name, None)
+
+    async def list_owned(self) -> list[str]:
+        return sorted(self.bindings)
+
+    async def remove_all(self) -> int:
+        self.log.append("remove-all")
+        count = len(self.bindings)
+        self.bindings.clear()
+        return count
+
+
+async def test_the_binding_is_written_once_and_the_kill_switch_removes_it_before_any_quota(
+    world: World,
+) -> None:
+    log: list[str] = []
+    admission = FakeAdmission(log)
+    world.op.budget_admission = admission
+    delete = world.quotas.delete
+
+    async def logged_delete(namespace: str, uid: str | None = None) -> bool:
+        log.append(f"delete {namespace}")
+        return await delete(namespace, uid)
+
+    world.quotas.delete = logged_delete  # type: ignore[method-assign]
+    world.op.budgets.on_budget(None, budget("b", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=5)
+    member(world, "outsider", pods=1, labels={"tenant": "t", "dynquota.io/managed": "false"})
+    world.quotas.put("a", {"pods": "20", "configmaps": "50"})
+    await world.op.budget_tasks.run_pass("b")
+    await world.op.budget_tasks.run_pass("b")
+    assert log == ["apply dynquota-budget-slice-b"]  # nothing written at rest
+    selector = admission.bindings["dynquota-budget-slice-b"]["spec"]["matchResources"]
+    names = selector["namespaceSelector"]["matchExpressions"][-1]
+    assert names["key"] == "kubernetes.io/metadata.name"
+    assert names["values"] == ["kube-node-lease", "kube-public", "kube-system", "outsider"]
+    world.op.kill_switch = True
+    assert await world.op.engage_kill_switch() == 1
+    assert log == ["apply dynquota-budget-slice-b", "remove-all", "delete a"]
+    assert admission.bindings == {}
+    # while engaged no pass writes a binding again
+    await world.op.budget_tasks.run_pass("b")
+    assert admission.bindings == {}
+
+
+async def test_a_deleted_budget_loses_its_binding(world: World) -> None:
+    log: list[str] = []
+    world.op.budget_admission = FakeAdmission(log)
+    world.op.budgets.on_budget(None, budget("b", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=5)
+    world.quotas.put("a", {"pods": "20", "configmaps": "50"})
+    await world.op.budget_tasks.run_pass("b")
+    world.op.budget_tasks.running = True
+    world.op.budgets.on_budget("DELETED", budget("b", {"tenant": "t"}, {"pods": 30}))
+    removal = world.op.budget_tasks._removals["b"]
+    await removal
+    assert log == ["apply dynquota-budget-slice-b", "remove dynquota-budget-slice-b"]
+    await world.op.budget_tasks.stop()
