@@ -31,6 +31,7 @@ from typing import Any
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.kube.budget_admission import NAME_PREFIX
 from dynquota.names import (
     BUDGET_PLURAL,
     GROUP,
@@ -380,7 +381,8 @@ QUOTA_CONFLICT_RETRIES = 20
 
 def fill(create: Callable[[], object], limit: int = 10_000) -> int:
     """Call ``create`` (one create of an object charged to a quota) until quota admission
-    refuses one (403 ``exceeded quota``); returns how many were created, at most ``limit``.
+    refuses one (403 ``exceeded quota``), or a budget's slice policy does (docs/budgets.md);
+    returns how many were created, at most ``limit``.
 
     A 409 Conflict on ``resourcequotas`` is retried, up to :data:`QUOTA_CONFLICT_RETRIES` times
     per object, as every controller does: the apiserver's quota admission lost the race to
@@ -395,6 +397,8 @@ def fill(create: Callable[[], object], limit: int = 10_000) -> int:
             except ApiException as exc:
                 if exc.status == 403 and "exceeded quota" in str(exc.body):
                     return created
+                if exc.status in (403, 422) and NAME_PREFIX in str(exc.body):
+                    return created  # a budget's slice policy: the slice not enforced yet
                 if exc.status != 409 or "resourcequotas" not in str(exc.body):
                     raise
                 if attempt == QUOTA_CONFLICT_RETRIES:

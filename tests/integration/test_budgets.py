@@ -363,8 +363,11 @@ def test_a_namespace_in_two_budgets_is_frozen_and_a_deleted_budget_gives_it_back
         "admission policy closes)",
     )
     # in the first budget alone: the slice grows with usage up to the budget, no further
-    wait_until(lambda: op_cluster.fill_pods(x) >= 0 and pods_of(op_cluster.quota(x), "spec") == 4,
-               "x's slice grown to the whole budget (4)", timeout=60)  # fmt: skip
+    # (a fill can stop early at a denial from the slice policy while the apiserver's copy of
+    # the quota still lacks the key: filled until 4 pods are there)
+    wait_until(lambda: op_cluster.fill_pods(x) >= 0 and pods_of(op_cluster.quota(x), "spec") == 4
+               and len(op_cluster.core.list_namespaced_pod(x).items) == 4,
+               "x's slice grown to the whole budget (4), filled", timeout=60)  # fmt: skip
     second = make_budget({"two": run}, {"pods": 30})
 
     def frozen() -> bool:
@@ -542,4 +545,3 @@ def test_the_admission_policy_denies_creates_until_the_slice_is_enforced(
     wait_until(lambda: probe(op_cluster, ns) == "", "creates admitted with the kill switch engaged")
     assert refusal(lambda: op_cluster.create_pod(ns)) == ""
     assert len(op_cluster.core.list_namespaced_pod(ns).items) == 2
-    assert op.sample("dynquota_quota_deletions_total", {"cause": "kill-switch"}) == 1
