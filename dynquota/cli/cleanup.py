@@ -84,6 +84,10 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     """Delete every managed quota (the chart's uninstall hook); optionally stop the operator
     first. Without --yes only lists what it would delete.
 
+    Before any quota, the tenant budgets' admission bindings and policies
+    (``dynquota-budget-slice-*``, labelled managed-by=dynquota) are deleted: a binding left
+    without its quota would deny every create it matches (``docs/budgets.md``).
+
     ``--scale-down`` patches the Deployment to ``replicas: 0`` *and* a RollingUpdate strategy
     (maxSurge 0, maxUnavailable 100%): a Recreate Deployment caught with two active ReplicaSets
     (an unfinished rollout that was reverted) ignores ``replicas`` — upstream
@@ -152,7 +156,8 @@ async def _cleanup_budget_admission(api: Any, args: argparse.Namespace) -> None:
         return
     for name in names:
         await guard(f"deleting the budget admission binding {name}", store.remove(name))
-    print(f"deleted {len(names)} budget admission bindings and policies")
+    if names:
+        print(f"deleted {len(names)} budget admission bindings and policies")
 
 
 async def _scale_down(api: Any, namespace: str, name: str, timeout: float) -> None:

@@ -24,6 +24,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.cli import main
+from dynquota.kube.budget_admission import binding_for, object_name, policy_for
 from dynquota.kube.cleanup import (
     ListedQuota,
     delete_managed_quotas,
@@ -133,9 +134,24 @@ def test_cleanup_command_deletes_managed_quotas_until_none_is_listed(
     core.create_namespaced_resource_quota(c, quota("dynquota", "3"))  # unmanaged
     core.create_namespaced_resource_quota(b, quota("team", "1", MANAGED))
     c_before = quotas_in(core, c)
+    # a tenant budget's admission policy and binding (issue #13): they go first
+    admission = kubernetes.client.AdmissionregistrationV1Api(core.api_client)
+    policy, binding = (
+        policy_for("cleanup", ["pods"]),
+        binding_for(
+            "cleanup",
+            {"matchLabels": {"dq-cleanup": uuid.uuid4().hex}},
+            [],  # selects nothing
+        ),
+    )
+    admission.create_validating_admission_policy(policy)
+    admission.create_validating_admission_policy_binding(binding)
     # Without --yes: lists only.
     assert main(["cleanup", "--kubeconfig", controlplane.kubeconfig]) == 0
     out = capsys.readouterr().out.splitlines()
+    assert out[0] == "would delete the budget admission binding and policy " + object_name(
+        "cleanup"
+    )
     assert f"would delete resourcequota {a}/dynquota" in out
     assert f"would delete resourcequota {b}/dynquota" in out
     assert f"would delete resourcequota {c}/dynquota" not in out
@@ -143,6 +159,10 @@ def test_cleanup_command_deletes_managed_quotas_until_none_is_listed(
 
     assert main(["cleanup", "--yes", "--verbose", "--kubeconfig", controlplane.kubeconfig]) == 0
     out = capsys.readouterr().out.splitlines()
+    assert out[0] == "deleted 1 budget admission bindings and policies"
+    owned = "app.kubernetes.io/component=budget-slice"
+    assert admission.list_validating_admission_policy_binding(label_selector=owned).items == []
+    assert admission.list_validating_admission_policy(label_selector=owned).items == []
     assert quotas_in(core, a) == {}
     assert set(quotas_in(core, b)) == {"team"}
     assert quotas_in(core, c) == c_before
