@@ -26,7 +26,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from dynquota._k8s.errors import ApiError, ConflictError, KubeError, NotFoundError
+from dynquota._k8s.errors import (
+    ApiError,
+    ConflictError,
+    ForbiddenError,
+    KubeError,
+    NotFoundError,
+)
 from dynquota.kube.budget_admission import binding_for, object_name, policy_for, resource_rules
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import TRACKED_RESOURCES
@@ -77,6 +83,8 @@ class BudgetTasks:
         """Budget -> the (policy, binding) last written for it (``docs/budgets.md``, "The
         admission policy"); forgotten when a write fails or the kill switch removes them."""
         self._orphans_checked = False
+        self.admission_forbidden = False
+        """The operator may not write admission policies (403): none are written."""
         self._removals: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -289,8 +297,23 @@ class BudgetTasks:
         :attr:`admission_lock`, which the kill switch's removal holds too). Raises
         ``KubeError`` (the pass fails and is retried)."""
         o = self.owner
-        if o.budget_admission is None:
+        if o.budget_admission is None or self.admission_forbidden:
             return
+        try:
+            await self._ensure_admission(name, members)
+        except ForbiddenError as exc:
+            # RBAC without the rule (rbac.budgetAdmissionPolicies=false): budgets work on,
+            # with the window before a slice is enforced open (docs/budgets.md)
+            self.admission_forbidden = True
+            log.warning(
+                "budget admission policies not written (%s): creates in a budgeted namespace "
+                "are admitted until its slice is enforced",
+                exc,
+            )
+
+    async def _ensure_admission(self, name: str, members: list[str]) -> None:
+        o = self.owner
+        assert o.budget_admission is not None
         if not self._orphans_checked:
             await self._remove_orphans()
         desired = self.desired_admission(name, members)
@@ -328,7 +351,14 @@ class BudgetTasks:
         if self.owner.budget_admission is None:
             return 0
         self.admission.clear()
-        return await self.owner.budget_admission.remove_all()
+        try:
+            return await self.owner.budget_admission.remove_all()
+        except ForbiddenError as exc:
+            # the chart grants list, create and delete together: refused, none was written
+            # (and the kill switch must not wait for a right it will never get)
+            self.admission_forbidden = True
+            log.warning("budget admission policies not listed (%s): none to remove", exc)
+            return 0
 
     async def _remove_orphans(self) -> None:
         """Once per leadership of the tasks: remove owned objects of budgets that no longer

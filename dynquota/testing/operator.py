@@ -57,8 +57,7 @@ MANAGED_LABELS = {MANAGED_BY_LABEL: MANAGED_BY_VALUE}
 
 
 def render_rbac(cp: LocalControlPlane) -> str:
-    """The chart's ServiceAccount, ClusterRole(+Binding), leader-election Role and the admission
-    policy narrowing its rights on admission policies (budget-slice-guard.yaml), as YAML.
+    """The chart's ServiceAccount, ClusterRole(+Binding) and leader-election Role, as YAML.
 
     Raises:
         ControlPlaneError: the chart or the CRD is not there (not a source checkout).
@@ -84,8 +83,6 @@ def render_rbac(cp: LocalControlPlane) -> str:
             "templates/serviceaccount.yaml",
             "--show-only",
             "templates/clusterrole.yaml",
-            "--show-only",
-            "templates/budget-slice-guard.yaml",  # what narrows its admission-policy rights
         ],
         capture_output=True,
         text=True,

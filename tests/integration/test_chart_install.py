@@ -159,11 +159,9 @@ def test_install_creates_every_object(release: Release, api_client: Any) -> None
         f"clusterrole.rbac.authorization.k8s.io/{full}-tenant-override",
         f"clusterrolebinding.rbac.authorization.k8s.io/{full}",
         f"dynamicquotapolicy.dynquota.io/{release.policy}",
-        f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-guard-budget-slices",
         f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-managed-quota",
         f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-namespace-opt-out",
         f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-unmanaged-quota",
-        f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{full}-guard-budget-slices",
         f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{full}-managed-quota",
         f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{full}-namespace-opt-out",
         f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{full}-unmanaged-quota",
@@ -239,8 +237,8 @@ OPERATOR_ALLOWED = [
     ("create", "limitranges", "-n", "any-ns"),
     ("patch", "limitranges/dynquota", "-n", "any-ns"),
     ("watch", "limitranges/dynquota", "-n", "any-ns"),
-    # issue #13: the budgets' admission policies and bindings (RBAC cannot name them; the
-    # chart's guard policy limits these to dynquota-budget-slice-*)
+    # issue #13: the budgets' admission policies and bindings (RBAC cannot name them:
+    # rbac.budgetAdmissionPolicies=false drops the rule, docs/chart.md)
     ("list", "validatingadmissionpolicybindings.admissionregistration.k8s.io"),
     ("create", "validatingadmissionpolicies.admissionregistration.k8s.io"),
     ("delete", "validatingadmissionpolicybindings.admissionregistration.k8s.io"),

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dynquota._k8s.errors import ConflictError
+from dynquota._k8s.errors import ConflictError, ForbiddenError
 from dynquota.operator.budgets import read_budget
 from dynquota.policy import Decision
 
@@ -237,3 +237,32 @@ async def test_a_deleted_budget_loses_its_binding(world: World) -> None:
     await removal
     assert log == ["apply dynquota-budget-slice-b", "remove dynquota-budget-slice-b"]
     await world.op.budget_tasks.stop()
+
+
+class ForbiddenAdmission(FakeAdmission):
+    """RBAC without the rule (``rbac.budgetAdmissionPolicies=false``): every call is a 403."""
+
+    async def apply(self, policy: Mapping[str, Any], binding: Mapping[str, Any]) -> None:
+        self.log.append("apply refused")
+        raise ForbiddenError(403, "Forbidden", "no")
+
+    async def remove_all(self) -> int:
+        self.log.append("remove-all refused")
+        raise ForbiddenError(403, "Forbidden", "no")
+
+
+async def test_without_the_rbac_rule_budgets_and_the_kill_switch_work_on(world: World) -> None:
+    log: list[str] = []
+    world.op.budget_admission = ForbiddenAdmission(log)
+    world.op.budgets.on_budget(None, budget("b", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=5)
+    world.quotas.put("a", {"pods": "20", "configmaps": "50"})
+    world.op.budgets.demand["a"] = {"pods": 8}
+    result = await world.op.budget_tasks.run_pass("b")
+    assert result.writes == {"a": {"pods": 8}}  # the shrink, as without the policy
+    await world.op.budget_tasks.run_pass("b")
+    assert log == ["apply refused"]  # tried once, then not again
+    world.op.kill_switch = True
+    assert await world.op.engage_kill_switch() == 1
+    assert log == ["apply refused", "remove-all refused"]
+    assert "a" not in world.quotas.objects
