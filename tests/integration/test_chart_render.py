@@ -309,6 +309,18 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
         render(helm, "--set", "rbac.companionLimitRanges=false"), "ClusterRole", "dq-dynquota"
     )
     assert rules["rules"] == role["rules"][:5] + role["rules"][7:]
+    # budgetAdmissionPolicies off drops the admission-policy rule and nothing else.
+    rules = one(
+        render(helm, "--set", "rbac.budgetAdmissionPolicies=false"), "ClusterRole", "dq-dynquota"
+    )
+    vap = role["rules"].index(
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            "verbs": ["list", "create", "patch", "delete"],
+        }
+    )
+    assert rules["rules"] == role["rules"][:vap] + role["rules"][vap + 1 :]
 
 
 def test_tenant_role_aggregates_to_admin_and_edit(helm: Path) -> None:
