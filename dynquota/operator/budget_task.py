@@ -310,6 +310,14 @@ class BudgetTasks:
                 "are admitted until its slice is enforced",
                 exc,
             )
+        except ApiError as exc:
+            if exc.retryable:
+                raise
+            # refused for good (e.g. a budget name too long for the prefix): the slices are
+            # still written; this budget's window stays open
+            log.error("budget %s: its admission policy or binding was refused: %s", name, exc)
+            # not tried again until what it should be changes (no error on every pass)
+            self.admission[name] = self.desired_admission(name, members)
 
     async def _ensure_admission(self, name: str, members: list[str]) -> None:
         o = self.owner
