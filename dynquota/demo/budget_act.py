@@ -91,6 +91,7 @@ def budget_act(demo: DemoWatch) -> None:
     a_hards = [enforced(TEAM_A)]
     b_hards = [enforced(TEAM_B)]
     created = 0
+    granted = [_granted(c)]
     while True:
         created += fill(_minter(c, created), 1000)  # until admission refuses (403 exceeded quota)
         team_a = c.quota(TEAM_A)
@@ -108,6 +109,7 @@ def budget_act(demo: DemoWatch) -> None:
         wait_until(_above(enforced, TEAM_B, held), "the runaway's next grant", timeout=60)
         b_hards.append(enforced(TEAM_B))
         a_hards.append(enforced(TEAM_A))
+        granted.append(_granted(c))
         if min(a_hards) < STEADY:
             raise RuntimeError(f"{TEAM_A}'s slice went below its usage: {a_hards}")
     a_final, b_final = enforced(TEAM_A), enforced(TEAM_B)
@@ -125,7 +127,19 @@ def budget_act(demo: DemoWatch) -> None:
     show.line(
         "demo",
         f"6. budget {BUDGET}: {TEAM_A} {a_final} + {TEAM_B} {b_final} = {a_final + b_final} "
-        "enforced; the runaway gets no more",
+        f"enforced; the runaway gets no more (granted at each step, max(spec.hard, status.hard) "
+        f"from one LIST: at most {max(granted)})",
+    )
+
+
+def _granted(c: Any) -> int:
+    """Both teams' ``max(spec.hard, status.hard)`` ConfigMaps summed, from one LIST of the
+    managed quotas (a snapshot: two GETs are not)."""
+    listed = c.core.list_resource_quota_for_all_namespaces(field_selector="metadata.name=dynquota")
+    return sum(
+        max(_configmaps(q, "spec") or 0, _configmaps(q, "hard") or 0)
+        for q in listed.items
+        if q.metadata.namespace in (TEAM_A, TEAM_B)
     )
 
 
