@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -47,6 +48,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "notManaged": [n.__dict__ for n in plan.not_managed],
             "otherQuotas": [{**q.__dict__, "hard": dict(q.hard)} for q in plan.other_quotas],
             "companionLimitRanges": [c.__dict__ for c in plan.companions],
+            "budgets": [dataclasses.asdict(b) for b in plan.budgets],
         }
         print(json.dumps(document, indent=2))
     else:

@@ -10,7 +10,10 @@ runs the operator in-process as the chart's ServiceAccount, and drives:
    to the maximum, then scaled to 0 and sized down after the window;
 3. ``demo-helm``: a burst of 200 ConfigMaps like a Helm install: denied at the quota, the
    tenant requests the override, the burst completes, the override expires (30 s TTL);
-4. the kill switch on (every managed quota deleted) and off (re-created).
+4. the kill switch on (every managed quota deleted) and off (re-created);
+5. (printed as act 6) two teams under one QuotaBudget (:mod:`dynquota.demo.budget_act`): one
+   mints ConfigMaps until refused and gets only the free budget; the other is never squeezed
+   below its usage.
 
 The ReplicaSet controller backs off exponentially after quota denials and is not woken by a
 quota change, so after each upscale the demo *nudges* the ReplicaSets of that namespace (it

@@ -1,6 +1,6 @@
 """The demo's scenario: the policy, the operator, and the workloads it drives (a normal
 scale-up, a runaway of pods and one of Secrets, a Helm-like burst with the tenant's override,
-the kill switch); see
+the kill switch, two teams under one QuotaBudget); see
 :mod:`dynquota.demo`."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from dynquota.demo.budget_act import budget_act
 from dynquota.demo.watch import HELM, LABEL, NAMESPACES, RUNAWAY, WEB, DemoWatch
 from dynquota.settings import Settings
 from dynquota.testing.operator import PAUSE, OperatorThread, fill, operator_settings
@@ -142,6 +143,7 @@ class Demo(DemoWatch):
         self.show.line("demo", f"2. {RUNAWAY}: sized down to the minimum after the window")
         self.print_table(force=True)
         self.kill_switch()
+        budget_act(self)
 
     def _secrets_hard(self, enforced: bool = False) -> int:
         quota = self.c.quota(RUNAWAY)

@@ -22,13 +22,14 @@ from pydantic import ValidationError
 
 from dynquota._k8s.workqueue import WorkQueue
 from dynquota.kube.quotas import QuotaSnapshot
-from dynquota.names import EventReason
+from dynquota.names import TRACKED_RESOURCES, EventReason
 from dynquota.policy import Action, Decision, Governance, LabelSelector, NamespaceInfo
+from dynquota.policy.budget import Slice
 from dynquota.policy.budget_spec import QuotaBudgetSpec
 from dynquota.policy.state import hard_key, last_change_key, last_upscale_key, resource_keys
 from dynquota.settings import Settings
 
-__all__ = ["BudgetHost", "BudgetRecord", "Budgets", "Slicing", "read_budget"]
+__all__ = ["BudgetHost", "BudgetRecord", "Budgets", "Slicing", "member_slice", "read_budget"]
 
 log = logging.getLogger("dynquota.operator")
 
@@ -98,6 +99,32 @@ def read_budget(obj: Mapping[str, Any]) -> BudgetRecord:
         keys=keys,
         status=dict(obj.get("status") or {}),
     )
+
+
+def member_slice(
+    namespace: str,
+    key: str,
+    quota: QuotaSnapshot | None,
+    tally: int | None,
+    demand: int | None,
+) -> Slice:
+    """The :class:`~dynquota.policy.budget.Slice` of member ``namespace`` for budgeted ``key``
+    as a budget pass builds it (``BudgetTasks._slice`` in :mod:`dynquota.operator.budget_task`):
+    ``spec_hard``/``status_hard``/``used`` from its managed ``quota`` (``None``: none); for a
+    tracked key (``pods``, ``configmaps``) ``used`` is the larger of ``status.used`` and the
+    informers' ``tally`` (objects; ``None``: no tally); ``demand`` is what its policy would
+    set (:attr:`Budgets.demand`), or, not decided yet, what it has (``max(spec.hard, used)``).
+    All in the key's unit. Pure."""
+    spec_hard = status_hard = used = None
+    if quota is not None:
+        spec_hard = quota.hard_int(key)
+        status_hard = quota.status_hard_int(key)
+        used = quota.used_int(key)
+    if key in TRACKED_RESOURCES and tally is not None:
+        used = max(used or 0, tally)
+    if demand is None:  # not decided yet: asks for what it has
+        demand = max(spec_hard or 0, used or 0)
+    return Slice(namespace, spec_hard, status_hard, used, demand)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ wait longer before a downscale than the plan shows (never shorter).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,7 +37,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from dynquota._k8s.errors import NotFoundError
 from dynquota._k8s.reflector import Collection
+from dynquota._k8s.workqueue import WorkQueue
 from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
@@ -47,6 +50,7 @@ from dynquota.names import (
     MANAGED_LIMIT_RANGE_NAME,
     EventReason,
 )
+from dynquota.operator.budgets import BudgetRecord, Budgets, member_slice, read_budget
 from dynquota.operator.decision import decide_args, governance_of
 from dynquota.policy import (
     KILL_SWITCH,
@@ -66,11 +70,15 @@ from dynquota.policy import (
     unit_for,
     validate_policy,
 )
+from dynquota.policy.budget import Allocation, allocate
 from dynquota.policy.limitrange import ContainerDefaults, limit_range_covers, owned_limit_range
 from dynquota.quantity import QuantityError, parse_quantity
 from dynquota.settings import Settings
 
 __all__ = [
+    "BudgetKeyPlan",
+    "BudgetMember",
+    "BudgetPlan",
     "ClusterSnapshot",
     "Companion",
     "NotManaged",
@@ -79,6 +87,7 @@ __all__ = [
     "PlanRow",
     "build_plan",
     "compute_plan",
+    "format_budgets",
     "format_plan",
     "format_table",
     "read_cluster",
@@ -90,7 +99,8 @@ class ClusterSnapshot:
     """What :func:`compute_plan` needs, as decoded JSON objects (camelCase keys).
 
     ``tally`` maps ``(namespace, resource)`` to the count the quota charges now;
-    ``limit_ranges`` holds every LimitRange (any namespace).
+    ``limit_ranges`` holds every LimitRange (any namespace); ``budgets`` every QuotaBudget
+    (empty when its CRD is not served).
     """
 
     kube_system: Mapping[str, Any]
@@ -99,6 +109,7 @@ class ClusterSnapshot:
     quotas: Sequence[Mapping[str, Any]]
     tally: Mapping[tuple[str, str], int] = field(default_factory=dict)
     limit_ranges: Sequence[Mapping[str, Any]] = ()
+    budgets: Sequence[Mapping[str, Any]] = ()
 
 
 @dataclass(frozen=True)
@@ -167,25 +178,89 @@ class Companion:
     why: str
 
 
+@dataclass(frozen=True)
+class BudgetMember:
+    """One member namespace's slice of one budgeted key, in the key's unit (``None``:
+    unknown/absent): ``grant`` its ``spec.hard``, ``enforced`` its ``status.hard``, ``used``
+    what the budget counts (``status.used``, or the tally when larger), ``demand`` the hard its
+    policy would set without the budget, ``next`` the slice the budget's next pass writes
+    (``None``: unchanged) and ``note`` (``at risk: not enforced``, ``usage unknown: held``,
+    ``waiting for N``, or empty)."""
+
+    namespace: str
+    grant: int | None
+    enforced: int | None
+    used: int | None
+    demand: int
+    next: int | None
+    note: str
+
+
+@dataclass(frozen=True)
+class BudgetKeyPlan:
+    """One key of a budget, in the key's unit: ``hard`` the budget, ``granted`` the sum of the
+    members' commitments ``max(spec.hard, status.hard, used)`` now, ``granted_after`` the same
+    once the next pass's writes land (what the budget's ``status.granted`` reports), ``used``
+    the members' usage summed, ``free`` ``hard - granted`` (negative: over), ``state``
+    (``OverBudget``, ``AtRisk``, ``Rebalancing``, ``Waiting``, ``Settled``) and ``members``,
+    sorted."""
+
+    key: str
+    hard: int
+    granted: int
+    granted_after: int
+    used: int
+    free: int
+    state: str
+    members: tuple[BudgetMember, ...]
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """One QuotaBudget: ``error`` why it is invalid (empty: valid), ``keys`` per budgeted key
+    (none when invalid) and ``frozen``: the namespaces it selects that another or an invalid
+    budget selects too (nobody writes their budgeted keys)."""
+
+    name: str
+    error: str
+    keys: tuple[BudgetKeyPlan, ...]
+    frozen: tuple[str, ...]
+
+    def only(self, namespaces: set[str]) -> BudgetPlan | None:
+        """The budget with only the members and frozen namespaces in ``namespaces``, or
+        ``None`` when none is left (its totals stay the whole budget's)."""
+        keys = tuple(
+            dataclasses.replace(k, members=tuple(m for m in k.members if m.namespace in namespaces))
+            for k in self.keys
+        )
+        frozen = tuple(n for n in self.frozen if n in namespaces)
+        if not frozen and not any(k.members for k in keys):
+            return None
+        return BudgetPlan(self.name, self.error, keys, frozen)
+
+
 @dataclass
 class Plan:
     """The whole plan: ``rows`` (namespaces the operator sizes, freezes or removes a quota
     from), ``not_managed``, ``other_quotas`` and ``companions`` (companion LimitRanges asked
-    for or left over), each sorted by namespace."""
+    for or left over), each sorted by namespace, and ``budgets`` (by name)."""
 
     rows: list[PlanRow]
     not_managed: list[NotManaged]
     other_quotas: list[OtherQuota]
     companions: list[Companion] = field(default_factory=list)
+    budgets: list[BudgetPlan] = field(default_factory=list)
 
     def only(self, namespaces: Iterable[str]) -> Plan:
-        """The plan restricted to ``namespaces``."""
+        """The plan restricted to ``namespaces`` (budgets: those with a member or frozen
+        namespace among them, showing only those)."""
         keep = set(namespaces)
         return Plan(
             [r for r in self.rows if r.namespace in keep],
             [n for n in self.not_managed if n.namespace in keep],
             [q for q in self.other_quotas if q.namespace in keep],
             [c for c in self.companions if c.namespace in keep],
+            [b for b in (b.only(keep) for b in self.budgets) if b is not None],
         )
 
 
@@ -241,14 +316,21 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
     rows: list[PlanRow] = []
     not_managed: list[NotManaged] = []
     companions: list[Companion] = []
-    for obj in sorted(snapshot.namespaces, key=lambda o: str(o["metadata"]["name"])):
+    infos: dict[str, NamespaceInfo] = {}
+    for obj in snapshot.namespaces:
         meta = obj.get("metadata") or {}
         name = str(meta["name"])
-        info = NamespaceInfo(
-            name, dict(meta.get("labels") or {}), bool(meta.get("deletionTimestamp"))
-        )
-        # as Operator.governance: the settings' verdict, then the policies
-        governance = governance_of(info, policies, settings)
+        labels = dict(meta.get("labels") or {})
+        infos[name] = NamespaceInfo(name, labels, bool(meta.get("deletionTimestamp")))
+    # as Operator.governance: the settings' verdict, then the policies
+    governances = {name: governance_of(info, policies, settings) for name, info in infos.items()}
+    # the operator's own membership and demand code (Budgets.slicing, Budgets.shape)
+    budgets = Budgets(_PlanBudgetHost(settings, infos, governances))
+    budgets.records = {r.name: r for r in map(read_budget, snapshot.budgets)}
+    budgets.listed = True
+    for name in sorted(infos):
+        info = infos[name]
+        governance = governances[name]
         why = _not_managed_why(info, governance, settings)
         if why is not None:
             not_managed.append(NotManaged(name, why))
@@ -298,6 +380,10 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
             missing_defaults=missing,
             **decide_args(settings),
         )
+        if not decision.dry_run:
+            # as the reconcile: budgeted keys are the budget task's; their hard is its demand
+            decision = budgets.shape(name, decision, quota)
+        slicing = budgets.slicing(name)
         by_resource = {c.resource: c.reason for c in decision.changes}
         held = {
             e.cause: e.message.removeprefix("(dry run) ")
@@ -338,6 +424,16 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
                     )
                 )
                 continue
+            why = by_resource.get(resource, general)
+            if decision.action == "delete" or resource not in slicing.keys:
+                pass
+            elif slicing.frozen:
+                why = f"frozen: selected by budgets {', '.join(slicing.conflicts)}; not written"
+            else:
+                why = (
+                    f"sliced by budget {slicing.budget}: the target is its demand, the budget's "
+                    "task writes the slice (see budgets)"
+                )
             rows.append(
                 PlanRow(
                     name,
@@ -349,12 +445,117 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
                     hard_now,
                     goal,
                     decision.action,
-                    written
-                    + by_resource.get(resource, general)
-                    + _lower_limits(others, name, resource, goal or hard_now),
+                    written + why + _lower_limits(others, name, resource, goal or hard_now),
                 )
             )
-    return Plan(rows, not_managed, others, companions)
+    plans = [
+        _budget_plan(record, budgets, quotas, snapshot.tally)
+        for _, record in sorted(budgets.records.items())
+    ]
+    return Plan(rows, not_managed, others, companions, plans)
+
+
+class _PlanBudgetHost:
+    """What :class:`~dynquota.operator.budgets.Budgets` reads of the operator, from a
+    snapshot (``namespaces`` and their ``governances``); the plan never queues."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        namespaces: dict[str, NamespaceInfo],
+        governances: Mapping[str, Governance],
+    ) -> None:
+        self._settings = settings
+        self._namespaces = namespaces
+        self._governances = governances
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def namespaces(self) -> dict[str, NamespaceInfo]:
+        return self._namespaces
+
+    @property
+    def queue(self) -> WorkQueue:
+        raise RuntimeError("the plan never queues a namespace")
+
+    def governance(self, namespace: str) -> Governance | None:
+        return self._governances.get(namespace)
+
+
+def _budget_plan(
+    record: BudgetRecord,
+    budgets: Budgets,
+    quotas: Mapping[str, QuotaSnapshot],
+    tally: Mapping[tuple[str, str], int],
+) -> BudgetPlan:
+    """One budget as its next pass would see it: the slices of its members
+    (:func:`~dynquota.operator.budgets.member_slice`) and :func:`~dynquota.policy.budget.allocate`,
+    as ``BudgetTasks.run_pass`` does, from the snapshot's quotas and tally."""
+    frozen = tuple(budgets.frozen(record.name))
+    if record.spec is None:
+        return BudgetPlan(record.name, record.error, (), frozen)
+    members = budgets.members(record.name)
+    keys: list[BudgetKeyPlan] = []
+    for key, hard in sorted(record.spec.hard.items()):
+        slices = [
+            member_slice(
+                ns,
+                key,
+                quotas.get(ns),
+                tally.get((ns, key), 0) if key in TRACKED_RESOURCES else None,
+                budgets.demand.get(ns, {}).get(key),
+            )
+            for ns in members
+        ]
+        allocation = allocate(hard, slices)
+        keys.append(
+            BudgetKeyPlan(
+                key,
+                hard,
+                allocation.committed,
+                allocation.committed_after,
+                sum(s.used or 0 for s in slices),
+                hard - allocation.committed,
+                _budget_state(allocation),
+                tuple(
+                    BudgetMember(
+                        s.namespace,
+                        s.spec_hard,
+                        s.status_hard,
+                        s.used,
+                        s.demand,
+                        allocation.writes.get(s.namespace),
+                        _member_note(allocation, key, s.namespace),
+                    )
+                    for s in slices
+                ),
+            )
+        )
+    return BudgetPlan(record.name, "", tuple(keys), frozen)
+
+
+def _budget_state(allocation: Allocation) -> str:
+    """The key's state, as the budget's conditions say it (the first that holds)."""
+    if allocation.over_budget:
+        return "OverBudget"
+    if allocation.at_risk:
+        return "AtRisk"
+    if allocation.writes:
+        return "Rebalancing"
+    return "Waiting" if allocation.waiting else "Settled"
+
+
+def _member_note(allocation: Allocation, key: str, namespace: str) -> str:
+    if namespace in allocation.at_risk:
+        return "at risk: not enforced (no quota or key in status.hard)"
+    if namespace in allocation.held:
+        return "usage unknown: held"
+    if namespace in allocation.waiting:
+        return f"waiting for {_shown(key, allocation.waiting[namespace])}"
+    return ""
 
 
 def _missing_defaults(
@@ -577,7 +778,54 @@ def format_plan(plan: Plan, header: Iterable[str] = ()) -> str:
                 ]
             ),
         ]
+    if plan.budgets:
+        parts += ["", *format_budgets(plan.budgets)]
     return "\n".join(parts)
+
+
+def format_budgets(budgets: Iterable[BudgetPlan]) -> list[str]:
+    """The budgets as text lines: per budget and key one line with the budget's hard, the
+    granted sum of commitments, the usage and the free room, then its members' slices
+    (``NAMESPACE  GRANT  ENFORCED  USED  DEMAND  NEXT  NOTE``); an invalid budget and the
+    frozen namespaces in a sentence each."""
+    lines = [
+        "budgets (granted: the sum of the members' max(spec.hard, status.hard, used); "
+        "NEXT: the slice the budget's next pass writes):"
+    ]
+    for budget in budgets:
+        if budget.error:
+            lines.append(f"budget {budget.name}: invalid: {budget.error}")
+        for k in budget.keys:
+            key = k.key
+            lines.append(
+                f"budget {budget.name} {key}: hard {_shown(key, k.hard)}, granted "
+                f"{_shown(key, k.granted)}, used {_shown(key, k.used)}, free "
+                f"{_signed(key, k.free)}; {k.state}"
+            )
+            table: list[tuple[str, ...]] = [
+                ("  NAMESPACE", "GRANT", "ENFORCED", "USED", "DEMAND", "NEXT", "NOTE")
+            ]
+            table += [
+                (
+                    f"  {m.namespace}",
+                    *(_shown(key, v) for v in (m.grant, m.enforced, m.used, m.demand, m.next)),
+                    m.note,
+                )
+                for m in k.members
+            ]
+            if k.members:
+                lines.append(_columns(table).rstrip())
+        if budget.frozen:
+            lines.append(
+                f"budget {budget.name}: frozen (selected by another or an invalid budget too; "
+                f"nobody writes their budgeted keys): {', '.join(budget.frozen)}"
+            )
+    return lines
+
+
+def _signed(resource: str, value: int) -> str:
+    """:func:`_shown` with a sign for a negative value (over the budget)."""
+    return f"-{_shown(resource, -value)}" if value < 0 else _shown(resource, value)
 
 
 def _columns(table: list[tuple[str, ...]]) -> str:
@@ -599,9 +847,9 @@ async def read_cluster(api: client.ApiClient, now: float | None = None) -> Clust
     operator's informers make it: one full metadata-only list of each tracked resource into a
     :class:`~dynquota.usage.ResourceTally` (:class:`~dynquota.kube.informer.UsageWatcher`,
     no watch), counted at ``now`` (default: the clock); every LimitRange (one paginated
-    list: the reconcile lists a namespace's before adding a compute key). Every request has
-    the short timeout of
-    :mod:`dynquota._k8s.timeouts`.
+    list: the reconcile lists a namespace's before adding a compute key); every QuotaBudget
+    (none when its CRD is not served, as the operator reads it). Every request has the short
+    timeout of :mod:`dynquota._k8s.timeouts`.
 
     Raises ``ApiError`` (``NotFoundError`` on the policies: the CRD is missing;
     ``ForbiddenError``: a missing permission) or ``TransportError`` (the cluster cannot be
@@ -614,6 +862,10 @@ async def read_cluster(api: client.ApiClient, now: float | None = None) -> Clust
     # every quota, not only dynquota's: the others limit the namespace too
     quotas = await Collection(api, "/api/v1/resourcequotas").list_all()
     limit_ranges = await Collection(api, "/api/v1/limitranges").list_all()
+    try:
+        budgets = await cluster.list_budgets()
+    except NotFoundError:
+        budgets = []  # the QuotaBudget CRD is not served: no budgets (as the operator reads it)
     usage = UsageWatcher.for_cluster(api)
     for informer in usage.informers.values():
         await informer.list_once()
@@ -624,4 +876,4 @@ async def read_cluster(api: client.ApiClient, now: float | None = None) -> Clust
         for resource, count in usage.usages(namespace, when).items()
         if count
     }
-    return ClusterSnapshot(kube_system, namespaces, policies, quotas, tally, limit_ranges)
+    return ClusterSnapshot(kube_system, namespaces, policies, quotas, tally, limit_ranges, budgets)

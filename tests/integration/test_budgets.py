@@ -4,6 +4,7 @@ the operator slicing a budget into managed quotas under concurrency (docs/budget
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
@@ -16,6 +17,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.cli import main
 from dynquota.kube.budget_admission import object_name
 from dynquota.names import BUDGET_KIND, BUDGET_PLURAL, GROUP, VERSION
 from dynquota.operator.ports import HOLD_REASONS
@@ -410,6 +412,7 @@ def test_a_namespace_joining_above_the_free_budget_is_over_budget_and_nothing_gr
     scope: dict[str, str],
     start_operator: Callable[..., OperatorThread],
     make_budget: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     run = uuid.uuid4().hex[:8]
     team = {**scope, "team": run}
@@ -448,6 +451,22 @@ def test_a_namespace_joining_above_the_free_budget_is_over_budget_and_nothing_gr
     op.idle()
     assert pods_of(op_cluster.quota(a), "spec") == 6
     assert pods_of(op_cluster.quota(joiner), "spec") == 8
+    # `dynquota plan` groups them by the budget, with the operator's own allocation code
+    argv = ["plan", "--kubeconfig", op_cluster.cp.kubeconfig, "--local", "-o", "json"]
+    assert main([*argv, "-n", a, "-n", joiner]) == 0
+    (planned,) = [b for b in json.loads(capsys.readouterr().out)["budgets"] if b["name"] == name]
+    assert planned["keys"] == [
+        {
+            "key": "pods", "hard": 10, "granted": 14, "granted_after": 14, "used": 14,
+            "free": -4, "state": "OverBudget",
+            "members": sorted([
+                {"namespace": a, "grant": 6, "enforced": 6, "used": 6, "demand": 9,
+                 "next": None, "note": "waiting for 3"},
+                {"namespace": joiner, "grant": 8, "enforced": 8, "used": 8, "demand": 12,
+                 "next": None, "note": "waiting for 4"},
+            ], key=lambda m: str(m["namespace"])),  # by name
+        }
+    ]  # fmt: skip
     # usage falls under the budget: OverBudget ends
     op_cluster.delete_pods(joiner, 5)
     wait_until(

@@ -32,6 +32,15 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert "5. engaged for 4s: managed quotas re-created: []" in out
     assert "5. quotas re-created from current usage" in out
     assert "nudged ReplicaSet demo-runaway/" in out
+    # two teams under one QuotaBudget of 60 ConfigMaps: the runaway's steps depend on when the
+    # operator sees its usage, where it ends does not (the last free unit goes to team-a)
+    assert "6. demo-team-b: 37 ConfigMaps, then 403 exceeded quota at its slice: 10 -> " in out
+    assert "-> 38 (only the free budget)" in out
+    assert "-> 22, usage 21 throughout: shrunk towards its usage as the room was shared, " in out
+    assert (
+        "6. budget 60: demo-team-a 22 + demo-team-b 38 = 60 enforced; the runaway gets no more "
+        "(granted at each step, max(spec.hard, status.hard) from one LIST: at most 60)"
+    ) in out
     assert out.rstrip().endswith("everything stopped: control plane, operator, temporary files.")
     # The picture of hard and usage over time (matplotlib, the `demo` extra `make setup` installs).
     assert f"    picture: {picture}\n" in out

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from dynquota.operator.plan import ClusterSnapshot, compute_plan, format_table
+from dynquota.operator.plan import (
+    BudgetMember,
+    ClusterSnapshot,
+    build_plan,
+    compute_plan,
+    format_plan,
+    format_table,
+)
+from dynquota.settings import Settings
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
@@ -368,3 +376,96 @@ def test_plan_holds_compute_keys_without_a_limit_range_default_as_the_operator_d
         "not written",
         "kill switch engaged: would create it once released",
     )
+
+
+# -- budgets (issue #13) ---------------------------------------------------------------------
+
+
+def budgeted_quota(namespace: str, hard: int, used: int) -> dict[str, object]:
+    """A managed quota whose pods slice a budget wrote (its record says so), enforced."""
+    return {
+        "metadata": {
+            "name": "dynquota",
+            "namespace": namespace,
+            "resourceVersion": "7",
+            "labels": {"app.kubernetes.io/managed-by": "dynquota"},
+            "annotations": {
+                "dynquota.io/policy": "p",
+                "dynquota.io/hard.pods": str(hard),
+                "dynquota.io/profile.pods": "bufferPercent=40,minimum=10,maximum=100",
+                "dynquota.io/last-upscale.pods": "2027-01-15T07:00:00Z",
+                "dynquota.io/last-change.pods": "2027-01-15T07:00:00Z",
+            },
+        },
+        "spec": {"hard": {"pods": str(hard)}},
+        "status": {"hard": {"pods": str(hard)}, "used": {"pods": str(used)}},
+    }
+
+
+def budget(name: str, selector: dict[str, str], pods: int) -> dict[str, object]:
+    return {
+        "metadata": {"name": name, "uid": name, "generation": 1},
+        "spec": {"namespaceSelector": {"matchLabels": selector}, "hard": {"pods": pods}},
+    }
+
+
+def budget_snapshot() -> ClusterSnapshot:
+    return ClusterSnapshot(
+        kube_system={"metadata": {"name": "kube-system", "annotations": {}}},
+        namespaces=[
+            ns("team-a", tenant="t"),
+            ns("team-b", tenant="t"),
+            ns("team-c", tenant="t", extra="yes"),
+        ],
+        policies=[POLICY],
+        quotas=[
+            budgeted_quota("team-a", 20, 18),
+            budgeted_quota("team-b", 10, 4),
+            budgeted_quota("team-c", 12, 12),
+        ],
+        tally={("team-a", "pods"): 18, ("team-b", "pods"): 4, ("team-c", "pods"): 12},
+        budgets=[budget("tenant", {"tenant": "t"}, 30), budget("extra", {"extra": "yes"}, 50)],
+    )
+
+
+def test_plan_groups_namespaces_by_budget_with_the_operators_allocation() -> None:
+    plan = build_plan(budget_snapshot(), Settings(), now=NOW)
+    extra, tenant = plan.budgets
+    assert (extra.name, extra.frozen) == ("extra", ("team-c",))
+    assert [(k.key, k.granted, k.members) for k in extra.keys] == [("pods", 0, ())]
+    (pods,) = tenant.keys
+    assert tenant.frozen == ("team-c",)
+    # team-a: 18 used, its policy wants ceil(18 * 1.4) = 26; team-b: 4 used, keeps its minimum
+    # 10. Granted 20 + 10 = 30 = the budget: max-min fair targets above the usage (8 room:
+    # 4 each) are 22 and 8, so team-b is shrunk to 8 (never below its 4 used) and team-a
+    # waits until the controller shows the shrink (shrink, observe, grow)
+    assert (pods.key, pods.hard, pods.granted, pods.granted_after, pods.used, pods.free) == (
+        "pods", 30, 30, 30, 22, 0,
+    )  # fmt: skip
+    assert pods.state == "Rebalancing"
+    assert pods.members == (
+        BudgetMember("team-a", 20, 20, 18, 26, None, "waiting for 6"),
+        BudgetMember("team-b", 10, 10, 4, 10, 8, "waiting for 2"),
+    )
+    rows = {(r.namespace, r.resource): r for r in plan.rows}
+    assert rows[("team-a", "pods")].target == 26
+    # the reconcile's patch adds configmaps only: the budget's task writes the pods slice
+    assert rows[("team-a", "configmaps")].next == "patch"
+    assert rows[("team-a", "pods")].why.startswith("sliced by budget tenant: ")
+    assert rows[("team-c", "pods")].why == "frozen: selected by budgets extra, tenant; not written"
+    text = format_plan(plan)
+    budgets = text[text.index("budgets (") :].splitlines()
+    assert budgets[1:] == [
+        "budget extra pods: hard 50, granted 0, used 0, free 50; Settled",
+        "budget extra: frozen (selected by another or an invalid budget too; nobody writes "
+        "their budgeted keys): team-c",
+        "budget tenant pods: hard 30, granted 30, used 22, free 0; Rebalancing",
+        "  NAMESPACE  GRANT  ENFORCED  USED  DEMAND  NEXT  NOTE",
+        "  team-a     20     20        18    26      -     waiting for 6",
+        "  team-b     10     10        4     10      8     waiting for 2",
+        "budget tenant: frozen (selected by another or an invalid budget too; nobody writes "
+        "their budgeted keys): team-c",
+    ]
+    only = plan.only(["team-b"])
+    assert [b.name for b in only.budgets] == ["tenant"]
+    assert [m.namespace for m in only.budgets[0].keys[0].members] == ["team-b"]
