@@ -3,6 +3,7 @@ the operator, and everything stopped afterwards (what `make demo` runs, shorter)
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,11 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     )
     out = done.stdout
     assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
-    assert "2. demo-runaway: throttled to 60 pods instead of 100000: " in out
+    # 60 is the maximum; quota admission itself may admit one or two more during the burst
+    # (a recount from a lagging informer erases a charge: docs/known-gaps.md, kubernetes#123434)
+    throttled = re.search(r"2\. demo-runaway: throttled to (\d+) pods instead of 100000: ", out)
+    assert throttled is not None, out[-3000:]
+    assert 60 <= int(throttled.group(1)) <= 62, throttled.group(0)
     assert (
         "2. demo-runaway: 28 Secrets, then 403 exceeded quota at the maximum: secrets "
         "10 -> 14 -> 20 -> 28 (sized from the quota's status.used; dynquota cannot read Secrets)"
