@@ -136,24 +136,25 @@ def _limiter(qps: float) -> AsyncLimiter:
     return AsyncLimiter(capacity, capacity / qps)
 
 
-async def list_managed_quotas(
-    api_client: client.ApiClient, page_size: int = 500
+async def _list_managed(
+    api_client: client.ApiClient, resource: str, name: str, page_size: int
 ) -> list[ListedQuota]:
-    """Every managed quota in the cluster: ResourceQuotas named ``dynquota`` labelled
-    ``app.kubernetes.io/managed-by=dynquota`` (label and field selectors), paginated by
-    ``page_size``. A consistent read (no ``resourceVersion``: never the watch cache).
-
-    Raises: ``ApiError`` (e.g. ``ForbiddenError``) / ``TransportError``.
-    """
+    """The namespace and uid of every ``resource`` (``resourcequotas`` or ``limitranges``)
+    named ``name`` with the managed-by label, cluster-wide, paginated; a consistent read."""
     core: Any = client.CoreV1Api(api_client)
+    list_all = (
+        core.list_resource_quota_for_all_namespaces
+        if resource == "resourcequotas"
+        else core.list_limit_range_for_all_namespaces
+    )
 
     async def fetch(token: str | None) -> ListPage:
         model = await call_api(
             "list",
-            "resourcequotas",
-            lambda t: core.list_resource_quota_for_all_namespaces(
+            resource,
+            lambda t: list_all(
                 label_selector=MANAGED_SELECTOR,
-                field_selector=f"metadata.name={MANAGED_QUOTA_NAME}",
+                field_selector=f"metadata.name={name}",
                 limit=page_size,
                 _continue=token,
                 _request_timeout=t,
@@ -169,6 +170,18 @@ async def list_managed_quotas(
                 ListedQuota(str(metadata.get("namespace") or ""), str(metadata.get("uid") or ""))
             )
     return found
+
+
+async def list_managed_quotas(
+    api_client: client.ApiClient, page_size: int = 500
+) -> list[ListedQuota]:
+    """Every managed quota in the cluster: ResourceQuotas named ``dynquota`` labelled
+    ``app.kubernetes.io/managed-by=dynquota`` (label and field selectors), paginated by
+    ``page_size``. A consistent read (no ``resourceVersion``: never the watch cache).
+
+    Raises: ``ApiError`` (e.g. ``ForbiddenError``) / ``TransportError``.
+    """
+    return await _list_managed(api_client, "resourcequotas", MANAGED_QUOTA_NAME, page_size)
 
 
 async def list_companion_limit_ranges(
@@ -181,30 +194,7 @@ async def list_companion_limit_ranges(
 
     Raises: ``ApiError`` (e.g. ``ForbiddenError``) / ``TransportError``.
     """
-    core: Any = client.CoreV1Api(api_client)
-
-    async def fetch(token: str | None) -> ListPage:
-        model = await call_api(
-            "list",
-            "limitranges",
-            lambda t: core.list_limit_range_for_all_namespaces(
-                label_selector=MANAGED_SELECTOR,
-                field_selector=f"metadata.name={MANAGED_LIMIT_RANGE_NAME}",
-                limit=page_size,
-                _continue=token,
-                _request_timeout=t,
-            ),
-        )
-        return ListPage.from_model(model, api_client.sanitize_for_serialization)
-
-    found: list[ListedQuota] = []
-    async for page in paginate(fetch):
-        for item in page.items:
-            metadata = item.get("metadata") or {}
-            found.append(
-                ListedQuota(str(metadata.get("namespace") or ""), str(metadata.get("uid") or ""))
-            )
-    return found
+    return await _list_managed(api_client, "limitranges", MANAGED_LIMIT_RANGE_NAME, page_size)
 
 
 async def delete_managed_quotas(
