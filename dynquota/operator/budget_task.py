@@ -37,7 +37,7 @@ from dynquota.kube.budget_admission import binding_for, object_name, policy_for,
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import TRACKED_RESOURCES
 from dynquota.operator.budget_report import BudgetReporter, BudgetTaskHost, PassResult
-from dynquota.operator.budgets import Budgets
+from dynquota.operator.budgets import Budgets, member_slice
 from dynquota.operator.ports import (
     HELD_BUDGETS,
     HELD_INFORMERS,
@@ -403,17 +403,11 @@ class BudgetTasks:
         self._removals.pop(name, None)
 
     def _slice(self, ns: str, key: str, quota: QuotaSnapshot | None, now: float) -> Slice:
-        spec_hard = status_hard = used = None
-        if quota is not None:
-            spec_hard = quota.hard_int(key)
-            status_hard = quota.status_hard_int(key)
-            used = quota.used_int(key)
-        if key in TRACKED_RESOURCES and self.owner.usage is not None:
-            used = max(used or 0, self.owner.usage.usage(ns, key, now))
-        demand = self.budgets.demand.get(ns, {}).get(key)
-        if demand is None:  # not decided yet: asks for what it has
-            demand = max(spec_hard or 0, used or 0)
-        return Slice(ns, spec_hard, status_hard, used, demand)
+        usage = self.owner.usage
+        tally = (
+            usage.usage(ns, key, now) if usage is not None and key in TRACKED_RESOURCES else None
+        )
+        return member_slice(ns, key, quota, tally, self.budgets.demand.get(ns, {}).get(key))
 
     @staticmethod
     def _body(

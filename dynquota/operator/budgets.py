@@ -109,7 +109,7 @@ def member_slice(
     demand: int | None,
 ) -> Slice:
     """The :class:`~dynquota.policy.budget.Slice` of member ``namespace`` for budgeted ``key``
-    as a budget pass builds it (``BudgetTasks._slice`` in :mod:`dynquota.operator.budget_task`):
+    as a budget pass builds it (one source for ``BudgetTasks._slice`` and ``plan``):
     ``spec_hard``/``status_hard``/``used`` from its managed ``quota`` (``None``: none); for a
     tracked key (``pods``, ``configmaps``) ``used`` is the larger of ``status.used`` and the
     informers' ``tally`` (objects; ``None``: no tally); ``demand`` is what its policy would
