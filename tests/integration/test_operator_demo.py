@@ -3,10 +3,26 @@ the operator, and everything stopped afterwards (what `make demo` runs, shorter)
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+
+def _steps(line: str, first: int, last: int, slack: int = 2) -> list[int]:
+    """The ``a -> b -> ...`` sequence of hard values at the end of ``line``, checked: it starts
+    at ``first`` (the minimum), ends at ``last`` (the maximum) and every step rises to at most
+    ``ceil(1.4 x (previous + slack))``. The exact steps depend on when the operator reads usage:
+    quota admission can admit one or two over hard (a recount from a lagging informer erases a
+    charge, kubernetes#123434), and the operator then raises to that usage at once."""
+    steps = [int(v) for v in line.rsplit(": ", 1)[1].split(" -> ")]
+    assert steps[0] == first, line
+    assert steps[-1] == last, line
+    for before, after in itertools.pairwise(steps):
+        assert before < after <= min(last, math.ceil(1.4 * (before + slack))), line
+    return steps
 
 
 def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
@@ -19,17 +35,22 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
         check=False,
     )
     out = done.stdout
+    print(out)  # shown by pytest when an assertion below fails
     assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
     # 60 is the maximum; quota admission itself may admit one or two more during the burst
     # (a recount from a lagging informer erases a charge: docs/known-gaps.md, kubernetes#123434)
     throttled = re.search(r"2\. demo-runaway: throttled to (\d+) pods instead of 100000: ", out)
     assert throttled is not None, out[-3000:]
     assert 60 <= int(throttled.group(1)) <= 62, throttled.group(0)
-    assert (
-        "2. demo-runaway: 28 Secrets, then 403 exceeded quota at the maximum: secrets "
-        "10 -> 14 -> 20 -> 28 (sized from the quota's status.used; dynquota cannot read Secrets)"
-    ) in out
-    assert "10 -> 14 -> 20 -> 28 -> 40 -> 56 -> 60" in out
+    _steps(throttled.string[throttled.start() :].splitlines()[0], 10, 60)
+    secrets = re.search(
+        r"2\. demo-runaway: (\d+) Secrets, then 403 exceeded quota at the maximum: secrets "
+        r"([\d >-]+) \(sized from the quota's status\.used; dynquota cannot read Secrets\)",
+        out,
+    )
+    assert secrets is not None, out[-3000:]
+    assert 28 <= int(secrets.group(1)) <= 30, secrets.group(0)
+    _steps(": " + secrets.group(2), 10, 28)
     assert "1. demo-web: all 20 pods created, in steps of one cooldown" in out
     assert "3. demo-helm: install re-run, all 100 ConfigMaps created under the override" in out
     assert "4. demo-helm: override expired, configmaps sized from the peak usage" in out
@@ -39,7 +60,10 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert "nudged ReplicaSet demo-runaway/" in out
     # two teams under one QuotaBudget of 60 ConfigMaps: the runaway's steps depend on when the
     # operator sees its usage, where it ends does not (the last free unit goes to team-a)
-    assert "6. demo-team-b: 37 ConfigMaps, then 403 exceeded quota at its slice: 10 -> " in out
+    # (37 plus kube-root-ca.crt fill its slice of 38; admission may admit one more: #123434)
+    assert re.search(
+        r"6\. demo-team-b: 3[78] ConfigMaps, then 403 exceeded quota at its slice: 10 -> ", out
+    ), out[-3000:]
     assert "-> 38 (only the free budget)" in out
     assert "-> 22, usage 21 throughout: shrunk towards its usage as the room was shared, " in out
     assert (
