@@ -69,8 +69,9 @@ integration: setup controlplane kwok toxiproxy
 # The full suite: lint, types, unit and integration tests against a real control plane.
 # tests/integration/test_image.py uses the image `make image` built (.ci/run builds it first)
 # and skips, saying why, where buildah is not installed.
+# Two pytest-xdist workers, one xdist group per integration file (tests/conftest.py says why).
 test: lint controlplane kwok promtool toxiproxy
-	$(PY) -m pytest -m 'not bench' --durations=25 tests
+	$(PY) -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -m 'not bench' --durations=25 tests
 
 bench: setup controlplane kwok
 	$(PY) -m pytest -m 'bench and not scale' -s tests/bench

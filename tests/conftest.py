@@ -17,14 +17,63 @@ from dynquota.testing.wait import wait_until
 _CONTROLPLANE: list[LocalControlPlane] = []
 
 
+# `make test` runs on two pytest-xdist workers (`--dist loadgroup --no-loadscope-reorder`):
+# the integration tests mostly wait on controllers and cooldowns, not on the CPU. Each
+# integration file is one xdist group, so its module fixtures are set up once, on one worker;
+# the files on the kwok-node cluster share one group, so only one worker starts that cluster.
+_NODE_CLUSTER_FILES = {"test_realism.py", "test_runaways.py"}
+# The longest files first (seconds in `make test`'s durations), so the two workers finish
+# together (longest-processing-time-first); other files, then the unit tests, follow in order.
+_SECONDS = {
+    "test_faults.py": 330,
+    "test_operator.py": 230,
+    "test_runaways.py": 100,
+    "test_realism.py": 70,
+    "test_budgets.py": 130,
+    "test_informer.py": 110,
+    "test_keys.py": 90,
+    "test_operator_demo.py": 80,
+    "test_chart_image.py": 60,
+}
+
+
+def _integration_group(item: pytest.Item) -> str | None:
+    """The xdist group of an integration test (its file, or ``node_cluster``); None for the
+    others."""
+    path = Path(str(item.fspath))
+    if "integration" not in path.parts:
+        return None
+    return "node_cluster" if path.name in _NODE_CLUSTER_FILES else path.name
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests by folder, so `-m integration` / `-m 'not bench'` select by kind."""
-    for item in items:
-        parts = Path(str(item.fspath)).parts
-        if "integration" in parts:
+    """Mark tests by folder, so `-m integration` / `-m 'not bench'` select by kind; group the
+    integration tests by file for pytest-xdist and run the longest groups first (the order
+    inside a file is kept)."""
+    files: dict[str, set[str]] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        group = _integration_group(item)
+        if group is not None:
             item.add_marker(pytest.mark.integration)
-        if "bench" in parts:
+            item.add_marker(pytest.mark.xdist_group(group))
+            files.setdefault(group, set()).add(Path(str(item.fspath)).name)
+            first.setdefault(group, index)
+        if "bench" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.bench)
+    seconds = {
+        group: sum(_SECONDS.get(name, 0) for name in names) for group, names in files.items()
+    }
+
+    def order(pair: tuple[int, pytest.Item]) -> tuple[int, int, int]:
+        index, item = pair
+        group = _integration_group(item)
+        if group is None:  # unit tests and benchmarks: after the integration groups, in order
+            return (1, 0, index)
+        return (0, -seconds[group], first[group])
+
+    # sorted() is stable: the tests inside a group keep their order
+    items[:] = [item for _, item in sorted(enumerate(items), key=order)]
 
 
 @pytest.hookimpl(hookwrapper=True)
