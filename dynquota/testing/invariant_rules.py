@@ -377,6 +377,11 @@ def _too_early(
     if stamp is None:
         return None
     after = stamp_of(quota.annotations, key)
+    usage = max(quota.used.get(r, 0), before.used.get(r, 0))
+    if old < new <= usage and after == stamp:
+        # never below usage: quota admission admitted past hard (kubernetes#123434) and the
+        # operator raised hard to the usage at once, stamping nothing (the buffer waits)
+        return None
     if cur.t < stamp + window - 1 or (after is not None and after < stamp + window):
         return Violation(
             cur.t,

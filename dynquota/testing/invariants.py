@@ -25,7 +25,8 @@ Invariants (the names used in :class:`Violation`):
                    Changes explained otherwise are exempt: a new profile or governing policy
                    (``dynquota.io/profile.<r>``/``dynquota.io/policy`` changed), an override
                    granted or ended, a revert of a direct edit (``spec.hard`` differed from
-                   ``dynquota.io/hard.<r>``).
+                   ``dynquota.io/hard.<r>``), and a raise to no more than the usage that
+                   stamps nothing (never below usage: admission admitted past hard).
 ``single-writer``  (iv) from the audit log: every successful managed-quota write by a replica
                    completes within ``lease_duration`` of that replica's last successful Lease
                    write received before it, and no other replica wrote the Lease successfully

@@ -137,3 +137,21 @@ def test_expected_hard_is_the_design_target() -> None:
     assert [expected_hard(profile, u) for u in (0, 7, 8, 14, 43, 44, 100)] == [
         10, 10, 12, 20, 60, 60, 60
     ]  # fmt: skip
+
+
+def test_cooldown_allows_a_raise_to_usage_that_stamps_nothing() -> None:
+    from dynquota.testing.invariant_rules import ClusterSample, QuotaSample, _too_early
+
+    profile = ResourceProfile.of(40, 10, 60, 3, 12)
+    stamp = {"dynquota.io/last-upscale.pods": "2026-12-01T19:05:34Z"}
+    before = QuotaSample("u", {"pods": 40}, {"pods": 40}, dict(stamp))
+    t = 1796151936.1  # 2 s after the stamp, inside the 3 s upscale cooldown
+    cur = ClusterSample(t, False, {}, frozenset(), [], {})
+    # admission admitted a 41st pod: raised to the usage at once, no new stamp
+    at_usage = QuotaSample("u", {"pods": 41}, {"pods": 41}, dict(stamp))
+    assert _too_early(cur, "ns", "pods", 40, 41, profile, before, at_usage) is None
+    # a raise above the usage inside the cooldown is still a violation
+    above = QuotaSample("u", {"pods": 56}, {"pods": 41}, dict(stamp))
+    found = _too_early(cur, "ns", "pods", 40, 56, profile, before, above)
+    assert found is not None
+    assert found.invariant == "cooldown"
