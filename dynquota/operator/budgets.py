@@ -289,6 +289,13 @@ class Budgets:
         keys = frozenset().union(*(r.keys for r in picked))
         return Slicing(None, keys, frozen=True, conflicts=tuple(r.name for r in picked))
 
+    def budgeted(self, namespace: str) -> dict[str, str]:
+        """Key -> the budget whose slice it is in ``namespace`` (empty: no member)."""
+        slicing = self.slicing(namespace)
+        if slicing.budget is None:
+            return {}
+        return dict.fromkeys(sorted(slicing.keys), slicing.budget)
+
     def members(self, budget: str) -> list[str]:
         """The member namespaces of ``budget``, sorted."""
         return sorted(ns for ns in self.owner.namespaces if self.slicing(ns).budget == budget)

@@ -385,6 +385,7 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
             now=when,
             started_at=0.0,
             missing_defaults=missing,
+            budgeted=budgets.budgeted(name),
             **decide_args(settings),
         )
         if not decision.dry_run:
