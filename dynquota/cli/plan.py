@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import sys
 from typing import Any
 
 from dynquota.cli.errors import UserError, connect, explain, guard
@@ -23,7 +24,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     and ``--release-namespace``); with ``--local``, or when no release is found (said on the
     first line), from the local ``DYNQUOTA_*`` environment. ``--operator-namespace``
     overrides the operator's own namespace either way. Reads through the operator's own
-    kubernetes_asyncio adapters, every request with a timeout.
+    kubernetes_asyncio adapters, every request with a timeout. Returns the exit status: 0, or
+    1 when a namespace named with ``-n`` does not exist (said on stderr, as ``kubectl get``).
 
     Raises:
         UserError: several releases match, RBAC refusal, unreachable API, CRD missing.
@@ -32,8 +34,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     header, source, settings, snapshot = asyncio.run(_read(args))
     plan = build_plan(snapshot, settings)
+    missing: list[str] = []
     if args.namespace:
         plan = plan.only(args.namespace)
+        known = {str((n.get("metadata") or {}).get("name")) for n in snapshot.namespaces}
+        missing = sorted(set(args.namespace) - known)
     if args.output == "json":
         document = {
             "settings": {
@@ -53,7 +58,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         print(format_plan(plan, [*header, ""]))
-    return 0
+    for name in missing:  # as kubectl get: the rest is shown, the missing ones are errors
+        print(f'dynquota plan: namespace "{name}" not found', file=sys.stderr)
+    return 1 if missing else 0
 
 
 async def _read(args: argparse.Namespace) -> tuple[list[str], dict[str, Any], Settings, Any]:

@@ -93,6 +93,8 @@ class PassResult:
     writes: dict[str, dict[str, int]] = field(default_factory=dict)
     allocations: dict[str, Allocation] = field(default_factory=dict)
     again: float | None = None
+    leaving: list[str] = field(default_factory=list)
+    """Namespaces that left the budget and whose slice it still holds (sorted)."""
 
 
 def _text(key: str, units: int) -> str:
@@ -166,11 +168,18 @@ class BudgetReporter:
             f"not enforced yet (no quota or key in status.hard): {', '.join(at_risk)}; "
             "nothing is granted meanwhile" if at_risk else "every slice is enforced", gen, stamp,
         )  # fmt: skip
+        held = (
+            f"; holding the slices of {', '.join(result.leaving)} (left the budget) until "
+            "their quota is re-sized under their own policy"
+            if result.leaving
+            else ""
+        )
         set_condition(
             conditions, "Rebalancing", "True" if result.writes else "False",
-            "SlicesWritten" if result.writes else ("Waiting" if waiting else "Settled"),
-            f"slices written for {', '.join(sorted(result.writes))}" if result.writes
-            else (f"demand not yet granted: {', '.join(waiting)}" if waiting else "settled"),
+            "SlicesWritten" if result.writes else ("Waiting" if waiting or held else "Settled"),
+            (f"slices written for {', '.join(sorted(result.writes))}" if result.writes
+             else (f"demand not yet granted: {', '.join(waiting)}" if waiting else "settled"))
+            + held,
             gen, stamp,
         )  # fmt: skip
         if over and over != self._over.get(record.name, frozenset()):

@@ -37,7 +37,7 @@ from dynquota.kube.budget_admission import binding_for, object_name, policy_for,
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import TRACKED_RESOURCES
 from dynquota.operator.budget_report import BudgetReporter, BudgetTaskHost, PassResult
-from dynquota.operator.budgets import Budgets, member_slice
+from dynquota.operator.budgets import Budgets, leaving, member_slice, reserved
 from dynquota.operator.ports import (
     HELD_BUDGETS,
     HELD_INFORMERS,
@@ -52,7 +52,13 @@ from dynquota.operator.ports import (
 from dynquota.policy import hard_text
 from dynquota.policy.budget import Slice, allocate
 from dynquota.policy.selection import SYSTEM_NAMESPACES
-from dynquota.policy.state import format_time, hard_key, last_change_key, last_upscale_key
+from dynquota.policy.state import (
+    BUDGET,
+    format_time,
+    hard_key,
+    last_change_key,
+    last_upscale_key,
+)
 
 __all__ = ["BudgetTasks"]
 
@@ -213,9 +219,13 @@ class BudgetTasks:
         await self.ensure_admission(name, members)
         listed = {q.namespace: q for q in await o.quotas.list_managed()}
         now = o.clock()
+        # quotas this budget last wrote whose namespace is no member now: their slices stay
+        # held until their reconcile re-sized them (docs/budgets.md, "Leaving a budget")
+        result.leaving = leaving(name, set(members), listed)
         for key, budget in sorted(record.spec.hard.items()):
             slices = [self._slice(ns, key, listed.get(ns), now) for ns in members]
-            result.allocations[key] = allocate(budget, slices)
+            held = reserved(key, result.leaving, listed)
+            result.allocations[key] = allocate(budget, slices, held)
         versions = {ns: q.resource_version for ns, q in listed.items()}
         for grows in (False, True):  # shrinks and bounding writes first, grows last
             for ns in members:
@@ -235,7 +245,7 @@ class BudgetTasks:
                     break
                 try:
                     patched = await o.quotas.patch(
-                        ns, self._body(values, quota, grows, now), versions[ns]
+                        ns, self._body(name, values, quota, grows, now), versions[ns]
                     )
                 except ConflictError:
                     o.metrics.write_conflicts.labels("retried").inc()
@@ -411,10 +421,10 @@ class BudgetTasks:
 
     @staticmethod
     def _body(
-        values: Mapping[str, int], quota: QuotaSnapshot, grows: bool, now: float
+        name: str, values: Mapping[str, int], quota: QuotaSnapshot, grows: bool, now: float
     ) -> dict[str, Any]:
         texts = hard_text(values)
-        annotations: dict[str, str] = {}
+        annotations: dict[str, str] = {BUDGET: name}
         for key, text in texts.items():
             annotations[hard_key(key)] = text
             if grows or quota.hard_int(key) is None:  # a grow, or the key's first slice

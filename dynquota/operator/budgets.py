@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,12 +24,27 @@ from dynquota._k8s.workqueue import WorkQueue
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import TRACKED_RESOURCES, EventReason
 from dynquota.policy import Action, Decision, Governance, LabelSelector, NamespaceInfo
-from dynquota.policy.budget import Slice
+from dynquota.policy.budget import Slice, commitment
 from dynquota.policy.budget_spec import QuotaBudgetSpec
-from dynquota.policy.state import hard_key, last_change_key, last_upscale_key, resource_keys
+from dynquota.policy.state import (
+    BUDGET,
+    hard_key,
+    last_change_key,
+    last_upscale_key,
+    resource_keys,
+)
 from dynquota.settings import Settings
 
-__all__ = ["BudgetHost", "BudgetRecord", "Budgets", "Slicing", "member_slice", "read_budget"]
+__all__ = [
+    "BudgetHost",
+    "BudgetRecord",
+    "Budgets",
+    "Slicing",
+    "leaving",
+    "member_slice",
+    "read_budget",
+    "reserved",
+]
 
 log = logging.getLogger("dynquota.operator")
 
@@ -127,6 +142,24 @@ def member_slice(
     return Slice(namespace, spec_hard, status_hard, used, demand)
 
 
+def leaving(
+    budget: str, members: Collection[str], quotas: Mapping[str, QuotaSnapshot]
+) -> list[str]:
+    """The namespaces whose managed quota in ``quotas`` (namespace -> quota, one LIST) still
+    carries ``budget``'s mark (:data:`~dynquota.policy.state.BUDGET`) but which are not in
+    ``members``: they left it (labels, policy, frozen) and their reconcile has not re-sized
+    them yet, so the budget still holds their slices. Sorted. Pure."""
+    return sorted(
+        ns for ns, q in quotas.items() if q.annotations.get(BUDGET) == budget and ns not in members
+    )
+
+
+def reserved(key: str, namespaces: Iterable[str], quotas: Mapping[str, QuotaSnapshot]) -> int:
+    """What the slices of ``namespaces`` (see :func:`leaving`) hold of ``key``: the sum of
+    ``max(spec.hard, status.hard, status.used)`` (units of the key). Pure."""
+    return sum(commitment(member_slice(ns, key, quotas[ns], None, 0)) for ns in namespaces)
+
+
 @dataclass(frozen=True)
 class Slicing:
     """How budgets bear on one namespace.
@@ -222,9 +255,11 @@ class Budgets:
         if budget is not None and self.on_wake is not None:
             self.on_wake(budget)
 
-    def wake_namespace(self, namespace: str) -> None:
-        """Something about ``namespace``'s quota changed: wake its budget's task."""
-        self.wake(self._member_of.get(namespace))
+    def wake_namespace(self, namespace: str, marks: Iterable[str | None] = ()) -> None:
+        """Something about ``namespace``'s quota changed: wake its budget's task and those of
+        the budgets named in ``marks`` (the quota's budget mark before and after)."""
+        for budget in {self._member_of.get(namespace), *marks}:
+            self.wake(budget)
 
     def forget(self, namespace: str) -> None:
         """``namespace`` is gone."""
@@ -254,6 +289,13 @@ class Budgets:
         keys = frozenset().union(*(r.keys for r in picked))
         return Slicing(None, keys, frozen=True, conflicts=tuple(r.name for r in picked))
 
+    def budgeted(self, namespace: str) -> dict[str, str]:
+        """Key -> the budget whose slice it is in ``namespace`` (empty: no member)."""
+        slicing = self.slicing(namespace)
+        if slicing.budget is None:
+            return {}
+        return dict.fromkeys(sorted(slicing.keys), slicing.budget)
+
     def members(self, budget: str) -> list[str]:
         """The member namespaces of ``budget``, sorted."""
         return sorted(ns for ns in self.owner.namespaces if self.slicing(ns).budget == budget)
@@ -282,6 +324,8 @@ class Budgets:
             self.wake(slicing.budget)
             if slicing.budget is None:
                 self.demand.pop(namespace, None)
+        if slicing.budget is None and not slicing.frozen:
+            return release_mark(decision, current)
         if not slicing.keys or decision.action == "delete":
             return decision
         if slicing.budget is not None:
@@ -297,6 +341,35 @@ class Budgets:
                 self.demand[namespace] = demand
                 self.wake(slicing.budget)
         return strip_keys(decision, slicing.keys, current)
+
+
+def release_mark(decision: Decision, current: QuotaSnapshot | None) -> Decision:
+    """``decision`` for a namespace in no budget, also removing the budget mark
+    (:data:`~dynquota.policy.state.BUDGET`) its quota still carries: the namespace left that
+    budget (labels, policy, budget deleted), and the budget holds its slice until this write,
+    which re-sizes the quota under its own policy, lands (``docs/budgets.md``). ``nothing``
+    becomes a patch of that annotation only; deletes and creates pass unchanged. Pure."""
+    if current is None or BUDGET not in current.annotations:
+        return decision
+    left = current.annotations[BUDGET]
+    note = f"left QuotaBudget {left}: its slice is released with this write"
+    if decision.action == "patch":
+        return dataclasses.replace(
+            decision,
+            remove_annotations=decision.remove_annotations | {BUDGET},
+            notes=(*decision.notes, note),
+        )
+    if decision.action == "nothing":
+        return dataclasses.replace(
+            decision,
+            action="patch",
+            hard={},
+            set_annotations={},
+            remove_annotations=frozenset({BUDGET}),
+            null_hard=frozenset(),
+            notes=(*decision.notes, note),
+        )
+    return decision
 
 
 def strip_keys(decision: Decision, keys: frozenset[str], current: QuotaSnapshot | None) -> Decision:

@@ -57,6 +57,7 @@ from dynquota.policy import (
     observed_usage,
     validate_policy,
 )
+from dynquota.policy.state import BUDGET
 from dynquota.settings import Settings
 from dynquota.usage import PeakWindows
 
@@ -242,6 +243,7 @@ class OperatorCache(abc.ABC):
         snapshot = QuotaSnapshot.from_object(obj)
         if snapshot.name != MANAGED_QUOTA_NAME or not snapshot.namespace:
             return
+        before = self._watched.get(snapshot.namespace)
         own = event_type == "DELETED" and self._own_deletes.pop(snapshot.namespace, False)
         if event_type == "DELETED" and snapshot.managed and not own and not self._ours(snapshot):
             self._deleted_by_others.add(snapshot.namespace)
@@ -252,7 +254,10 @@ class OperatorCache(abc.ABC):
             self._status_used[snapshot.namespace] = snapshot.used_counts()
             self._watched[snapshot.namespace] = snapshot
         self.queue.add(snapshot.namespace)
-        self.budgets.wake_namespace(snapshot.namespace)
+        # the budget it is a member of, and a budget whose mark it carries or just dropped
+        # (that budget holds the slice of a namespace that left it until the mark goes)
+        marks = {q.annotations.get(BUDGET) for q in (before, snapshot) if q is not None}
+        self.budgets.wake_namespace(snapshot.namespace, marks)
 
     def _ours(self, deleted: QuotaSnapshot) -> bool:
         """Whether a deletion was dynquota's own, by whichever replica made it: the kill

@@ -50,7 +50,14 @@ from dynquota.names import (
     MANAGED_LIMIT_RANGE_NAME,
     EventReason,
 )
-from dynquota.operator.budgets import BudgetRecord, Budgets, member_slice, read_budget
+from dynquota.operator.budgets import (
+    BudgetRecord,
+    Budgets,
+    leaving,
+    member_slice,
+    read_budget,
+    reserved,
+)
 from dynquota.operator.decision import decide_args, governance_of
 from dynquota.policy import (
     KILL_SWITCH,
@@ -378,6 +385,7 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
             now=when,
             started_at=0.0,
             missing_defaults=missing,
+            budgeted=budgets.budgeted(name),
             **decide_args(settings),
         )
         if not decision.dry_run:
@@ -498,6 +506,7 @@ def _budget_plan(
     if record.spec is None:
         return BudgetPlan(record.name, record.error, (), frozen)
     members = budgets.members(record.name)
+    left = leaving(record.name, set(members), quotas)
     keys: list[BudgetKeyPlan] = []
     for key, hard in sorted(record.spec.hard.items()):
         slices = [
@@ -510,7 +519,7 @@ def _budget_plan(
             )
             for ns in members
         ]
-        allocation = allocate(hard, slices)
+        allocation = allocate(hard, slices, reserved(key, left, quotas))
         keys.append(
             BudgetKeyPlan(
                 key,

@@ -231,6 +231,7 @@ class Operator(QuotaWriter):
             help_url=self.settings.tenant_help_url,
             uncounted_since=self._uncounted_since(namespace, current, now),
             missing_defaults=missing_defaults,
+            budgeted=self.budgets.budgeted(namespace),
             **decide_args(self.settings),
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)

@@ -87,6 +87,8 @@ class Allocation:
     ``budget - committed_after`` (negative when over). ``over_budget``: ``committed > budget``.
     ``at_risk``: namespaces not yet enforced, sorted. ``held``: namespaces with unknown usage,
     sorted. ``waiting``: namespace -> units its demand still lacks after this pass.
+    ``reserved``: units held by namespaces leaving the budget (counted in ``committed`` and
+    ``committed_after``, granted to no member).
     """
 
     budget: int
@@ -99,6 +101,7 @@ class Allocation:
     at_risk: tuple[str, ...]
     held: tuple[str, ...]
     waiting: dict[str, int] = field(default_factory=dict)
+    reserved: int = 0
 
     @property
     def grows_allowed(self) -> bool:
@@ -146,10 +149,13 @@ def _fair_targets(budget: int, slices: Sequence[Slice]) -> dict[str, int]:
     return {name: floors[name] + shares[name] for name in floors}
 
 
-def allocate(budget: int, slices: Iterable[Slice]) -> Allocation:
+def allocate(budget: int, slices: Iterable[Slice], reserved: int = 0) -> Allocation:
     """One allocation pass for ``budget`` units of one key over ``slices`` (see the module).
 
     ``slices``: one per namespace of the budget, from one consistent snapshot (names unique).
+    ``reserved``: units the budget still holds for namespaces that left it and whose quota has
+    not been re-sized under their own policy yet (the sum of their commitments): counted as
+    committed, never shared out.
     Returns the :class:`Allocation`; the caller writes ``writes`` (each conditional on the
     quota's resourceVersion), shrinks and bounding writes before grows, and decides the next
     pass from a fresh snapshot. Raises ``ValueError`` on a negative budget or amount, or a
@@ -159,18 +165,23 @@ def allocate(budget: int, slices: Iterable[Slice]) -> Allocation:
     names = [s.namespace for s in items]
     if len(set(names)) != len(names):
         raise ValueError("a namespace is listed twice")
-    if budget < 0 or any(
-        v is not None and v < 0
-        for s in items
-        for v in (s.spec_hard, s.status_hard, s.used, s.demand)
+    if (
+        budget < 0
+        or reserved < 0
+        or any(
+            v is not None and v < 0
+            for s in items
+            for v in (s.spec_hard, s.status_hard, s.used, s.demand)
+        )
     ):
         raise ValueError("budget and amounts must be non-negative")
 
-    committed = sum(commitment(s) for s in items)
+    committed = sum(commitment(s) for s in items) + reserved
     over_budget = committed > budget
     at_risk = tuple(s.namespace for s in items if not s.bounded)
     held = tuple(s.namespace for s in items if s.used is None and s.bounded)
-    targets = _fair_targets(budget, items)
+    shared = max(budget - reserved, 0)  # what the members may hold between them
+    targets = _fair_targets(shared, items)
 
     writes: dict[str, int] = {}
     after = {s.namespace: commitment(s) for s in items}
@@ -185,7 +196,7 @@ def allocate(budget: int, slices: Iterable[Slice]) -> Allocation:
     for s in items:
         if s.bounded:
             continue
-        room = max(budget - sum(after.values()), 0)
+        room = max(shared - sum(after.values()), 0)
         known = s.used or 0
         current = s.spec_hard
         want = targets[s.namespace] if current is None else min(targets[s.namespace], current)
@@ -196,7 +207,7 @@ def allocate(budget: int, slices: Iterable[Slice]) -> Allocation:
 
     waiting: dict[str, int] = {}
     if not at_risk and not over_budget:
-        room = max(budget - sum(after.values()), 0)
+        room = max(shared - sum(after.values()), 0)
         # Growing to `want` costs only what exceeds the slice's present commitment.
         costs = {
             s.namespace: max(targets[s.namespace] - after[s.namespace], 0)
@@ -220,7 +231,7 @@ def allocate(budget: int, slices: Iterable[Slice]) -> Allocation:
         lacking = max(s.demand, s.used or 0) - granted
         if lacking > 0:
             waiting[s.namespace] = lacking
-    committed_after = sum(after.values())
+    committed_after = sum(after.values()) + reserved
     return Allocation(
         budget=budget,
         writes=writes,
@@ -232,4 +243,5 @@ def allocate(budget: int, slices: Iterable[Slice]) -> Allocation:
         at_risk=at_risk,
         held=held,
         waiting=waiting,
+        reserved=reserved,
     )

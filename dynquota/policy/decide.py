@@ -89,6 +89,7 @@ def decide(
     uncounted_since: Mapping[str, float] | None = None,
     not_counted_after: int = DEFAULT_NOT_COUNTED_AFTER,
     missing_defaults: frozenset[str] = frozenset(),
+    budgeted: Mapping[str, str] | None = None,
 ) -> Decision:
     """Decide the managed quota of one namespace. Pure.
 
@@ -125,6 +126,9 @@ def decide(
         missing_defaults: keys of the policy that force requests (the compute trap) and for
             which the namespace has no LimitRange default: such a key is never added to
             ``spec.hard`` (Warning ``NeedsDefaultRequests``); one already there stays sized.
+        budgeted: key -> the QuotaBudget whose slice it is (the namespace is a member): the
+            decision is still made (its hard is the budget's demand), but the tenant line says
+            the slice is raised only from the budget's free room.
 
     Returns:
         A :class:`Decision`; ``dry_run`` set when it must not be written.
@@ -156,6 +160,7 @@ def decide(
     sizer.uncounted_since = dict(uncounted_since or {})
     sizer.not_counted_after = not_counted_after
     sizer.missing_defaults = missing_defaults
+    sizer.budgeted = dict(budgeted or {})
     return sizer.run(dry_run or governance.dry_run)
 
 

@@ -22,6 +22,11 @@ Annotations on the managed ResourceQuota ``dynquota`` (all under ``dynquota.io/`
 ``dynquota.io/message``                    for the tenant: one line written when a
                                            resource reached its limit (what, when the
                                            next raise can come, the override command)
+``dynquota.io/budget``                     the QuotaBudget whose pass last wrote a slice
+                                           here; while the namespace is no member of it,
+                                           that budget still holds its slice, until the
+                                           reconcile re-sized the quota under its own
+                                           policy and removed this mark
 =========================================  =====================================================
 
 Timestamps are written as ``2026-11-30T03:30:00Z`` (UTC, whole seconds). Reading accepts RFC
@@ -42,6 +47,7 @@ from typing import Final, Literal
 
 __all__ = [
     "ANNOTATION_PREFIX",
+    "BUDGET",
     "KILL_SWITCH",
     "OVERRIDE",
     "OVERRIDE_ENDED_AT",
@@ -72,6 +78,8 @@ OVERRIDE_GRANTED_AT: Final = "dynquota.io/override-granted-at"
 OVERRIDE_EXPIRES_AT: Final = "dynquota.io/override-expires-at"
 OVERRIDE_ENDED_AT: Final = "dynquota.io/override-ended-at"
 TENANT_MESSAGE: Final = "dynquota.io/message"
+BUDGET: Final = "dynquota.io/budget"
+"""The budget mark on a managed quota (see the table above; ``docs/budgets.md``)."""
 POLICY: Final = "dynquota.io/policy"
 KILL_SWITCH: Final = "dynquota.io/kill-switch"
 

@@ -84,6 +84,8 @@ class SizerBase:
         self.uncounted_since: dict[str, float] = {}
         self.not_counted_after = 0
         self.missing_defaults: frozenset[str] = frozenset()
+        self.budgeted: dict[str, str] = {}
+        """Key -> the QuotaBudget whose slice it is (for the tenant line)."""
         self.keep: set[str] = set()
         """State annotations kept although their key is not in ``hard`` this time."""
         self.dropped: set[str] = set()
@@ -201,6 +203,11 @@ class SizerBase:
 
     def _override_hint(self, override: Override, kind: str) -> str:
         """What a tenant at the limit can do, for one resource whose situation is ``kind``."""
+        if kind == "budget":  # an override asks the budget, which gives only its free room
+            return (
+                "an override gets only the budget's free room: ask the platform team for a "
+                "larger budget"
+            )
         if override.mode in ("grant", "active"):
             return "the override is active: ask the platform team for a higher maximum"
         if kind == "maximum":
@@ -232,7 +239,14 @@ class SizerBase:
                 continue
             fmt = self.units.get(resource, str)
             goal = target(used, profile, unit_for(resource).granularity)
-            if override.mode in ("grant", "active"):
+            budget = self.budgeted.get(resource)
+            if budget is not None:
+                kind = "budget"
+                when = (
+                    f"its slice of QuotaBudget {budget}: raised only when the budget has free "
+                    f"room (kubectl get quotabudget {budget})"
+                )
+            elif override.mode in ("grant", "active"):
                 kind = "override"
                 until = format_time(override.expires_at or self.now)
                 when = f"the policy maximum under the override (active until {until})"

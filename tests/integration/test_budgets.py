@@ -564,3 +564,78 @@ def test_the_admission_policy_denies_creates_until_the_slice_is_enforced(
     wait_until(lambda: probe(op_cluster, ns) == "", "creates admitted with the kill switch engaged")
     assert refusal(lambda: op_cluster.create_pod(ns)) == ""
     assert len(op_cluster.core.list_namespaced_pod(ns).items) == 2
+
+
+def test_a_namespace_leaving_a_budget_is_released_only_once_its_quota_is_resized(
+    op_cluster: OperatorCluster,
+    scope: dict[str, str],
+    start_operator: Callable[..., OperatorThread],
+    make_budget: Callable[..., str],
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    team = {**scope, "team": run}
+    op_cluster.policy(f"p-{run}", team, **POLICY)
+    a = op_cluster.new_namespace({**team, "tenant": run})
+    b = op_cluster.new_namespace({**team, "tenant": run})
+    op_cluster.create_pods(a, 6)  # demand ceil(6 x 1.5) = 9
+    op_cluster.create_pods(b, 2)  # demand 3: the budget of 12 is full
+    name = make_budget({"tenant": run}, {"pods": 12})
+    op = start_operator()
+    wait_slice(op_cluster, op, a, 9)
+    wait_slice(op_cluster, op, b, 3)
+    for ns in (a, b):  # every slice the budget wrote carries its mark
+        assert op_cluster.quota(ns).metadata.annotations["dynquota.io/budget"] == name
+    over: list[dict[str, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        # one LIST: the budget's members and the namespaces whose slice it still holds (its
+        # mark) together never exceed it
+        while not stop.is_set():
+            held = {}
+            for q in op_cluster.core.list_resource_quota_for_all_namespaces(
+                field_selector="metadata.name=dynquota", _request_timeout=10
+            ).items:
+                mine = (q.metadata.annotations or {}).get("dynquota.io/budget") == name
+                if q.metadata.namespace == b or mine:
+                    held[q.metadata.namespace] = max(
+                        pods_of(q, "spec") or 0, pods_of(q, "status") or 0
+                    )
+            if sum(held.values()) > 12:
+                over.append(held)
+            stop.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        # a leaves; b asks for all the room the budget has (fills its slice as it grows)
+        op_cluster.core.patch_namespace(a, {"metadata": {"labels": {"tenant": None}}})
+        quota = wait_until(
+            lambda: (
+                "dynquota.io/budget" not in ((q := op_cluster.quota(a)).metadata.annotations) and q
+            ),
+            "a's reconcile dropped the budget's mark",
+            timeout=30,
+        )
+        # re-sized under its own policy (6 pods, buffer 50%: 9), the mark dropped in that write
+        assert quota.spec.hard["pods"] == "9"
+        assert quota.metadata.annotations["dynquota.io/hard.pods"] == "9"
+        wait_until(
+            lambda: (
+                op_cluster.fill_pods(b) >= 0
+                and pods_of(op_cluster.quota(b), "spec") == 12
+                and len(op_cluster.core.list_namespaced_pod(b).items) == 12
+            ),
+            "b grown into the released room: the whole budget of 12, filled",
+            timeout=90,
+        )
+    finally:
+        stop.set()
+        sampler.join(15)
+    assert over == []
+    status = wait_until(
+        lambda: (s := get_budget(op_cluster, name)["status"])["granted"] == {"pods": "12"} and s,
+        "the budget's status: b alone holds the 12",
+    )
+    assert sorted(status["namespaces"]) == [b]
+    assert status["free"] == {"pods": "0"}

@@ -71,6 +71,11 @@ def test_plan_override_and_kill_switch_commands(
     code, out, _ = run_cli(["plan", "--kubeconfig", admin, "-n", ns], capsys)
     lines = out.splitlines()
     assert lines[lines.index("") + 2].split()[:7] == [ns, "pods", "14", "14", "20", "20", "nothing"]
+    # a namespace that does not exist: the others are shown, the missing one is an error
+    code, out, err = run_cli(["plan", "--kubeconfig", admin, "-n", ns, "-n", "no-such"], capsys)
+    assert code == 1
+    assert err == 'dynquota plan: namespace "no-such" not found\n'
+    assert f"{ns}  " in out
 
     code, out, _ = run_cli(["override", ns, "--kubeconfig", admin], capsys)
     assert code == 0

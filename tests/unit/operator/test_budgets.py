@@ -266,3 +266,46 @@ async def test_without_the_rbac_rule_budgets_and_the_kill_switch_work_on(world: 
     assert await world.op.engage_kill_switch() == 1
     assert log == ["apply refused", "remove-all refused"]
     assert "a" not in world.quotas.objects
+
+
+async def test_a_namespace_leaving_keeps_its_slice_held_until_its_reconcile_resized_it(
+    world: World,
+) -> None:
+    world.op.budgets.on_budget(None, budget("bud", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=5)
+    member(world, "b", pods=10)
+    mark = {"dynquota.io/budget": "bud"}
+    world.quotas.put("a", {"pods": "20"}, annotations={"dynquota.io/hard.pods": "20", **mark})
+    world.quotas.put("b", {"pods": "10"}, annotations={"dynquota.io/hard.pods": "10", **mark})
+    world.op.budgets.demand.update({"a": {"pods": 20}, "b": {"pods": 10}})
+    settled = await world.op.budget_tasks.run_pass("bud")
+    assert settled.writes == {}  # 20 + 10 = 30: each has its demand
+    # a leaves the budget (its label removed) and b asks for 15: the budget still holds a's 20
+    member(world, "a", pods=5, labels={"tenant": "other"})
+    world.op.budgets.demand["b"] = {"pods": 15}
+    held = await world.op.budget_tasks.run_pass("bud")
+    assert held.leaving == ["a"]
+    assert held.writes == {}
+    assert held.allocations["pods"].reserved == 20
+    assert held.allocations["pods"].committed_after == 30
+    rebalancing = next(c for c in status(world)["conditions"] if c["type"] == "Rebalancing")
+    assert rebalancing["reason"] == "Waiting"
+    assert "holding the slices of a (left the budget)" in rebalancing["message"]
+    # a's reconcile re-sizes it under its own policy and drops the mark in the same write
+    await world.reconcile("a")
+    assert "dynquota.io/budget" not in world.quotas.annotations("a")
+    released = await world.op.budget_tasks.run_pass("bud")
+    assert released.leaving == []
+    assert released.writes == {"b": {"pods": 15}}
+    assert world.quotas.annotations("b")["dynquota.io/budget"] == "bud"
+
+
+async def test_the_mark_alone_is_removed_when_the_policy_changes_nothing(world: World) -> None:
+    member(world, "a", pods=4)
+    await world.reconcile("a")  # no budget at all: created under its policy (pods 6)
+    writes = len(world.quotas.writes)
+    world.quotas.objects["a"]["metadata"]["annotations"]["dynquota.io/budget"] = "gone"
+    await world.reconcile("a")
+    assert len(world.quotas.writes) == writes + 1
+    assert "dynquota.io/budget" not in world.quotas.annotations("a")
+    assert world.quotas.hard("a")["pods"] == "6"

@@ -158,3 +158,20 @@ def test_a_hungry_namespace_gets_freed_room_within_two_passes() -> None:
     assert state["a"][0] == 5
     assert state["b"][0] == 35
     assert commitment(s("b", *state["b"])) == 35
+
+
+def test_reserved_room_is_committed_and_never_shared_out() -> None:
+    # 20 held for a namespace that left: b (used 10) may grow to 10 only, not to its 15
+    held = allocate(30, [s("b", 10, 10, 10, 15)], reserved=20)
+    assert held.writes == {}
+    assert held.targets == {"b": 10}
+    assert (held.committed, held.committed_after, held.free) == (30, 30, 0)
+    assert held.waiting == {"b": 5}
+    released = allocate(30, [s("b", 10, 10, 10, 15)])
+    assert released.writes == {"b": 15}
+    # more held than the budget: over budget, b is never shrunk below its usage
+    over = allocate(30, [s("b", 12, 12, 10, 15)], reserved=25)
+    assert over.over_budget is True
+    assert over.writes == {"b": 10}
+    with pytest.raises(ValueError, match="non-negative"):
+        allocate(30, [], reserved=-1)

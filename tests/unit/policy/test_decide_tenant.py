@@ -199,3 +199,22 @@ def test_line_when_the_target_equals_usage() -> None:
         "bufferPercent 40, minimum 0); for more room now: kubectl -n NS annotate"
     )
     assert [e.cause for e in d.events if e.reason == "QuotaAtLimit"] == ["pods:no-buffer"]
+
+
+def test_line_for_a_budgeted_key_points_to_the_budget_not_a_raise() -> None:
+    d = decide(
+        governance=GOV,
+        usage={"pods": 14, "configmaps": 0},
+        peak={"pods": 14, "configmaps": 0},
+        quota=settled(14),
+        kill_switch=False,
+        now=T0 + 10,
+        started_at=T0 - 86400,
+        budgeted={"pods": "team-x"},
+    )
+    assert d.set_annotations[MSG] == (
+        f"{ts(10)}: pods at its limit (used 14 of hard 14): its slice of QuotaBudget team-x: "
+        "raised only when the budget has free room (kubectl get quotabudget team-x); an "
+        "override gets only the budget's free room: ask the platform team for a larger budget."
+    )
+    assert [e.cause for e in d.events if e.reason == "QuotaAtLimit"] == ["pods:budget"]
