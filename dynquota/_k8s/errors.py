@@ -6,7 +6,9 @@ so callers (the informers, the operator) handle one small hierarchy:
 - :class:`ApiError` — the apiserver answered with a ``Status`` (HTTP error, or a watch
   ``ERROR`` event); subclasses by HTTP code: :class:`GoneError` (410, ``Expired``/``Gone``),
   :class:`ConflictError` (409), :class:`NotFoundError` (404), :class:`ForbiddenError`
-  (401/403), :class:`TooManyRequestsError` (429).
+  (401/403), :class:`TooManyRequestsError` (429); raised by dynquota itself, not the
+  apiserver: :class:`NotOwnedError` (an object of a managed name that dynquota did not create:
+  never written) and :class:`RetryConflictError` (a conditional write kept losing races).
 - :class:`TransportError` — no usable answer: connection refused or reset, TLS failure,
   timeout, a stream cut mid-way, or a body that is not the JSON we asked for.
 """
@@ -24,6 +26,8 @@ __all__ = [
     "GoneError",
     "KubeError",
     "NotFoundError",
+    "NotOwnedError",
+    "RetryConflictError",
     "TooManyRequestsError",
     "TransportError",
     "error_from_response",
@@ -64,6 +68,34 @@ class GoneError(ApiError):
 
 class ConflictError(ApiError):
     """409 Conflict: the object changed since it was read."""
+
+
+class RetryConflictError(ConflictError):
+    """409 Conflict on a write conditional on a read, where the operation redoes its read when
+    repeated: unlike a bare 409, repeating the *operation* later may succeed, so
+    ``retryable`` is true (the caller runs its pass again)."""
+
+    @property
+    def retryable(self) -> bool:
+        """Always true: the operation re-reads before it writes again."""
+        return True
+
+
+class NotOwnedError(ApiError):
+    """An object with a name dynquota manages exists but lacks dynquota's ownership labels
+    (someone else created it): dynquota neither writes nor deletes it. Never retryable
+    (``status`` 409, ``reason`` ``NotOwned``); the message names the object."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(
+            409,
+            "NotOwned",
+            f"{kind} {name} exists without the labels dynquota puts on what it creates; "
+            "dynquota will not take over an object it did not create (left untouched: "
+            "delete or rename it to let dynquota write its own)",
+        )
+        self.kind = kind
+        self.name = name
 
 
 class NotFoundError(ApiError):

@@ -10,21 +10,25 @@ and the budget's namespace selector narrowed to its members (:func:`binding_for`
 ``docs/budgets.md`` ("The admission policy") has the protocol.
 
 Builders here are pure; :class:`AdmissionClient` does the I/O (``fieldManager=dynquota``;
-failures raised as :mod:`dynquota._k8s.errors` types).
+failures raised as :mod:`dynquota._k8s.errors` types). It writes and deletes only objects
+carrying those labels (:func:`is_owned`): an object of the same name someone else created is
+never taken over (:class:`~dynquota._k8s.errors.NotOwnedError`), and every write or delete is
+conditional on the resourceVersion it just read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
 
-from dynquota._k8s.errors import NotFoundError
-from dynquota._k8s.request import ApiCallObserver, call_api
+from dynquota._k8s.errors import ConflictError, NotFoundError, NotOwnedError, RetryConflictError
+from dynquota._k8s.request import ApiCallObserver, call_api, call_json
 from dynquota.kube.quotas import FIELD_MANAGER
 from dynquota.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MANAGED_QUOTA_NAME
 
@@ -34,10 +38,14 @@ __all__ = [
     "OWNED_SELECTOR",
     "AdmissionClient",
     "binding_for",
+    "contains",
+    "is_owned",
     "object_name",
     "policy_for",
     "resource_rules",
 ]
+
+log = logging.getLogger(__name__)
 
 NAME_PREFIX = "dynquota-budget-slice-"
 COMPONENT = "budget-slice"
@@ -185,8 +193,51 @@ def binding_for(
     }
 
 
+def is_owned(item: Mapping[str, Any]) -> bool:
+    """Whether the decoded object ``item`` carries the labels dynquota puts on the policies
+    and bindings it creates (what :data:`OWNED_SELECTOR` lists). Pure."""
+    labels = (item.get("metadata") or {}).get("labels") or {}
+    return bool(
+        labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+        and labels.get(COMPONENT_LABEL) == COMPONENT
+    )
+
+
+def contains(current: Any, desired: Any) -> bool:
+    """Whether ``current`` (as the apiserver returns it) already holds everything ``desired``
+    sets: every key of a desired map is in the current map with a containing value, a list
+    has the same length with each element containing the desired one, any other value is
+    equal. The apiserver's defaults (``matchPolicy``, a rule's ``scope``, empty selectors)
+    are extra keys, so an unchanged object compares equal (no write at rest). Pure."""
+    if isinstance(desired, Mapping):
+        return isinstance(current, Mapping) and all(
+            k in current and contains(current[k], v) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(current, list)
+            and len(current) == len(desired)
+            and all(contains(c, d) for c, d in zip(current, desired, strict=True))
+        )
+    return bool(current == desired)
+
+
+_KINDS: Mapping[str, tuple[str, str]] = {
+    "ValidatingAdmissionPolicy": ("validatingadmissionpolicies", "validating_admission_policy"),
+    "ValidatingAdmissionPolicyBinding": (
+        "validatingadmissionpolicybindings",
+        "validating_admission_policy_binding",
+    ),
+}
+_REMOVAL_ORDER = ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy")
+ATTEMPTS = 3
+"""Reads per :meth:`AdmissionClient.apply` or :meth:`AdmissionClient.remove` when a
+conditional write loses a race (as the reconcile's conflicts, docs/operator.md)."""
+
+
 class AdmissionClient:
-    """Writes and removes the budgets' policies and bindings.
+    """Writes and removes the budgets' policies and bindings, only ever the ones dynquota
+    created (:func:`is_owned`), each write conditional on what was just read.
 
     Args:
         api_client: a configured kubernetes_asyncio ``ApiClient`` (not closed here).
@@ -200,48 +251,119 @@ class AdmissionClient:
         self._observer = observer
 
     async def apply(self, policy: Mapping[str, Any], binding: Mapping[str, Any]) -> None:
-        """Create or replace (by JSON merge-patch of ``spec`` and labels) the policy, then the
-        binding (a binding never refers to a policy not yet written). Raises ``ApiError``,
-        ``TransportError``."""
-        await self._apply("validatingadmissionpolicies", "validating_admission_policy", policy)
-        await self._apply(
-            "validatingadmissionpolicybindings", "validating_admission_policy_binding", binding
-        )
+        """Make the policy, then the binding, what ``policy`` and ``binding`` (from
+        :func:`policy_for`, :func:`binding_for`) say: both are read first (GET); if either
+        exists without dynquota's labels nothing is written. Then each is created when absent,
+        merge-patched (``spec`` and labels) conditional on the resourceVersion just read when
+        it differs (:func:`contains`), or left alone. The policy goes first, so a binding
+        never refers to a policy not yet written. A 409 (a create racing another, a
+        resourceVersion that changed) re-reads and decides again, :data:`ATTEMPTS` reads in
+        all.
 
-    async def _apply(self, resource: str, method: str, body: Mapping[str, Any]) -> None:
-        name = body["metadata"]["name"]
-        patch = {"metadata": {"labels": body["metadata"]["labels"]}, "spec": body["spec"]}
+        Raises:
+            NotOwnedError: the policy or the binding exists and dynquota did not create it.
+            RetryConflictError: every attempt lost a race (retryable: run the pass again).
+            ApiError: another refusal (e.g. 403, 422).
+            TransportError: no answer.
+        """
+        for attempt in range(ATTEMPTS):
+            try:
+                current = [
+                    await self.read(b["kind"], b["metadata"]["name"]) for b in (policy, binding)
+                ]
+                for body, found in zip((policy, binding), current, strict=True):
+                    if found is not None and not is_owned(found):
+                        raise NotOwnedError(body["kind"], body["metadata"]["name"])
+                for body, found in zip((policy, binding), current, strict=True):
+                    await self.write(body, found)
+                return
+            except ConflictError as exc:
+                if attempt + 1 == ATTEMPTS:
+                    raise RetryConflictError(exc.status, exc.reason, exc.message) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def read(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The object ``kind`` (``ValidatingAdmissionPolicy`` or
+        ``ValidatingAdmissionPolicyBinding``) named ``name`` as decoded JSON, or ``None`` when
+        there is none (one GET). Raises ``ApiError``, ``TransportError``."""
+        resource, method = _KINDS[kind]
         try:
-            await call_api(
-                "patch",
+            found: dict[str, Any] = await call_json(
+                "get",
                 resource,
-                lambda t: getattr(self._api, f"patch_{method}")(
-                    name,
-                    patch,
-                    field_manager=FIELD_MANAGER,
-                    _content_type="application/merge-patch+json",
-                    _request_timeout=t,
+                lambda t: getattr(self._api, f"read_{method}")(
+                    name, _preload_content=False, _request_timeout=t
                 ),
                 self._observer,
             )
         except NotFoundError:
-            await call_api(
+            return None
+        return found
+
+    async def write(self, body: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
+        """Write ``body`` (a policy or binding) over ``current``, what :meth:`read` returned
+        for it just before: a create when ``current`` is ``None``, else a JSON merge-patch of
+        ``spec`` and labels carrying ``current``'s resourceVersion (so it fails rather than
+        overwrite a change made since the read), made only when ``current`` does not already
+        hold ``body`` (:func:`contains`). Returns whether it wrote.
+
+        Raises:
+            NotOwnedError: ``current`` lacks dynquota's labels (nothing is sent).
+            ConflictError: 409: created meanwhile (``AlreadyExists``), or changed since
+                ``current`` was read.
+            ApiError: another refusal. TransportError: no answer.
+        """
+        kind: str = body["kind"]
+        name: str = body["metadata"]["name"]
+        resource, method = _KINDS[kind]
+        if current is None:
+            await call_json(
                 "create",
                 resource,
                 lambda t: getattr(self._api, f"create_{method}")(
-                    dict(body), field_manager=FIELD_MANAGER, _request_timeout=t
+                    dict(body),
+                    field_manager=FIELD_MANAGER,
+                    _preload_content=False,
+                    _request_timeout=t,
                 ),
                 self._observer,
             )
+            return True
+        if not is_owned(current):
+            raise NotOwnedError(kind, name)
+        labels = body["metadata"]["labels"]
+        if contains(current.get("spec"), body["spec"]) and contains(
+            current["metadata"].get("labels") or {}, labels
+        ):
+            return False
+        patch = {
+            "metadata": {
+                "labels": labels,
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            },
+            "spec": body["spec"],
+        }
+        await call_json(
+            "patch",
+            resource,
+            lambda t: getattr(self._api, f"patch_{method}")(
+                name,
+                patch,
+                field_manager=FIELD_MANAGER,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+                _request_timeout=t,
+            ),
+            self._observer,
+        )
+        return True
 
     async def list_owned(self) -> list[str]:
         """Names of the owned bindings and policies (label selector, one LIST each), bindings
         first. Raises ``ApiError``, ``TransportError``."""
         names: list[str] = []
-        for resource, method in (
-            ("validatingadmissionpolicybindings", "validating_admission_policy_binding"),
-            ("validatingadmissionpolicies", "validating_admission_policy"),
-        ):
+        for kind in _REMOVAL_ORDER:
+            resource, method = _KINDS[kind]
             answer = await call_api(
                 "list",
                 resource,
@@ -257,26 +379,50 @@ class AdmissionClient:
         return names
 
     async def remove(self, name: str) -> None:
-        """Delete the binding ``name``, then the policy ``name`` (404 ignored): the binding
-        first, so nothing is left that refers to a missing policy. Raises ``ApiError``,
-        ``TransportError``."""
-        for resource, method in (
-            ("validatingadmissionpolicybindings", "validating_admission_policy_binding"),
-            ("validatingadmissionpolicies", "validating_admission_policy"),
-        ):
-            with contextlib.suppress(NotFoundError):
-                await call_api(
-                    "delete",
-                    resource,
-                    lambda t: getattr(self._api, f"delete_{method}")(  # noqa: B023 (awaited at once)
-                        name, _request_timeout=t
-                    ),
-                    self._observer,
-                )
+        """Delete the binding ``name``, then the policy ``name``, each only if it exists and
+        carries dynquota's labels (read first; one left by someone else is left alone, logged
+        at WARNING), with preconditions on the uid and resourceVersion read (a 409 re-reads,
+        :data:`ATTEMPTS` reads in all; a 404 counts as done). The binding goes first, so
+        nothing is left that refers to a missing policy.
+
+        Raises:
+            RetryConflictError: every attempt lost a race (retryable).
+            ApiError: another refusal. TransportError: no answer.
+        """
+        for kind in _REMOVAL_ORDER:
+            for attempt in range(ATTEMPTS):
+                try:
+                    await self._remove_one(kind, name)
+                    break
+                except ConflictError as exc:
+                    if attempt + 1 == ATTEMPTS:
+                        raise RetryConflictError(exc.status, exc.reason, exc.message) from exc
+
+    async def _remove_one(self, kind: str, name: str) -> None:
+        current = await self.read(kind, name)
+        if current is None:
+            return
+        if not is_owned(current):
+            log.warning("%s", NotOwnedError(kind, name).message)
+            return
+        resource, method = _KINDS[kind]
+        meta = current["metadata"]
+        options = {
+            "preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
+        }
+        with contextlib.suppress(NotFoundError):
+            await call_json(
+                "delete",
+                resource,
+                lambda t: getattr(self._api, f"delete_{method}")(
+                    name, body=options, _preload_content=False, _request_timeout=t
+                ),
+                self._observer,
+            )
 
     async def remove_all(self) -> int:
-        """Delete every owned binding (first) and policy; returns how many names were removed.
-        Raises ``ApiError``, ``TransportError``."""
+        """Delete every owned binding (first) and policy (:meth:`remove`); returns how many
+        names were listed. Raises like :meth:`remove`."""
         names = await self.list_owned()
         for name in names:
             await self.remove(name)

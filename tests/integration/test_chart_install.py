@@ -240,6 +240,7 @@ OPERATOR_ALLOWED = [
     # issue #13: the budgets' admission policies and bindings (RBAC cannot name them:
     # rbac.budgetAdmissionPolicies=false drops the rule, docs/chart.md)
     ("list", "validatingadmissionpolicybindings.admissionregistration.k8s.io"),
+    ("get", "validatingadmissionpolicies.admissionregistration.k8s.io/any-name"),
     ("create", "validatingadmissionpolicies.admissionregistration.k8s.io"),
     ("delete", "validatingadmissionpolicybindings.admissionregistration.k8s.io"),
 ]

@@ -287,7 +287,7 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
         {
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
-            "verbs": ["list", "create", "patch", "delete"],
+            "verbs": ["get", "list", "create", "patch", "delete"],
         },
         {
             "apiGroups": ["apiextensions.k8s.io"],
@@ -317,7 +317,7 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
         {
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
-            "verbs": ["list", "create", "patch", "delete"],
+            "verbs": ["get", "list", "create", "patch", "delete"],
         }
     )
     assert rules["rules"] == role["rules"][:vap] + role["rules"][vap + 1 :]
@@ -424,7 +424,7 @@ def test_cleanup_hook(helm: Path) -> None:
         {
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
-            "verbs": ["list", "delete"],
+            "verbs": ["get", "list", "delete"],
         },
         {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]},
         {
