@@ -16,6 +16,7 @@ from kubernetes_asyncio import client
 
 from dynquota._k8s.errors import ConflictError, NotOwnedError
 from dynquota.kube.budget_admission import AdmissionClient, binding_for, object_name, policy_for
+from dynquota.testing.wait import wait_until
 
 POLICY, BINDING = "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
 
@@ -219,3 +220,70 @@ async def test_remove_deletes_the_owned_binding_then_policy_and_keeps_a_foreign_
     kept = admission.read_validating_admission_policy_binding(name)
     assert kept.metadata.resource_version == theirs.metadata.resource_version
     assert kept.spec.policy_name == f"{name}-theirs"
+
+
+def test_an_admission_policy_cannot_guard_writes_of_admission_policies(
+    admission: kubernetes.client.AdmissionregistrationV1Api,
+    api_client: kubernetes.client.ApiClient,
+    namespace: str,
+) -> None:
+    """The evidence behind docs/budgets.md's RBAC decision: a policy (created through the API)
+    that refuses every CREATE of a name starting ``dq-probe-`` refuses a ConfigMap so named,
+    yet admits a ValidatingAdmissionPolicy and a binding so named (the apiserver skips
+    API-created policies for these kinds: k8s.io/apiserver, policy/generic/plugin.go,
+    isExcludedFromAPIHooks). So no policy in the chart can confine the operator's grant."""
+    guard = f"dq-guard-{uuid.uuid4().hex[:6]}"
+    rules = [
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
+         "operations": ["CREATE"]},
+        {"apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["*"],
+         "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+         "operations": ["CREATE"]},
+    ]  # fmt: skip
+    admission.create_validating_admission_policy(
+        {
+            "metadata": {"name": guard},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": rules},
+                "validations": [
+                    {
+                        "expression": "!object.metadata.name.startsWith('dq-probe-')",
+                        "message": "dq-probe guard",
+                    }
+                ],
+            },
+        }
+    )
+    admission.create_validating_admission_policy_binding(
+        {"metadata": {"name": guard}, "spec": {"policyName": guard, "validationActions": ["Deny"]}}
+    )
+    core = kubernetes.client.CoreV1Api(api_client)
+    probe = f"dq-probe-{uuid.uuid4().hex[:6]}"
+    try:
+
+        def configmap_denied() -> ApiException | None:
+            try:
+                core.create_namespaced_config_map(
+                    namespace, {"metadata": {"name": probe}}, dry_run="All"
+                )
+            except ApiException as exc:
+                return exc
+            return None
+
+        denied = wait_until(configmap_denied, "the guard denies a dq-probe ConfigMap", timeout=30)
+        assert denied.status == 422
+        assert "dq-probe guard" in str(denied.body)
+        # the same guard, loaded (it just denied), admits both admission kinds so named
+        policy = foreign_policy(probe)
+        made = admission.create_validating_admission_policy(policy, dry_run="All")
+        assert made.metadata.name == probe
+        made = admission.create_validating_admission_policy_binding(
+            {"metadata": {"name": probe}, "spec": {"policyName": probe,
+                                                   "validationActions": ["Deny"]}},
+            dry_run="All",
+        )  # fmt: skip
+        assert made.metadata.name == probe
+    finally:
+        admission.delete_validating_admission_policy_binding(guard)
+        admission.delete_validating_admission_policy(guard)
