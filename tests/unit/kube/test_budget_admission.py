@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dynquota.kube.budget_admission import (
     binding_for,
+    contains,
+    is_owned,
     key_resource,
     policy_for,
     resource_rules,
@@ -91,3 +93,33 @@ def test_the_binding_selects_the_budget_minus_its_non_members() -> None:
         },
     }
     assert binding["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dynquota"
+
+
+def test_contains_ignores_what_the_apiserver_defaults_but_not_a_changed_value() -> None:
+    policy = policy_for("b", ["pods"])
+    stored = {
+        **policy["spec"],
+        "matchConstraints": {
+            "matchPolicy": "Equivalent",
+            "namespaceSelector": {},
+            "objectSelector": {},
+            "resourceRules": [
+                {**policy["spec"]["matchConstraints"]["resourceRules"][0], "scope": "*"}
+            ],
+        },
+    }
+    assert contains(stored, policy["spec"]) is True
+    assert contains({**stored, "failurePolicy": "Ignore"}, policy["spec"]) is False
+    wider = policy_for("b", ["pods", "configmaps"])["spec"]
+    assert contains(stored, wider) is False  # one rule stored, the new spec has more resources
+    assert contains({"a": [1, 2]}, {"a": [1]}) is False  # a list is compared whole
+    assert contains({"a": {"b": 1}}, {"a": {"b": 1, "c": 2}}) is False
+
+
+def test_only_objects_with_both_ownership_labels_are_dynquotas() -> None:
+    assert is_owned(policy_for("b", ["pods"])) is True
+    labels = dict(policy_for("b", ["pods"])["metadata"]["labels"])
+    del labels["app.kubernetes.io/component"]
+    assert is_owned({"metadata": {"labels": labels}}) is False
+    assert is_owned({"metadata": {"labels": {"app.kubernetes.io/managed-by": "Helm"}}}) is False
+    assert is_owned({"metadata": {}}) is False
