@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from dynquota._k8s.errors import ConflictError, ForbiddenError
+from dynquota._k8s.errors import (
+    ConflictError,
+    ForbiddenError,
+    NotOwnedError,
+    RetryConflictError,
+)
 from dynquota.operator.budgets import read_budget
 from dynquota.policy import Decision
 
@@ -309,3 +314,44 @@ async def test_the_mark_alone_is_removed_when_the_policy_changes_nothing(world: 
     assert len(world.quotas.writes) == writes + 1
     assert "dynquota.io/budget" not in world.quotas.annotations("a")
     assert world.quotas.hard("a")["pods"] == "6"
+
+
+class ContestedAdmission(FakeAdmission):
+    """The adapter's two refusals of its own: a same-named object someone else made
+    (``NotOwnedError``), and conditional writes that kept losing races
+    (``RetryConflictError``)."""
+
+    def __init__(self, log: list[str], error: Exception) -> None:
+        super().__init__(log)
+        self.error = error
+
+    async def apply(self, policy: Mapping[str, Any], binding: Mapping[str, Any]) -> None:
+        self.log.append(f"apply refused: {type(self.error).__name__}")
+        raise self.error
+
+
+async def test_a_foreign_object_leaves_the_window_open_and_a_lost_race_fails_the_pass(
+    world: World,
+) -> None:
+    log: list[str] = []
+    name = "dynquota-budget-slice-b"
+    world.op.budget_admission = ContestedAdmission(
+        log, NotOwnedError("ValidatingAdmissionPolicy", name)
+    )
+    world.op.budgets.on_budget(None, budget("b", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=5)
+    world.quotas.put("a", {"pods": "20", "configmaps": "50"})
+    world.op.budgets.demand["a"] = {"pods": 8}
+    result = await world.op.budget_tasks.run_pass("b")
+    assert result.writes == {"a": {"pods": 8}}  # the budget works on, its window open
+    await world.op.budget_tasks.run_pass("b")
+    assert log == ["apply refused: NotOwnedError"]  # logged once, not every pass
+    assert world.op.budget_tasks.admission_forbidden is False  # other budgets keep theirs
+    # a conflict is retryable: the pass fails (and is run again with backoff), nothing cached
+    world.op.budget_tasks.admission.clear()
+    world.op.budget_admission = ContestedAdmission(
+        log, RetryConflictError(409, "Conflict", "changed")
+    )
+    with pytest.raises(RetryConflictError):
+        await world.op.budget_tasks.run_pass("b")
+    assert "b" not in world.op.budget_tasks.admission
