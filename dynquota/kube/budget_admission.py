@@ -405,8 +405,22 @@ class AdmissionClient:
         if not is_owned(current):
             log.warning("%s", NotOwnedError(kind, name).message)
             return
-        resource, method = _KINDS[kind]
+        await self.delete(kind, current)
+
+    async def delete(self, kind: str, current: Mapping[str, Any]) -> None:
+        """Delete the object ``current`` (of ``kind``, what :meth:`read` returned just before)
+        with preconditions on its ``uid`` and ``resourceVersion``, so one replaced or changed
+        since the read is not deleted (404: already gone, done).
+
+        Raises:
+            NotOwnedError: ``current`` lacks dynquota's labels (nothing is sent).
+            ConflictError: 409: changed or replaced since the read.
+            ApiError: another refusal. TransportError: no answer.
+        """
         meta = current["metadata"]
+        if not is_owned(current):
+            raise NotOwnedError(kind, meta["name"])
+        resource, method = _KINDS[kind]
         options = {
             "preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
         }
@@ -415,7 +429,7 @@ class AdmissionClient:
                 "delete",
                 resource,
                 lambda t: getattr(self._api, f"delete_{method}")(
-                    name, body=options, _preload_content=False, _request_timeout=t
+                    meta["name"], body=options, _preload_content=False, _request_timeout=t
                 ),
                 self._observer,
             )

@@ -209,6 +209,17 @@ async def test_remove_deletes_the_owned_binding_then_policy_and_keeps_a_foreign_
     assert seen == [("get", vapb), ("delete", vapb), ("get", vap), ("delete", vap)]
     assert await store.list_owned() == []
 
+    # a delete on a stale read (changed behind its back) conflicts and deletes nothing
+    await store.apply(*pair(budget, ["pods"]))
+    stale = await store.read(POLICY, name)
+    assert stale is not None
+    admission.patch_validating_admission_policy(name, {"spec": {"failurePolicy": "Ignore"}})
+    with pytest.raises(ConflictError):
+        await store.delete(POLICY, stale)
+    assert admission.read_validating_admission_policy(name).spec.failure_policy == "Ignore"
+    await store.remove(name)  # reads again: deleted
+    assert await store.list_owned() == []
+
     # a binding of that name someone else made (pointing at their own policy) stays
     theirs = admission.create_validating_admission_policy_binding(
         {
