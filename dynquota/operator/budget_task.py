@@ -302,10 +302,10 @@ class BudgetTasks:
 
     async def ensure_admission(self, name: str, members: list[str]) -> None:
         """Write budget ``name``'s policy and binding if they differ from the last written
-        (one PATCH or CREATE each; nothing at rest), or remove them when the budget should have
-        none. Only while the kill switch is released (checked under
-        :attr:`admission_lock`, which the kill switch's removal holds too). Raises
-        ``KubeError`` (the pass fails and is retried)."""
+        (two GETs, then a CREATE or a conditional PATCH of each that differs; nothing at rest),
+        or remove them when the budget should have none. Only while the kill switch is released
+        (checked under :attr:`admission_lock`, which the kill switch's removal holds too).
+        Raises ``KubeError`` (the pass fails and is retried)."""
         o = self.owner
         if o.budget_admission is None or self.admission_forbidden:
             return

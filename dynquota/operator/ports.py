@@ -127,9 +127,12 @@ class BudgetStatusSink(Protocol):
 
 class BudgetAdmissionStore(Protocol):
     """The budgets' admission policies and bindings
-    (:class:`dynquota.kube.budget_admission.AdmissionClient`): ``apply`` creates or replaces a
-    policy, then its binding; ``remove`` deletes a binding, then its policy (404 ignored);
-    ``list_owned`` names the owned ones; ``remove_all`` deletes every owned one."""
+    (:class:`dynquota.kube.budget_admission.AdmissionClient`), only ever dynquota's own
+    (labelled) objects: ``apply`` reads both, then creates the policy, then its binding, or
+    patches one that differs on the resourceVersion read (``NotOwnedError`` when one of that
+    name is someone else's); ``remove`` deletes a binding, then its policy, with uid and
+    resourceVersion preconditions (404: done; a foreign one is left alone); ``list_owned``
+    names the owned ones; ``remove_all`` deletes every owned one."""
 
     async def apply(self, policy: Mapping[str, Any], binding: Mapping[str, Any]) -> None: ...
     async def remove(self, name: str) -> None: ...
