@@ -7,10 +7,9 @@ import contextlib
 import json
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
@@ -21,7 +20,8 @@ from dynquota.cli import main
 from dynquota.kube.budget_admission import object_name
 from dynquota.names import BUDGET_KIND, BUDGET_PLURAL, GROUP, VERSION
 from dynquota.operator.ports import HOLD_REASONS
-from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
+from dynquota.testing.budgetload import Load, Sampler, hard_of, pods_of
+from dynquota.testing.operator import OperatorCluster, OperatorThread
 from dynquota.testing.wait import WaitTimeoutError, wait_until
 
 
@@ -84,16 +84,15 @@ BUDGET = 60
 PHASE_SECONDS = float(os.environ.get("DQ_BUDGET_PHASE_SECONDS", "6"))
 """Length of each load phase (``make test`` keeps it short; set the variable for a soak)."""
 CREATORS = 3
-POLICY = {
+PROFILE = {
     # demand follows usage closely and often: a rebalance every few seconds
-    "pods": {
-        "bufferPercent": 50,
-        "minimum": 2,
-        "maximum": 60,
-        "upscaleCooldown": "0s",
-        "downscaleCooldown": "3s",
-    }
+    "bufferPercent": 50,
+    "minimum": 2,
+    "maximum": 60,
+    "upscaleCooldown": "0s",
+    "downscaleCooldown": "3s",
 }
+POLICY = {"pods": PROFILE}
 
 
 @pytest.fixture
@@ -114,6 +113,24 @@ def make_budget(op_cluster: OperatorCluster) -> Iterator[Callable[..., str]]:
             op_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, name)
 
 
+@pytest.fixture
+def team(
+    op_cluster: OperatorCluster, scope: dict[str, str]
+) -> Callable[..., tuple[str, dict[str, str]]]:
+    """``team(**resources)``: a run id and the labels of a team unique to it (the test's scope
+    plus ``team=<run>``), with a DynamicQuotaPolicy over them (profiles ``resources``; default
+    :data:`POLICY`; none with ``policy=False``)."""
+
+    def make(policy: bool = True, **resources: dict[str, Any]) -> tuple[str, dict[str, str]]:
+        run = uuid.uuid4().hex[:8]
+        labels = {**scope, "team": run}
+        if policy:
+            op_cluster.policy(f"p-{run}", labels, **(resources or POLICY))
+        return run, labels
+
+    return make
+
+
 def get_budget(op_cluster: OperatorCluster, name: str) -> dict[str, Any]:
     result: dict[str, Any] = op_cluster.custom.get_cluster_custom_object(
         GROUP, VERSION, BUDGET_PLURAL, name
@@ -126,169 +143,118 @@ def condition(budget: dict[str, Any], type_: str) -> dict[str, Any]:
     return found[0] if found else {}
 
 
-_NO_QUOTA = SimpleNamespace(spec=SimpleNamespace(hard={}), status=SimpleNamespace(hard={}, used={}))
+@dataclass
+class Tenant:
+    """A budget over a team's namespaces (see the ``budgeted`` fixture)."""
+
+    run: str
+    labels: dict[str, str]
+    namespaces: list[str]
+    budget: str
+    op: OperatorThread | None
 
 
-def pods_of(quota: Any, part: str) -> int | None:
-    values = getattr(quota.spec if part == "spec" else quota.status, "hard", None) or {}
-    if part == "used":
-        values = quota.status.used or {}
-    return int(values["pods"]) if "pods" in values else None
+def enforced(op_cluster: OperatorCluster, namespaces: list[str], key: str) -> bool:
+    """Whether every namespace's managed quota has ``key`` in ``status.hard`` (its slice is
+    enforced: until then admission limits nothing for it)."""
+    return all(hard_of(op_cluster.quota(ns), "status", key) is not None for ns in namespaces)
 
 
-class Load:
-    """Pod creators and deleters per namespace, switched per phase (threads, official client).
+@pytest.fixture
+def budgeted(
+    op_cluster: OperatorCluster,
+    team: Callable[..., tuple[str, dict[str, str]]],
+    start_operator: Callable[..., OperatorThread],
+    make_budget: Callable[..., str],
+) -> Callable[..., Tenant]:
+    """``budgeted(hard, namespaces=3, roles=None, operator=True, **resources)``: a team with
+    its policy (``resources``, default :data:`POLICY`) and ``namespaces`` namespaces, or, with
+    ``roles`` (role -> the resources of its own policy), one namespace per role labelled
+    ``role=<role>`` under that policy; a QuotaBudget ``hard`` over the team; with
+    ``operator``, an in-process operator started and every budgeted slice enforced (waited
+    for: until then admission limits nothing there)."""
 
-    A creator creates pods labelled ``dq-load`` until stopped; a refused create (quota) waits
-    up to 0.1 s on the stop flag before the next (what a controller's backoff does). A deleter
-    deletes the namespace's pods one by one."""
+    def make(
+        hard: dict[str, int],
+        namespaces: int = 3,
+        roles: dict[str, dict[str, Any]] | None = None,
+        operator: bool = True,
+        **resources: dict[str, Any],
+    ) -> Tenant:
+        run, labels = team(policy=roles is None, **resources)
+        if roles is None:
+            names = [op_cluster.new_namespace(labels) for _ in range(namespaces)]
+        else:
+            names = []
+            for role, profiles in roles.items():
+                op_cluster.policy(f"p-{run}-{role}", {**labels, "role": role}, **profiles)
+                names.append(op_cluster.new_namespace({**labels, "role": role}))
+        name = make_budget(labels, hard)
+        op = start_operator() if operator else None
+        if operator:
+            wait_until(
+                lambda: all(enforced(op_cluster, names, key) for key in hard),
+                "every slice enforced",
+                timeout=60,
+            )
+        return Tenant(run, labels, names, name, op)
 
-    def __init__(self, op_cluster: OperatorCluster, run: str) -> None:
-        self.c = op_cluster
-        self.run = run
-        self.created = 0
-        self.denied = 0
-        self._lock = threading.Lock()
-
-    def _create(self, ns: str, stop: threading.Event) -> None:
-        while not stop.is_set():
-            body = {
-                "metadata": {"generateName": "p-", "labels": {"dq-load": self.run}},
-                "spec": {"containers": [{"name": "c", "image": PAUSE}]},
-            }
-            try:
-                self.c.core.create_namespaced_pod(ns, body)
-                with self._lock:
-                    self.created += 1
-            except ApiException as exc:
-                if exc.status not in (403, 409):
-                    raise
-                with self._lock:
-                    self.denied += 1
-                stop.wait(0.1)
-
-    def _delete(self, ns: str, stop: threading.Event) -> None:
-        while not stop.is_set():
-            pods = self.c.core.list_namespaced_pod(ns, label_selector=f"dq-load={self.run}")
-            if not pods.items:
-                stop.wait(0.1)
-            for pod in pods.items:
-                if stop.is_set():
-                    return
-                with contextlib.suppress(ApiException):
-                    self.c.core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
-
-    def phase(self, plan: dict[str, str], seconds: float) -> None:
-        """Run ``plan`` (namespace -> "create", "delete" or "idle") for ``seconds``."""
-        stop = threading.Event()
-        threads = []
-        for ns, what in plan.items():
-            if what == "create":
-                threads += [
-                    threading.Thread(target=self._create, args=(ns, stop), daemon=True)
-                    for _ in range(CREATORS)
-                ]
-            elif what == "delete":
-                threads.append(threading.Thread(target=self._delete, args=(ns, stop), daemon=True))
-        for t in threads:
-            t.start()
-        stop.wait(seconds)
-        stop.set()
-        for t in threads:
-            t.join(30)
+    return make
 
 
-class Sampler:
-    """Every 50 ms: ONE LIST of the managed quotas and ONE LIST of the load's pods (a
-    snapshot each; per-namespace GETs are none). Records the samples whose sum over
-    ``namespaces`` of max(spec.hard, status.hard) for pods exceeds ``budget``, and the most
-    pods seen at once beyond it."""
-
-    def __init__(
-        self, op_cluster: OperatorCluster, namespaces: list[str], run: str, quota: str = ""
-    ) -> None:
-        self.c = op_cluster
-        self.namespaces = set(namespaces)
-        self.run = run
-        self.quota = quota
-        self.samples = 0
-        self.over: list[tuple[float, dict[str, int]]] = []
-        self.most_pods = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            started = time.monotonic()
-            selector = "app.kubernetes.io/managed-by=dynquota" if not self.quota else None
-            quotas = self.c.core.list_resource_quota_for_all_namespaces(
-                label_selector=selector
-            ).items
-            pods = self.c.core.list_pod_for_all_namespaces(
-                label_selector=f"dq-load={self.run}"
-            ).items
-            commitments = {}
-            for q in quotas:
-                ns = q.metadata.namespace
-                if ns not in self.namespaces or q.metadata.name != (self.quota or "dynquota"):
-                    continue
-                commitments[ns] = max(pods_of(q, "spec") or 0, pods_of(q, "status") or 0)
-            if sum(commitments.values()) > BUDGET:
-                self.over.append((time.monotonic(), commitments))
-            live = [p for p in pods if p.metadata.namespace in self.namespaces]
-            self.most_pods = max(self.most_pods, len(live))
-            self.samples += 1
-            self.stop.wait(max(0.0, 0.05 - (time.monotonic() - started)))
-
-    def __enter__(self) -> Sampler:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(30)
-
-    @property
-    def overshoot(self) -> int:
-        return max(0, self.most_pods - BUDGET)
+# The key each variant of the invariant test budgets and loads; kube-root-ca.crt (one
+# ConfigMap per namespace, made by kube-controller-manager) counts in `configmaps`' used.
+# `secrets` is status-driven: the operator may not read Secrets, so it sizes them from the
+# quota controller's status.used alone (admission's increments, the controller's recounts).
+VARIANTS = ["pods", "configmaps", "secrets"]
 
 
+def root_ca_published(op_cluster: OperatorCluster, namespaces: list[str]) -> bool:
+    """Whether every namespace has its ``kube-root-ca.crt`` ConfigMap (a budget's slice policy
+    denies it until the slice is enforced; the publisher retries)."""
+    names = {
+        (cm.metadata.namespace, cm.metadata.name)
+        for cm in op_cluster.core.list_config_map_for_all_namespaces(
+            field_selector="metadata.name=kube-root-ca.crt"
+        ).items
+    }
+    return all((ns, "kube-root-ca.crt") in names for ns in namespaces)
+
+
+@pytest.mark.parametrize("key", VARIANTS)
 def test_a_budget_holds_while_demand_shifts_between_namespaces(
     op_cluster: OperatorCluster,
     scope: dict[str, str],
-    start_operator: Callable[..., OperatorThread],
-    make_budget: Callable[..., str],
+    budgeted: Callable[..., Tenant],
+    key: str,
 ) -> None:
     run = uuid.uuid4().hex[:8]
-    load = Load(op_cluster, run)
     # Baseline: the same load against one static quota of 60 in one namespace.
     static = op_cluster.new_namespace(dict(scope))
     op_cluster.core.create_namespaced_resource_quota(
-        static, {"metadata": {"name": "static"}, "spec": {"hard": {"pods": str(BUDGET)}}}
+        static, {"metadata": {"name": "static"}, "spec": {"hard": {key: str(BUDGET)}}}
     )
     wait_until(
-        lambda: (op_cluster.quota(static, "static").status.hard or {}).get("pods"),
+        lambda: (
+            hard_of(op_cluster.quota(static, "static"), "status", key) is not None
+            and root_ca_published(op_cluster, [static])
+        ),
         "the static quota enforced",
     )
-    with Sampler(op_cluster, [static], run, quota="static") as baseline:
+    load = Load(op_cluster, run, [static], creators=CREATORS, kind=key)
+    with Sampler(op_cluster, [static], run, BUDGET, quota="static", key=key) as baseline:
         load.phase({static: "create"}, PHASE_SECONDS)
         load.phase({static: "delete"}, PHASE_SECONDS / 2)
         load.phase({static: "create"}, PHASE_SECONDS / 2)
     op_cluster.delete_namespace(static)
 
-    team = {**scope, "team": run}
-    op_cluster.policy(f"p-{run}", team, **POLICY)
-    a, b, c = (op_cluster.new_namespace(team) for _ in range(3))
-    name = make_budget(team, {"pods": BUDGET})
-    op = start_operator()
-
-    def bounded() -> bool:
-        quotas = [op_cluster.quota(ns) for ns in (a, b, c)]
-        return all(q is not None and pods_of(q, "status") is not None for q in quotas)
-
-    wait_until(bounded, "every slice enforced", timeout=60)
+    tenant = budgeted({key: BUDGET}, **{key: PROFILE})
+    a, b, c = tenant.namespaces
+    assert tenant.op is not None
+    wait_until(lambda: root_ca_published(op_cluster, tenant.namespaces), "kube-root-ca.crt in each")
+    load = Load(op_cluster, tenant.run, tenant.namespaces, creators=CREATORS, kind=key)
     per_phase = []
-    with Sampler(op_cluster, [a, b, c], run) as sampler:
+    with Sampler(op_cluster, tenant.namespaces, tenant.run, BUDGET, key=key) as sampler:
         for plan in (
             {a: "create"},
             {a: "delete", b: "create"},
@@ -297,22 +263,23 @@ def test_a_budget_holds_while_demand_shifts_between_namespaces(
             before = sampler.samples
             load.phase(plan, PHASE_SECONDS)
             per_phase.append(sampler.samples - before)
-    rebalances = op.sample("dynquota_budget_rebalances_total", {"budget": name})
-    status = get_budget(op_cluster, name)["status"]
+    rebalances = tenant.op.sample("dynquota_budget_rebalances_total", {"budget": tenant.budget})
+    status = get_budget(op_cluster, tenant.budget)["status"]
     print(
-        f"\nbudget {BUDGET} pods over 3 namespaces: {sampler.samples} samples {per_phase}, "
-        f"{len(sampler.over)} over budget by max(spec.hard, status.hard); {rebalances:.0f} "
-        f"rebalances; pods at most {sampler.most_pods} (overshoot {sampler.overshoot}); "
-        f"baseline (one static quota of {BUDGET}): {baseline.samples} samples, pods at most "
-        f"{baseline.most_pods} (overshoot {baseline.overshoot}); creates {load.created}, "
-        f"denied {load.denied}; status {status.get('granted')} granted, {status.get('used')} used"
+        f"\nbudget {BUDGET} {key} over 3 namespaces: {sampler.samples} samples {per_phase}, "
+        f"{len(sampler.over)} over budget by max(spec.hard, status.hard) (largest sum "
+        f"{sampler.most_committed}); {rebalances:.0f} rebalances; {key} at most {sampler.most} "
+        f"(overshoot {sampler.overshoot}; {sampler.others} not the load's); baseline (one "
+        f"static quota of {BUDGET}): {baseline.samples} samples, {key} at most {baseline.most} "
+        f"(overshoot {baseline.overshoot}); creates {load.created}, denied {len(load.denials)}; "
+        f"status {status.get('granted')} granted, {status.get('used')} used"
     )
     # every phase sampled (how often depends on the machine's load: 2 LISTs a sample)
     assert min(per_phase) >= 5, per_phase
     assert sampler.over == []
     assert rebalances >= 5
     assert sampler.overshoot <= baseline.overshoot
-    assert condition(get_budget(op_cluster, name), "Valid")["status"] == "True"
+    assert condition(get_budget(op_cluster, tenant.budget), "Valid")["status"] == "True"
 
 
 def budget_events(op_cluster: OperatorCluster, name: str, reason: str) -> list[Any]:
@@ -349,18 +316,16 @@ def wait_slice(op_cluster: OperatorCluster, op: OperatorThread, ns: str, pods: i
 
 def test_a_namespace_in_two_budgets_is_frozen_and_a_deleted_budget_gives_it_back(
     op_cluster: OperatorCluster,
-    scope: dict[str, str],
+    team: Callable[..., tuple[str, dict[str, str]]],
     start_operator: Callable[..., OperatorThread],
     make_budget: Callable[..., str],
 ) -> None:
-    run = uuid.uuid4().hex[:8]
-    team = {**scope, "team": run}
-    op_cluster.policy(f"p-{run}", team, **POLICY)
-    x = op_cluster.new_namespace({**team, "one": run, "two": run})
+    run, labels = team()
+    x = op_cluster.new_namespace({**labels, "one": run, "two": run})
     first = make_budget({"one": run}, {"pods": 4})
     op = start_operator()
     wait_until(
-        lambda: pods_of(op_cluster.quota(x) or _NO_QUOTA, "status") is not None,
+        lambda: pods_of(op_cluster.quota(x), "status") is not None,
         "x's slice enforced (until then admission limits nothing: the window issue #13's "
         "admission policy closes)",
     )
@@ -409,16 +374,14 @@ def test_a_namespace_in_two_budgets_is_frozen_and_a_deleted_budget_gives_it_back
 
 def test_a_namespace_joining_above_the_free_budget_is_over_budget_and_nothing_grows(
     op_cluster: OperatorCluster,
-    scope: dict[str, str],
+    team: Callable[..., tuple[str, dict[str, str]]],
     start_operator: Callable[..., OperatorThread],
     make_budget: Callable[..., str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    run = uuid.uuid4().hex[:8]
-    team = {**scope, "team": run}
-    op_cluster.policy(f"p-{run}", team, **POLICY)
-    a = op_cluster.new_namespace({**team, "tenant": run})
-    joiner = op_cluster.new_namespace(team)
+    run, labels = team()
+    a = op_cluster.new_namespace({**labels, "tenant": run})
+    joiner = op_cluster.new_namespace(labels)
     op_cluster.create_pods(a, 6)  # before any quota: nothing refuses them
     op_cluster.create_pods(joiner, 8)
     name = make_budget({"tenant": run}, {"pods": 10})
@@ -512,14 +475,12 @@ def probe(op_cluster: OperatorCluster, ns: str) -> str:
 
 def test_the_admission_policy_denies_creates_until_the_slice_is_enforced(
     op_cluster: OperatorCluster,
-    scope: dict[str, str],
+    team: Callable[..., tuple[str, dict[str, str]]],
     start_operator: Callable[..., OperatorThread],
     make_budget: Callable[..., str],
 ) -> None:
-    run = uuid.uuid4().hex[:8]
-    team = {**scope, "team": run}
-    op_cluster.policy(f"p-{run}", team, **POLICY)
-    name = make_budget(team, {"pods": 4})
+    _, labels = team()
+    name = make_budget(labels, {"pods": 4})
     op = start_operator()
     wait_until(lambda: slice_binding(op_cluster, name), "the budget's binding written")
     binding = slice_binding(op_cluster, name)
@@ -528,7 +489,7 @@ def test_the_admission_policy_denies_creates_until_the_slice_is_enforced(
     # the operator stopped: nothing closes the window for it, so what admission does in it
     # is the binding's alone (deterministic)
     op.stop()
-    ns = op_cluster.new_namespace(team)
+    ns = op_cluster.new_namespace(labels)
     # no managed quota yet: denied by parameterNotFoundAction; ConfigMaps are not budgeted here
     wait_until(lambda: "no params found" in probe(op_cluster, ns), "the binding enforced in ns")
     assert "no params found" in refusal(lambda: op_cluster.create_pod(ns))
