@@ -7,9 +7,11 @@ import contextlib
 import json
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -22,6 +24,7 @@ from dynquota.names import BUDGET_KIND, BUDGET_PLURAL, GROUP, VERSION
 from dynquota.operator.ports import HOLD_REASONS
 from dynquota.testing.budgetload import Load, Sampler, hard_of, pods_of
 from dynquota.testing.operator import OperatorCluster, OperatorThread
+from dynquota.testing.replicas import Replica
 from dynquota.testing.wait import WaitTimeoutError, wait_until
 
 
@@ -529,15 +532,13 @@ def test_the_admission_policy_denies_creates_until_the_slice_is_enforced(
 
 def test_a_namespace_leaving_a_budget_is_released_only_once_its_quota_is_resized(
     op_cluster: OperatorCluster,
-    scope: dict[str, str],
+    team: Callable[..., tuple[str, dict[str, str]]],
     start_operator: Callable[..., OperatorThread],
     make_budget: Callable[..., str],
 ) -> None:
-    run = uuid.uuid4().hex[:8]
-    team = {**scope, "team": run}
-    op_cluster.policy(f"p-{run}", team, **POLICY)
-    a = op_cluster.new_namespace({**team, "tenant": run})
-    b = op_cluster.new_namespace({**team, "tenant": run})
+    run, labels = team()
+    a = op_cluster.new_namespace({**labels, "tenant": run})
+    b = op_cluster.new_namespace({**labels, "tenant": run})
     op_cluster.create_pods(a, 6)  # demand ceil(6 x 1.5) = 9
     op_cluster.create_pods(b, 2)  # demand 3: the budget of 12 is full
     name = make_budget({"tenant": run}, {"pods": 12})
@@ -600,3 +601,211 @@ def test_a_namespace_leaving_a_budget_is_released_only_once_its_quota_is_resized
     )
     assert sorted(status["namespaces"]) == [b]
     assert status["free"] == {"pods": "0"}
+
+
+# -- faults mid-rebalance: kube-controller-manager down, the operator killed -------------------
+
+SHIFT_BUDGET = 20
+SHIFT_ROLES = {
+    # a's policy asks 6 at rest, b's 14: the budget of 20 is full; a's demand grows with usage
+    "a": {"pods": {**PROFILE, "minimum": 6}},
+    "b": {"pods": {**PROFILE, "minimum": 14}},
+}
+SHIFT_PODS = 9
+"""Pods the hungry namespace ``a`` wants. From 6 pods its demand is ceil(6 x 1.5) = 9: the room
+above usage (20 - 6) is shared max-min fairly between a (3 more) and b (14, its minimum), so b
+is shrunk 14 -> 11 and a may grow 6 -> 9 once the controller shows b's 11 in status.hard. At 9
+pods a asks 14: b is shrunk to 6 (a 5 more, b 6: the room of 11 shared), a grows to 14."""
+
+
+def slices(op_cluster: OperatorCluster, namespaces: list[str]) -> list[tuple[Any, Any]]:
+    """(spec.hard, status.hard) pods of each namespace's managed quota, in order."""
+    quotas = [op_cluster.quota(ns) for ns in namespaces]
+    return [(pods_of(q, "spec"), pods_of(q, "status")) for q in quotas]
+
+
+def wait_slices(
+    op_cluster: OperatorCluster, namespaces: list[str], expected: list[Any], timeout: float = 90
+) -> None:
+    """Wait until :func:`slices` is ``expected`` (a (spec, status) pair per namespace)."""
+    wait_until(
+        lambda: slices(op_cluster, namespaces) == expected,
+        f"the pods slices (spec.hard, status.hard) of {namespaces} at {expected}",
+        timeout=timeout,
+    )
+
+
+@contextlib.contextmanager
+def controller_manager_stopped(op_cluster: OperatorCluster) -> Iterator[Callable[[], float]]:
+    """kube-controller-manager stopped (returns once it has exited); yields ``start()``, which
+    starts it again (once) and returns the monotonic time it was asked to. Started at the
+    end of the block if not yet, also when the block raises (``op_cluster`` is shared by the
+    next tests)."""
+    op_cluster.cp.stop_controller_manager()
+    started: list[float] = []
+
+    def start() -> float:
+        if not started:
+            at = time.monotonic()
+            op_cluster.cp.start_controller_manager()
+            started.append(at)
+        return started[0]
+
+    try:
+        yield start
+    finally:
+        start()
+
+
+def grown_while(
+    sampler: Sampler, ns: str, start: float, end: float, limit: int
+) -> list[tuple[float, Any]]:
+    """Snapshots of ``sampler`` between ``start`` and ``end`` (monotonic) where ``ns``'s
+    spec.hard or status.hard of pods exceeds ``limit``."""
+    return [
+        (at, seen)
+        for at, seen in sampler.snapshots
+        if start <= at <= end
+        and max(seen.get(ns, (0, 0))[0] or 0, seen.get(ns, (0, 0))[1] or 0) > limit
+    ]
+
+
+def test_no_slice_grows_while_kube_controller_manager_is_down(
+    op_cluster: OperatorCluster,
+    budgeted: Callable[..., Tenant],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A rebalance meets a stopped quota controller: b's shrink is written but never observed,
+    so nothing is freed and a does not grow (shrink, observe, grow); the budget says a waits;
+    once kube-controller-manager is back the rebalance completes."""
+    tenant = budgeted({"pods": SHIFT_BUDGET}, roles=SHIFT_ROLES)
+    a, b = tenant.namespaces
+    assert tenant.op is not None
+    wait_slices(op_cluster, [a, b], [(6, 6), (14, 14)])
+    load = Load(op_cluster, tenant.run, [a, b], creators=2, demand=SHIFT_PODS)
+    sampler = Sampler(op_cluster, [a, b], tenant.run, SHIFT_BUDGET, keep=True)
+    with sampler, controller_manager_stopped(op_cluster) as start_controller_manager:
+        down = time.monotonic()
+        with load.running({a: "create"}):
+            # admission charges a's creates up to its enforced 6 (no controller needed); its
+            # demand rises to 9 and the budget shrinks b to 11: written, not observed
+            wait_until(lambda: pods_of(op_cluster.quota(a), "used") == 6, "a at 6 pods", 60)
+            wait_slices(op_cluster, [a, b], [(6, 6), (11, 14)], timeout=60)
+            # the operator says a waits; a's creators are refused meanwhile
+            waiting = wait_until(
+                lambda: (r := condition(get_budget(op_cluster, tenant.budget), "Rebalancing"))
+                and r.get("reason") == "Waiting" and a in r.get("message", "") and r,
+                "Rebalancing=False/Waiting naming a", timeout=30,
+            )  # fmt: skip
+            wait_until(lambda: load.denied(a) >= 3, "a's creates refused", 30)
+            # another pass after that (a resync at the latest): it still grants nothing
+            assert tenant.op.runtime is not None
+            tasks = tenant.op.runtime.operator.budget_tasks
+            seen = tasks.last[tenant.budget]
+            wait_until(lambda: tasks.last[tenant.budget] is not seen, "one more pass", 30)
+            argv = ["plan", "--kubeconfig", op_cluster.cp.kubeconfig, "--local", "-o", "json"]
+            assert main([*argv, "-n", a, "-n", b]) == 0
+            planned = [
+                p
+                for p in json.loads(capsys.readouterr().out)["budgets"]
+                if p["name"] == tenant.budget
+            ]
+            assert slices(op_cluster, [a, b]) == [(6, 6), (11, 14)]
+            assert tasks.last[tenant.budget].writes == {}
+            up = start_controller_manager()
+            # back: b's 11 is observed, a is granted 9, fills it, asks 14: b shrunk to 6, a 14
+            wait_slices(op_cluster, [a, b], [(14, 14), (6, 6)], timeout=120)
+            wait_until(lambda: load.held.get(a) == SHIFT_PODS, "a's 9 pods created", 60)
+    first_grow = next(at for at, seen in sampler.snapshots if (seen.get(a, (0, 0))[0] or 0) > 6)
+    print(
+        f"\nkube-controller-manager down {up - down:.1f} s: {sampler.samples} samples, "
+        f"{len(sampler.over)} over {SHIFT_BUDGET} (largest sum {sampler.most_committed}); a's "
+        f"creates refused {load.denied(a)}; a first granted more than 6 {first_grow - up:.1f} s "
+        f"after the controller was started; Rebalancing: {waiting['reason']}: "
+        f"{waiting['message']}; plan: {planned[0]['keys'][0]['members'] if planned else None}"
+    )
+    assert sampler.over == []
+    assert grown_while(sampler, a, down, up, 6) == []
+    assert first_grow > up
+    assert sampler.most <= SHIFT_BUDGET
+    (key,) = planned[0]["keys"]
+    members = {m["namespace"]: m for m in key["members"]}
+    assert (members[a]["grant"], members[a]["enforced"], members[a]["used"]) == (6, 6, 6)
+    assert (members[a]["demand"], members[a]["next"]) == (9, None)
+    assert (members[b]["grant"], members[b]["enforced"]) == (11, 14)
+    assert key["granted"] == SHIFT_BUDGET
+
+
+REPLICA_ENV = {
+    # operator_settings' test timings, for an operator process
+    "DYNQUOTA_RESYNC_SECONDS": "10",
+    "DYNQUOTA_COALESCE_SECONDS": "0.05",
+    "DYNQUOTA_QUOTA_SYNC_PERIOD": "10",
+    "DYNQUOTA_WATCH_TIMEOUT_SECONDS": "60",
+    "DYNQUOTA_OVERRIDE_TTL": "8s",
+}
+
+
+def test_a_rebalance_completes_after_the_operator_is_killed_mid_way(
+    op_cluster: OperatorCluster, budgeted: Callable[..., Tenant], tmp_path: Path
+) -> None:
+    """``kill -9`` of the operator (a process, leader election on) right after it wrote a
+    shrink: the operator started again decides from what it reads (b's shrink written, not yet
+    in status.hard: nothing to grant), and completes the rebalance once the shrink is observed.
+    kube-controller-manager is held stopped from before the shrink until the new operator has
+    decided once, so the grow can only be the new operator's (no state only in memory)."""
+    tenant = budgeted({"pods": SHIFT_BUDGET}, roles=SHIFT_ROLES, operator=False)
+    a, b = tenant.namespaces
+    replica = Replica(
+        f"budget-{tenant.run}", op_cluster.sa_kubeconfig, tmp_path / "replica.log", REPLICA_ENV
+    )
+
+    def leading_with(granted: float) -> bool:
+        labels = f'budget="{tenant.budget}",resource="pods"'
+        return (
+            replica.metric("dynquota_leader") == 1
+            and replica.metric("dynquota_budget_granted", labels) == granted
+        )
+
+    try:
+        replica.start()
+        wait_until(lambda: leading_with(SHIFT_BUDGET), "the operator leading, budget full", 90)
+        wait_slices(op_cluster, [a, b], [(6, 6), (14, 14)])
+        load = Load(op_cluster, tenant.run, [a, b], creators=2, demand=SHIFT_PODS)
+        sampler = Sampler(op_cluster, [a, b], tenant.run, SHIFT_BUDGET, keep=True)
+        with sampler, controller_manager_stopped(op_cluster) as start_controller_manager:
+            down = time.monotonic()
+            with load.running({a: "create"}):
+                wait_until(lambda: pods_of(op_cluster.quota(a), "used") == 6, "a at 6 pods", 60)
+                wait_slices(op_cluster, [a, b], [(6, 6), (11, 14)], timeout=60)
+                replica.kill()  # kill -9 right after the shrink was written
+                killed = time.monotonic()
+                assert slices(op_cluster, [a, b]) == [(6, 6), (11, 14)]
+                replica.start()
+                # its passes: b's unobserved shrink still counts 14, a is not granted
+                wait_until(lambda: leading_with(SHIFT_BUDGET), "the new operator's pass", 90)
+                wait_until(lambda: load.denied(a) >= 3, "a's creates refused", 30)
+                assert slices(op_cluster, [a, b]) == [(6, 6), (11, 14)]
+                up = start_controller_manager()
+                wait_slices(op_cluster, [a, b], [(14, 14), (6, 6)], timeout=120)
+                wait_until(lambda: load.held.get(a) == SHIFT_PODS, "a's 9 pods created", 60)
+        rebalances = replica.metric("dynquota_budget_rebalances_total", f'budget="{tenant.budget}"')
+    except BaseException:
+        print(f"==> {replica.log} (last 4000 chars) <==\n{replica.log.read_text()[-4000:]}")
+        raise
+    finally:
+        replica.stop()
+    first_grow = next(at for at, seen in sampler.snapshots if (seen.get(a, (0, 0))[0] or 0) > 6)
+    print(
+        f"\nkilled {killed - down:.1f} s after kube-controller-manager was stopped; restarted "
+        f"operator decided, controller started {up - killed:.1f} s after the kill; "
+        f"{sampler.samples} samples, {len(sampler.over)} over {SHIFT_BUDGET} (largest sum "
+        f"{sampler.most_committed}); a first granted more than 6 {first_grow - up:.1f} s after "
+        f"the controller was started; {rebalances} rebalances by the new operator"
+    )
+    assert sampler.over == []
+    assert grown_while(sampler, a, down, up, 6) == []
+    assert first_grow > up
+    assert sampler.most <= SHIFT_BUDGET
+    assert rebalances is not None
+    assert rebalances >= 3  # at least a 6 -> 9, b 11 -> 6, a 9 -> 14
