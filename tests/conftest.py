@@ -26,10 +26,10 @@ _NODE_CLUSTER_FILES = {"test_realism.py", "test_runaways.py"}
 # together (longest-processing-time-first); other files, then the unit tests, follow in order.
 _SECONDS = {
     "test_faults.py": 330,
+    "test_budgets.py": 280,
     "test_operator.py": 230,
     "test_runaways.py": 100,
     "test_realism.py": 70,
-    "test_budgets.py": 130,
     "test_informer.py": 110,
     "test_keys.py": 90,
     "test_operator_demo.py": 80,
