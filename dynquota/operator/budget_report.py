@@ -174,12 +174,27 @@ class BudgetReporter:
             if result.leaving
             else ""
         )
+        # a shrink written but not yet in status.hard frees nothing: only the quota controller
+        # copies it there (if it is down, nothing is freed and nothing grows: say so)
+        unobserved = _unobserved_shrinks(listed, members, allocations)
+        observe = (
+            f"; room from the shrinks of {', '.join(unobserved)} is not in status.hard yet (the "
+            "quota controller copies spec.hard there; while kube-controller-manager is down "
+            "nothing is freed and nothing grows)"
+            if unobserved and waiting
+            else ""
+        )
+        if result.writes:
+            reason = "SlicesWritten"
+        elif observe:
+            reason = "WaitingForQuotaController"
+        else:
+            reason = "Waiting" if waiting or held else "Settled"
         set_condition(
-            conditions, "Rebalancing", "True" if result.writes else "False",
-            "SlicesWritten" if result.writes else ("Waiting" if waiting or held else "Settled"),
+            conditions, "Rebalancing", "True" if result.writes else "False", reason,
             (f"slices written for {', '.join(sorted(result.writes))}" if result.writes
              else (f"demand not yet granted: {', '.join(waiting)}" if waiting else "settled"))
-            + held,
+            + observe + held,
             gen, stamp,
         )  # fmt: skip
         if over and over != self._over.get(record.name, frozenset()):
@@ -284,6 +299,26 @@ def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bo
         )
 
     return strip(old) == strip(new)
+
+
+def _unobserved_shrinks(
+    listed: Mapping[str, QuotaSnapshot] | None,
+    members: list[str],
+    allocations: Mapping[str, Allocation],
+) -> list[str]:
+    """The members whose budgeted ``spec.hard`` is below their ``status.hard`` for some key: a
+    shrink written that the quota controller has not copied yet (sorted as ``members``)."""
+    found = []
+    for ns in members:
+        quota = (listed or {}).get(ns)
+        if quota is None:
+            continue
+        for key in allocations:
+            spec, enforced = quota.hard_int(key), quota.status_hard_int(key)
+            if spec is not None and enforced is not None and spec < enforced:
+                found.append(ns)
+                break
+    return found
 
 
 def _old(listed: Mapping[str, QuotaSnapshot] | None, ns: str, key: str) -> str:

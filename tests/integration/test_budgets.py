@@ -691,12 +691,18 @@ def test_no_slice_grows_while_kube_controller_manager_is_down(
             # demand rises to 9 and the budget shrinks b to 11: written, not observed
             wait_until(lambda: pods_of(op_cluster.quota(a), "used") == 6, "a at 6 pods", 60)
             wait_slices(op_cluster, [a, b], [(6, 6), (11, 14)], timeout=60)
-            # the operator says a waits; a's creators are refused meanwhile
+            # the operator says a waits, on the quota controller; a's creators are refused
             waiting = wait_until(
                 lambda: (r := condition(get_budget(op_cluster, tenant.budget), "Rebalancing"))
-                and r.get("reason") == "Waiting" and a in r.get("message", "") and r,
-                "Rebalancing=False/Waiting naming a", timeout=30,
+                and r.get("reason") == "WaitingForQuotaController"
+                and a in r.get("message", "") and r,
+                "Rebalancing=False/WaitingForQuotaController naming a", timeout=30,
             )  # fmt: skip
+            assert (
+                f"; room from the shrinks of {b} is not in status.hard yet (the quota controller "
+                "copies spec.hard there; while kube-controller-manager is down nothing is freed "
+                "and nothing grows)"
+            ) in waiting["message"]
             wait_until(lambda: load.denied(a) >= 3, "a's creates refused", 30)
             # another pass after that (a resync at the latest): it still grants nothing
             assert tenant.op.runtime is not None

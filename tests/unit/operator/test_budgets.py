@@ -103,6 +103,9 @@ async def test_a_pass_shrinks_first_and_grows_only_into_room_the_controller_show
     assert world.quotas.hard("b")["pods"] == "10"
     again = await world.op.budget_tasks.run_pass("b")
     assert again.writes == {}  # the shrink is not in status.hard yet: still no room
+    rebalancing = next(c for c in status(world)["conditions"] if c["type"] == "Rebalancing")
+    assert rebalancing["reason"] == "WaitingForQuotaController"
+    assert "room from the shrinks of a is not in status.hard yet" in rebalancing["message"]
     world.quotas.objects["a"]["status"]["hard"]["pods"] = "8"  # the controller's copy
     third = await world.op.budget_tasks.run_pass("b")
     assert third.writes == {"b": {"pods": 15}}
