@@ -104,3 +104,4 @@ class EventReason(StrEnum):
     OVER_BUDGET = "OverBudget"
     BUDGET_INVALID = "BudgetInvalid"
     BUDGET_CONFLICT = "BudgetConflict"
+    BUDGET_KEY_NOT_SIZED = "BudgetKeyNotSized"

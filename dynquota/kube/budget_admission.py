@@ -31,6 +31,7 @@ from dynquota._k8s.errors import ConflictError, NotFoundError, NotOwnedError, Re
 from dynquota._k8s.request import ApiCallObserver, call_api, call_json
 from dynquota.kube.quotas import FIELD_MANAGER
 from dynquota.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MANAGED_QUOTA_NAME
+from dynquota.policy.state import BUDGET
 
 __all__ = [
     "COMPONENT",
@@ -146,17 +147,24 @@ def policy_for(budget: str, keys: Iterable[str]) -> dict[str, Any]:
             "matchConstraints": {"resourceRules": resource_rules(ordered)},
             "validations": [
                 {
+                    # the budget's mark: a quota sized by the namespace's own policy before it
+                    # joined has the keys, but not yet a slice of this budget
                     "expression": (
-                        "has(params.status) && has(params.status.hard) "
+                        "has(params.metadata.annotations) "
+                        f"&& {json.dumps(BUDGET)} in params.metadata.annotations "
+                        f"&& params.metadata.annotations[{json.dumps(BUDGET)}] == "
+                        f"{json.dumps(budget)} "
+                        "&& has(params.status) && has(params.status.hard) "
                         "&& has(params.status.used) && "
                         f"{keys_cel}.all(k, k in params.status.hard && k in params.status.used)"
                     ),
                     "messageExpression": (
                         f"'dynquota: namespace ' + request.namespace + ' is in QuotaBudget "
                         f"{budget} and its slice of {', '.join(ordered)} is not enforced yet "
-                        f"(ResourceQuota {MANAGED_QUOTA_NAME} lacks it in status.hard or "
-                        "status.used); retry in a few seconds. If this lasts, check that a "
-                        "DynamicQuotaPolicy manages the namespace and that dynquota runs.'"
+                        f"(ResourceQuota {MANAGED_QUOTA_NAME} is not yet written by the budget, "
+                        "or lacks the key in status.hard or status.used); retry in a few "
+                        "seconds. If this lasts, check that a DynamicQuotaPolicy manages the "
+                        "namespace and that dynquota runs.'"
                     ),
                     "reason": "Forbidden",
                 }

@@ -134,7 +134,8 @@ class BudgetReporter:
         if record.spec is None:
             set_condition(conditions, "Valid", "False", "Invalid", record.error, gen, stamp)
             await o._warn_once(
-                ref, EventReason.BUDGET_INVALID, f"{record.error}; its namespaces are frozen",
+                ref, EventReason.BUDGET_INVALID, f"{record.error}; "
+                + ("its namespaces are frozen" if record.selector else "it holds no namespace"),
                 key=f"budget/{record.name}", cause=str(gen),
             )  # fmt: skip
             status["conditions"] = conditions
@@ -153,6 +154,20 @@ class BudgetReporter:
         else:
             set_condition(conditions, "Valid", "True", "Valid", "the spec is valid", gen, stamp)
         allocations = result.allocations
+        unsized = {
+            ns: sorted(keys)
+            for ns in members
+            if (keys := self.budgets.unsized.get(ns, frozenset()) & set(allocations))
+        }
+        if unsized:
+            await o._warn_once(
+                ref, EventReason.BUDGET_KEY_NOT_SIZED,
+                "the DynamicQuotaPolicy of "
+                + "; ".join(f"{ns} does not size {', '.join(k)}" for ns, k in unsized.items())
+                + ": each such namespace asks for an even share of the budget (hard / members) "
+                "instead of its usage plus a buffer; add the key to its policy's resources",
+                key=f"budget/{record.name}", cause=repr(sorted(unsized.items())),
+            )  # fmt: skip
         over = frozenset(k for k, a in allocations.items() if a.over_budget)
         at_risk = sorted({ns for a in allocations.values() for ns in a.at_risk})
         waiting = sorted({ns for a in allocations.values() for ns in a.waiting})
@@ -238,7 +253,7 @@ class BudgetReporter:
                 if u is not None:
                     used[key] = _text(key, u)
                     used_sum[key] = used_sum.get(key, 0) + u
-                d = self.budgets.demand.get(ns, {}).get(key)
+                d = self.budgets.demand_for(ns, key, allocations[key].budget, len(members))
                 if d is not None:
                     demand[key] = _text(key, d)
             namespaces[ns] = {"grant": grant, "used": used, "demand": demand}

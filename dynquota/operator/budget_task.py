@@ -223,7 +223,9 @@ class BudgetTasks:
         # held until their reconcile re-sized them (docs/budgets.md, "Leaving a budget")
         result.leaving = leaving(name, set(members), listed)
         for key, budget in sorted(record.spec.hard.items()):
-            slices = [self._slice(ns, key, listed.get(ns), now) for ns in members]
+            slices = [
+                self._slice(ns, key, listed.get(ns), now, budget, len(members)) for ns in members
+            ]
             held = reserved(key, result.leaving, listed)
             result.allocations[key] = allocate(budget, slices, held)
         versions = {ns: q.resource_version for ns, q in listed.items()}
@@ -238,15 +240,27 @@ class BudgetTasks:
                     old = quota.hard_int(key)
                     if value is not None and (old is not None and value > old) == grows:
                         values[key] = value
-                if not values:
+                # a member whose quota this budget has not written yet (it joined with its own
+                # slice that fits, or an upgrade): the mark alone, which the admission policy
+                # needs before it admits creates there (every write of a slice carries it)
+                mark_only = (
+                    not values
+                    and not grows
+                    and quota.annotations.get(BUDGET) != name
+                    and not any(ns in a.writes for a in result.allocations.values())
+                )
+                if not values and not mark_only:
                     continue
                 if o.kill_switch is not False or not o.gate.can_write(WRITE_TIMEOUT):
                     result.again = 1.0
                     break
                 try:
-                    patched = await o.quotas.patch(
-                        ns, self._body(name, values, quota, grows, now), versions[ns]
+                    body = (
+                        {"metadata": {"annotations": {BUDGET: name}}}
+                        if mark_only
+                        else self._body(name, values, quota, grows, now)
                     )
+                    patched = await o.quotas.patch(ns, body, versions[ns])
                 except ConflictError:
                     o.metrics.write_conflicts.labels("retried").inc()
                     result.again = 0.0  # changed since the LIST: decide again from a new one
@@ -260,6 +274,9 @@ class BudgetTasks:
                     log.error("budget %s: patch of the quota in %s refused: %s", name, ns, exc)
                     continue
                 versions[ns] = patched.resource_version
+                if mark_only:
+                    log.info("budget %s: the quota of %s marked as its slice", name, ns)
+                    continue
                 result.writes.setdefault(ns, {}).update(values)
                 log.info("budget %s: slice of %s set to %s", name, ns, hard_text(values))
             if result.again is not None:
@@ -412,12 +429,15 @@ class BudgetTasks:
                 await asyncio.sleep(delay)
         self._removals.pop(name, None)
 
-    def _slice(self, ns: str, key: str, quota: QuotaSnapshot | None, now: float) -> Slice:
+    def _slice(
+        self, ns: str, key: str, quota: QuotaSnapshot | None, now: float, hard: int, members: int
+    ) -> Slice:
         usage = self.owner.usage
         tally = (
             usage.usage(ns, key, now) if usage is not None and key in TRACKED_RESOURCES else None
         )
-        return member_slice(ns, key, quota, tally, self.budgets.demand.get(ns, {}).get(key))
+        demand = self.budgets.demand_for(ns, key, hard, members)
+        return member_slice(ns, key, quota, tally, demand)
 
     @staticmethod
     def _body(

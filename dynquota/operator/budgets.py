@@ -82,6 +82,10 @@ class BudgetRecord:
     status: Mapping[str, Any]
 
 
+_KUBE_SYSTEM_LABELS: Mapping[str, str] = {"kubernetes.io/metadata.name": "kube-system"}
+"""The labels every kube-system Namespace has (the apiserver sets the name label)."""
+
+
 def read_budget(obj: Mapping[str, Any]) -> BudgetRecord:
     """A QuotaBudget (decoded JSON) as a :class:`BudgetRecord`. Pure; never raises."""
     meta = obj.get("metadata") or {}
@@ -102,6 +106,16 @@ def read_budget(obj: Mapping[str, Any]) -> BudgetRecord:
             selector = None
         if selector is not None and not selector.match_labels and not selector.match_expressions:
             selector = None  # an empty selector would freeze every namespace: ignored
+    if selector is not None and selector.matches(_KUBE_SYSTEM_LABELS):
+        # matchExpressions such as `kubernetes.io/metadata.name Exists` or `x DoesNotExist`
+        # pass the CRD's "not empty" rule yet select every namespace: refused, and its
+        # selector ignored (frozen, every namespace's keys would stop being sized)
+        spec, selector = None, None
+        error = (
+            "spec.namespaceSelector selects kube-system, so it would take in every namespace "
+            "(e.g. an Exists on kubernetes.io/metadata.name, or a DoesNotExist): select the "
+            "tenant's namespaces by a label of theirs"
+        )
     hard = raw.get("hard")
     keys = frozenset(str(k) for k in hard) if isinstance(hard, Mapping) else frozenset()
     return BudgetRecord(
@@ -196,6 +210,9 @@ class Budgets:
         until then no quota write is made (a budgeted key could be written past its budget)."""
         self.demand: dict[str, dict[str, int]] = {}
         """Namespace -> budgeted key -> the hard its policy would set (units of the key)."""
+        self.unsized: dict[str, frozenset[str]] = {}
+        """Member namespace -> its budgeted keys its policy does not size (no demand of its
+        own: :meth:`demand_for` gives it an even share of the budget)."""
         self._member_of: dict[str, str | None] = {}
         self.on_wake: Any = None
         """Called with a budget name when its task should run a pass (set by the tasks)."""
@@ -261,9 +278,35 @@ class Budgets:
         for budget in {self._member_of.get(namespace), *marks}:
             self.wake(budget)
 
+    def wake_selecting(
+        self, before: Mapping[str, str] | None, after: Mapping[str, str] | None
+    ) -> None:
+        """A namespace's labels changed from ``before`` to ``after`` (``None``: it did not
+        exist): wake every budget whose selector matches either."""
+        for record in self.records.values():
+            if record.selector is None:
+                continue
+            if any(
+                labels is not None and record.selector.matches(labels) for labels in (before, after)
+            ):
+                self.wake(record.name)
+
+    def demand_for(self, namespace: str, key: str, hard: int, members: int) -> int | None:
+        """What member ``namespace`` asks of budgeted ``key``: its policy's hard
+        (:attr:`demand`); for a key its policy does not size, an even share of the budget's
+        ``hard`` over its ``members`` (count; a slice of 0 would refuse every create of a key
+        that was not limited before); ``None``: not decided yet. Units of the key."""
+        own = self.demand.get(namespace, {}).get(key)
+        if own is not None:
+            return own
+        if key in self.unsized.get(namespace, ()):
+            return hard // max(members, 1)
+        return None
+
     def forget(self, namespace: str) -> None:
         """``namespace`` is gone."""
         self.demand.pop(namespace, None)
+        self.unsized.pop(namespace, None)
         self.wake(self._member_of.pop(namespace, None))
 
     # -- membership -----------------------------------------------------------------------------
@@ -324,11 +367,18 @@ class Budgets:
             self.wake(slicing.budget)
             if slicing.budget is None:
                 self.demand.pop(namespace, None)
+                self.unsized.pop(namespace, None)
         if slicing.budget is None and not slicing.frozen:
             return release_mark(decision, current)
         if not slicing.keys or decision.action == "delete":
             return decision
         if slicing.budget is not None:
+            governance = self.owner.governance(namespace)
+            profiles = governance.profiles if governance is not None else {}
+            unsized = frozenset(k for k in slicing.keys if k not in profiles)
+            if self.unsized.get(namespace, frozenset()) != unsized:
+                self.unsized[namespace] = unsized
+                self.wake(slicing.budget)
             demand: dict[str, int] = {}
             for key in slicing.keys:
                 if key in decision.hard:

@@ -233,10 +233,14 @@ class OperatorCache(abc.ABC):
             dict(meta.get("labels") or {}),
             terminating=bool(meta.get("deletionTimestamp")),
         )
-        if self.namespaces.get(name) != info:
+        before = self.namespaces.get(name)
+        if before != info:
             self.namespaces[name] = info
             self.queue.add(name)
             self.mark_policy_status_dirty()
+            # a budget whose selector matches it now or matched it before looks again: its
+            # binding excludes non-members by name (one without a policy never reaches shape)
+            self.budgets.wake_selecting(before.labels if before else None, info.labels)
 
     def on_quota(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
         """An event of a ResourceQuota named ``dynquota`` (managed or not)."""

@@ -515,7 +515,7 @@ def _budget_plan(
                 key,
                 quotas.get(ns),
                 tally.get((ns, key), 0) if key in TRACKED_RESOURCES else None,
-                budgets.demand.get(ns, {}).get(key),
+                budgets.demand_for(ns, key, hard, len(members)),
             )
             for ns in members
         ]

@@ -423,7 +423,9 @@ class _Sizer(KeyRules):
             self.pending.append(override.expires_at)
 
         self.hard[resource] = desired
-        self.limits[resource] = (used, desired, profile, last_upscale)
+        # a budgeted key's limit is the budget's slice in the quota, not the policy's demand
+        limit = spec_units if resource in self.budgeted and spec_units is not None else desired
+        self.limits[resource] = (used, limit, profile, last_upscale)
         self._put_time(last_upscale_key(resource), last_upscale)
         self._put_time(last_change_key(resource), last_change)
         if recorded != desired:

@@ -66,6 +66,19 @@ def test_the_crd_refuses_a_bad_budget(
     assert message in str(caught.value.body)
 
 
+def test_the_crd_refuses_a_budget_name_longer_than_a_label_value(
+    op_cluster: OperatorCluster,
+) -> None:
+    name = "team-" + "a" * 59  # 64 characters: its admission objects could not be labelled
+    spec = {"namespaceSelector": {"matchLabels": {"a": "b"}}, "hard": {"pods": 5}}
+    with pytest.raises(ApiException) as caught:
+        op_cluster.custom.create_cluster_custom_object(
+            GROUP, VERSION, BUDGET_PLURAL, budget_body(name, spec)
+        )
+    assert caught.value.status == 422
+    assert "a QuotaBudget name must be at most 63 characters" in str(caught.value.body)
+
+
 def test_the_crd_stores_a_good_budget(op_cluster: OperatorCluster) -> None:
     name = f"crdtest-{uuid.uuid4().hex[:8]}"
     spec = {

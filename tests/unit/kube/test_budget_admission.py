@@ -61,7 +61,9 @@ def test_the_policy_denies_while_a_key_is_missing_from_status() -> None:
     assert spec["paramKind"] == {"apiVersion": "v1", "kind": "ResourceQuota"}
     assert spec["failurePolicy"] == "Fail"
     assert spec["validations"][0]["expression"] == (
-        "has(params.status) && has(params.status.hard) && has(params.status.used) && "
+        'has(params.metadata.annotations) && "dynquota.io/budget" in params.metadata.annotations '
+        '&& params.metadata.annotations["dynquota.io/budget"] == "team" '
+        "&& has(params.status) && has(params.status.hard) && has(params.status.used) && "
         '["configmaps", "pods"].all(k, k in params.status.hard && k in params.status.used)'
     )
     assert "QuotaBudget team" in spec["validations"][0]["messageExpression"]

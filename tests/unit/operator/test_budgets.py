@@ -358,3 +358,74 @@ async def test_a_foreign_object_leaves_the_window_open_and_a_lost_race_fails_the
     with pytest.raises(RetryConflictError):
         await world.op.budget_tasks.run_pass("b")
     assert "b" not in world.op.budget_tasks.admission
+
+
+async def test_a_member_whose_slice_fits_gets_the_mark_alone(world: World) -> None:
+    world.op.budgets.on_budget(None, budget("bud", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=4)
+    # joined with its own quota (sized by its policy before), which fits in the budget
+    world.quotas.put("a", {"pods": "6"}, annotations={"dynquota.io/hard.pods": "6"})
+    world.op.budgets.demand["a"] = {"pods": 6}
+    writes = len(world.quotas.writes)
+    result = await world.op.budget_tasks.run_pass("bud")
+    assert result.writes == {}  # no slice changes: the mark alone, for the admission policy
+    assert len(world.quotas.writes) == writes + 1
+    assert world.quotas.annotations("a")["dynquota.io/budget"] == "bud"
+    assert world.quotas.hard("a")["pods"] == "6"
+    again = await world.op.budget_tasks.run_pass("bud")
+    assert again.writes == {}
+    assert len(world.quotas.writes) == writes + 1  # nothing at rest
+
+
+def test_a_namespace_entering_or_leaving_a_selector_wakes_that_budget(world: World) -> None:
+    woken: list[str] = []
+    world.op.budgets.on_wake = woken.append
+    world.op.budgets.on_budget(None, budget("bud", {"tenant": "t"}, {"pods": 30}))
+    world.op.budgets.on_budget(None, budget("other", {"tenant": "o"}, {"pods": 30}))
+    woken.clear()
+    # a namespace no policy manages: it never reaches the reconcile's hook, yet the budget's
+    # binding must exclude it by name at once
+    world.op.on_namespace(None, namespace("plain", {"x": "y"}))
+    assert woken == []
+    world.op.on_namespace(None, namespace("plain", {"tenant": "t"}))
+    assert woken == ["bud"]
+    woken.clear()
+    world.op.on_namespace(None, namespace("plain", {"tenant": "o"}))
+    assert sorted(woken) == ["bud", "other"]
+
+
+async def test_a_budgeted_key_the_policy_does_not_size_gets_an_even_share_not_zero(
+    world: World,
+) -> None:
+    # the policy sizes pods and configmaps; the budget also names services
+    world.op.budgets.on_budget(None, budget("bud", {"tenant": "t"}, {"services": 10}))
+    member(world, "a", pods=1)
+    member(world, "b", pods=1)
+    await world.reconcile("a")
+    await world.reconcile("b")
+    assert world.op.budgets.unsized == {"a": frozenset({"services"}), "b": frozenset({"services"})}
+    result = await world.op.budget_tasks.run_pass("bud")
+    # a slice of 0 would refuse every Service where none was limited before: 10 / 2 each
+    assert result.writes == {"a": {"services": 5}, "b": {"services": 5}}
+    assert world.quotas.hard("a")["services"] == "5"
+    assert "BudgetKeyNotSized" in world.events.reasons("bud")
+    assert status(world)["namespaces"]["a"]["demand"] == {"services": "5"}
+
+
+@pytest.mark.parametrize(
+    "expressions",
+    [
+        [{"key": "kubernetes.io/metadata.name", "operator": "Exists"}],
+        [{"key": "tenant", "operator": "DoesNotExist"}],
+        [{"key": "tenant", "operator": "NotIn", "values": ["x"]}],
+    ],
+)
+def test_a_selector_that_takes_in_kube_system_is_refused_and_holds_nothing(
+    expressions: list[dict[str, Any]],
+) -> None:
+    body = budget("all", {}, {"pods": 3})
+    body["spec"]["namespaceSelector"] = {"matchExpressions": expressions}
+    record = read_budget(body)
+    assert record.spec is None
+    assert record.selector is None  # nothing frozen either
+    assert record.error.startswith("spec.namespaceSelector selects kube-system")

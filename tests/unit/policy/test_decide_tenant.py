@@ -218,3 +218,21 @@ def test_line_for_a_budgeted_key_points_to_the_budget_not_a_raise() -> None:
         "override gets only the budget's free room: ask the platform team for a larger budget."
     )
     assert [e.cause for e in d.events if e.reason == "QuotaAtLimit"] == ["pods:budget"]
+
+
+def test_a_budgeted_key_is_at_its_limit_at_its_slice_not_at_the_policys_demand() -> None:
+    # the slice is 9 (the budget's write); the policy would ask for ceil(9 x 1.4) = 13
+    d = decide(
+        governance=GOV,
+        usage={"pods": 9, "configmaps": 0},
+        peak={"pods": 9, "configmaps": 0},
+        quota=settled(9),
+        kill_switch=False,
+        now=T0 + 10,
+        started_at=T0 - 86400,
+        budgeted={"pods": "team-x"},
+    )
+    assert d.hard["pods"] == 13  # the demand handed to the budget
+    assert d.set_annotations[MSG].startswith(
+        f"{ts(10)}: pods at its limit (used 9 of hard 9): its slice of QuotaBudget team-x"
+    )
