@@ -19,6 +19,7 @@ from dynquota.policy.keys import conflicting_aliases, refused_keys
 from dynquota.policy.labels import LabelSelector
 from dynquota.policy.profiles import bound_units
 from dynquota.policy.units import unit_for
+from dynquota.quantity import parse_quantity
 
 __all__ = ["Membership", "QuotaBudgetSpec", "resolve_membership"]
 
@@ -63,11 +64,20 @@ class QuotaBudgetSpec(BaseModel):
 
 def _amount(key: str, value: object) -> int:
     """``value`` as whole units of ``key``, as a policy's ``maximum`` is read (same messages)."""
-    units = bound_units(key, unit_for(key), "hard", value)
+    unit = unit_for(key)
+    units = bound_units(key, unit, "hard", value)
     if isinstance(units, bool) or not isinstance(units, int):
         raise ValueError(f"{key}: hard must be a whole number, not {value!r}")
     if units < 0:
         raise ValueError(f"{key}: hard must not be negative, not {value!r}")
+    if (
+        not unit.counted
+        and isinstance(value, str)
+        and units * unit.step != parse_quantity(value).value
+    ):
+        # a cap read rounded up would grant more than the budget (0.5m -> 1m)
+        whole = "millicores" if unit.step < 1 else "bytes"
+        raise ValueError(f"{key}: hard must be a whole number of {whole}, not {value!r}")
     return units
 
 

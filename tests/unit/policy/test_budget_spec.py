@@ -35,6 +35,8 @@ def test_amounts_become_whole_units_of_each_key() -> None:
         ({"requests.cpu": "-1"}, "requests.cpu: hard must not be negative"),
         ({"requests.memory": "lots"}, "requests.memory: hard:"),
         ({"count/jobs.batch": True}, "count/jobs.batch: hard must be a whole number"),
+        ({"requests.cpu": "0.5m"}, "requests.cpu: hard must be a whole number of millicores"),
+        ({"requests.memory": "0.5"}, "requests.memory: hard must be a whole number of bytes"),
         ({}, "at least 1 item"),
     ],
 )
