@@ -184,8 +184,8 @@ class BudgetReporter:
             "nothing is granted meanwhile" if at_risk else "every slice is enforced", gen, stamp,
         )  # fmt: skip
         held = (
-            f"; holding the slices of {', '.join(result.leaving)} (left the budget) until "
-            "their quota is re-sized under their own policy"
+            f"; holding the slices of {', '.join(result.leaving)} (no members now: left, frozen "
+            "or without a policy) until their quota is re-sized under their own policy"
             if result.leaving
             else ""
         )

@@ -298,7 +298,7 @@ async def test_a_namespace_leaving_keeps_its_slice_held_until_its_reconcile_resi
     assert held.allocations["pods"].committed_after == 30
     rebalancing = next(c for c in status(world)["conditions"] if c["type"] == "Rebalancing")
     assert rebalancing["reason"] == "Waiting"
-    assert "holding the slices of a (left the budget)" in rebalancing["message"]
+    assert "holding the slices of a (no members now" in rebalancing["message"]
     # a's reconcile re-sizes it under its own policy and drops the mark in the same write
     await world.reconcile("a")
     assert "dynquota.io/budget" not in world.quotas.annotations("a")
