@@ -301,6 +301,8 @@ class SizerBase:
     def _summarise_events(self, override: Override) -> None:
         by_kind: dict[str, list[Change]] = {}
         for change in self.changes:
+            if change.resource in self.budgeted:
+                continue  # only the budget's demand: its pass writes (and reports) the slice
             by_kind.setdefault(change.kind, []).append(change)
         granted = by_kind.pop("override-granted", [])
         expired = by_kind.pop("override-expired", [])
@@ -311,6 +313,11 @@ class SizerBase:
         if override.mode == "grant":
             until = format_time(override.expires_at or self.now)
             sizes = ", ".join(f"{c.resource} {c.old}->{c.new}" for c in granted) or "no change"
+            if self.budgeted:
+                sizes += (
+                    f"; {', '.join(sorted(self.budgeted))} asked of the budget (it grants only its "
+                    "free room)"
+                )
             self.events.append(
                 Event(
                     "Normal",

@@ -236,3 +236,18 @@ def test_a_budgeted_key_is_at_its_limit_at_its_slice_not_at_the_policys_demand()
     assert d.set_annotations[MSG].startswith(
         f"{ts(10)}: pods at its limit (used 9 of hard 9): its slice of QuotaBudget team-x"
     )
+
+
+def test_events_do_not_claim_a_budgeted_key_the_budget_writes() -> None:
+    d = decide(
+        governance=GOV,
+        usage={"pods": 10, "configmaps": 0},
+        peak={"pods": 10, "configmaps": 0},
+        quota=settled(10),
+        kill_switch=False,
+        now=T0 + WEEK,
+        started_at=T0 - 86400,
+        budgeted={"pods": "team-x"},
+    )
+    assert d.hard["pods"] == 14  # the demand handed to the budget
+    assert "Resized" not in [e.reason for e in d.events]
