@@ -9,9 +9,11 @@ import pytest
 
 from dynquota.policy import (
     DEFAULT_PROFILES,
+    Decision,
     Event,
     Governance,
     OverrideSettings,
+    QuotaState,
     ResourceProfile,
     apply_decision,
     decide,
@@ -201,17 +203,22 @@ def test_line_when_the_target_equals_usage() -> None:
     assert [e.cause for e in d.events if e.reason == "QuotaAtLimit"] == ["pods:no-buffer"]
 
 
-def test_line_for_a_budgeted_key_points_to_the_budget_not_a_raise() -> None:
-    d = decide(
+def budgeted_run(quota: QuotaState, now: float, pods: int) -> Decision:
+    """:func:`decide` for a namespace whose ``pods`` is a slice of QuotaBudget ``team-x``."""
+    return decide(
         governance=GOV,
-        usage={"pods": 14, "configmaps": 0},
-        peak={"pods": 14, "configmaps": 0},
-        quota=settled(14),
+        usage={"pods": pods, "configmaps": 0},
+        peak={"pods": pods, "configmaps": 0},
+        quota=quota,
         kill_switch=False,
-        now=T0 + 10,
+        now=now,
         started_at=T0 - 86400,
         budgeted={"pods": "team-x"},
     )
+
+
+def test_line_for_a_budgeted_key_points_to_the_budget_not_a_raise() -> None:
+    d = budgeted_run(settled(14), T0 + 10, pods=14)
     assert d.set_annotations[MSG] == (
         f"{ts(10)}: pods at its limit (used 14 of hard 14): its slice of QuotaBudget team-x: "
         "raised only when the budget has free room (kubectl get quotabudget team-x); an "
@@ -222,16 +229,7 @@ def test_line_for_a_budgeted_key_points_to_the_budget_not_a_raise() -> None:
 
 def test_a_budgeted_key_is_at_its_limit_at_its_slice_not_at_the_policys_demand() -> None:
     # the slice is 9 (the budget's write); the policy would ask for ceil(9 x 1.4) = 13
-    d = decide(
-        governance=GOV,
-        usage={"pods": 9, "configmaps": 0},
-        peak={"pods": 9, "configmaps": 0},
-        quota=settled(9),
-        kill_switch=False,
-        now=T0 + 10,
-        started_at=T0 - 86400,
-        budgeted={"pods": "team-x"},
-    )
+    d = budgeted_run(settled(9), T0 + 10, pods=9)
     assert d.hard["pods"] == 13  # the demand handed to the budget
     assert d.set_annotations[MSG].startswith(
         f"{ts(10)}: pods at its limit (used 9 of hard 9): its slice of QuotaBudget team-x"
@@ -239,15 +237,6 @@ def test_a_budgeted_key_is_at_its_limit_at_its_slice_not_at_the_policys_demand()
 
 
 def test_events_do_not_claim_a_budgeted_key_the_budget_writes() -> None:
-    d = decide(
-        governance=GOV,
-        usage={"pods": 10, "configmaps": 0},
-        peak={"pods": 10, "configmaps": 0},
-        quota=settled(10),
-        kill_switch=False,
-        now=T0 + WEEK,
-        started_at=T0 - 86400,
-        budgeted={"pods": "team-x"},
-    )
+    d = budgeted_run(settled(10), T0 + WEEK, pods=10)
     assert d.hard["pods"] == 14  # the demand handed to the budget
     assert "Resized" not in [e.reason for e in d.events]
