@@ -73,9 +73,16 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "dynquota.cleanupName"
 {{- end }}
 {{- end }}
 
-{{/* Leader election is on exactly when more than one replica runs. */}}
+{{/*
+Leader election: leaderElection.enabled (default true), for any replica count. Turning it off
+with more than one replica is refused: two operators would write without a Lease.
+*/}}
 {{- define "dynquota.leaderElection" -}}
-{{- if gt (int .Values.replicaCount) 1 }}true{{ else }}false{{ end }}
+{{- if .Values.leaderElection.enabled }}true
+{{- else if gt (int .Values.replicaCount) 1 }}
+{{- fail (printf "leaderElection.enabled=false needs replicaCount 1 (got %d): more replicas without leader election would all write" (int .Values.replicaCount)) }}
+{{- else }}false
+{{- end }}
 {{- end }}
 
 {{/*
