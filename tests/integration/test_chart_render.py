@@ -67,6 +67,19 @@ def settings_from(deployment: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -
     return Settings()
 
 
+def lease_rules(lease: str) -> list[dict[str, Any]]:
+    """The leader-election Role's rules for the Lease named ``lease``."""
+    return [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease],
+            "verbs": ["get", "update", "patch"],
+        },
+    ]
+
+
 # -- lint and values files ----------------------------------------------------------------
 
 
@@ -133,7 +146,9 @@ def test_default_render_objects(helm: Path) -> None:
         "Job/dq-dynquota-cleanup",
         "Pod/dq-dynquota-test-metrics",
         "Role/dq-dynquota-cleanup",
+        "Role/dq-dynquota-leader-election",
         "RoleBinding/dq-dynquota-cleanup",
+        "RoleBinding/dq-dynquota-leader-election",
         "Service/dq-dynquota-metrics",
         "ServiceAccount/dq-dynquota",
         "ServiceAccount/dq-dynquota-cleanup",
@@ -150,7 +165,11 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
     deployment = one(render(helm), "Deployment")
     spec = deployment["spec"]
     assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    # Leader election is on for one replica too, so the new pod may start beside the old one.
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == "dq-dynquota"
     assert pod["securityContext"] == {
@@ -193,7 +212,11 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
         "DYNQUOTA_OVERRIDE_TTL": "168h",
         "DYNQUOTA_QUOTA_SYNC_PERIOD": "5m",
         "DYNQUOTA_TENANT_HELP_URL": "",
-        "DYNQUOTA_LEADER_ELECTION": "false",
+        "DYNQUOTA_LEADER_ELECTION": "true",
+        "DYNQUOTA_LEASE_NAME": "dynquota",
+        "DYNQUOTA_LEASE_DURATION_SECONDS": "15",
+        "DYNQUOTA_LEASE_RENEW_DEADLINE_SECONDS": "10",
+        "DYNQUOTA_LEASE_RETRY_PERIOD_SECONDS": "2",
         "DYNQUOTA_WATCH_TIMEOUT_SECONDS": "300",
         "DYNQUOTA_LIVENESS_MARGIN_SECONDS": "60",
         "DYNQUOTA_KILL_SWITCH_DELETE_QPS": "20",
@@ -209,7 +232,13 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert settings.namespace == NS
     assert settings.pod_name == "dq-dynquota-abc12"
     assert settings.dry_run is False
-    assert settings.leader_election is False
+    assert settings.leader_election is True
+    assert settings.lease_name == "dynquota"
+    assert (
+        settings.lease_duration_seconds,
+        settings.lease_renew_deadline_seconds,
+        settings.lease_retry_period_seconds,
+    ) == (15, 10, 2)
     assert settings.override_ttl == 7 * 24 * 3600
     assert (settings.metrics_port, settings.probe_port) == (8080, 8081)
     assert settings.exclude_namespaces == []
@@ -299,8 +328,19 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "dq-dynquota", "namespace": NS}
     ]
-    # Without replicas > 1 there is no leader election, so no Lease rights at all.
-    assert [o for o in objs if o["kind"] == "Role" and "leader" in o["metadata"]["name"]] == []
+    # Leader election is on by default, also for one replica: Lease rights in the release
+    # namespace, on its own Lease only (create cannot be limited by name).
+    lease_role = one(objs, "Role", "dq-dynquota-leader-election")
+    assert lease_role["metadata"]["namespace"] == NS
+    assert lease_role["rules"] == lease_rules("dynquota")
+    lease_binding = one(objs, "RoleBinding", "dq-dynquota-leader-election")
+    assert lease_binding["metadata"]["namespace"] == NS
+    assert lease_binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "dq-dynquota-leader-election",
+    }
+    assert lease_binding["subjects"] == binding["subjects"]
     # crdScanning off drops the CRD rule and nothing else.
     rules = one(render(helm, "--set", "rbac.crdScanning=false"), "ClusterRole", "dq-dynquota")
     assert rules["rules"] == role["rules"][:-1]
@@ -490,19 +530,45 @@ def test_two_replicas_turn_on_leader_election(helm: Path, monkeypatch: pytest.Mo
     ) == (15, 10, 2)
     role = one(objs, "Role", "dq-dynquota-leader-election")
     assert role["metadata"]["namespace"] == NS
-    assert role["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-        {
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases"],
-            "resourceNames": ["dynquota-ci"],
-            "verbs": ["get", "update", "patch"],
-        },
-    ]
+    assert role["rules"] == lease_rules("dynquota-ci")
     assert one(objs, "RoleBinding", "dq-dynquota-leader-election")["roleRef"]["name"] == (
         "dq-dynquota-leader-election"
     )
     assert one(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_leader_election_off_for_one_replica(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    objs = render(
+        helm,
+        "--values",
+        str(CHART / "ci" / "monitoring-values.yaml"),
+        "--set",
+        "leaderElection.enabled=false",
+    )
+    deployment = one(objs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    env = container_env(deployment)
+    assert env["DYNQUOTA_LEADER_ELECTION"] == "false"
+    assert [name for name in env if name.startswith("DYNQUOTA_LEASE_")] == []
+    assert settings_from(deployment, monkeypatch).leader_election is False
+    # No Lease rights at all, and no alert about a leader that is never elected.
+    assert [o["kind"] for o in objs if "leader" in o["metadata"]["name"]] == []
+    alerts = [r["alert"] for r in one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]]
+    assert "DynquotaNoLeader" not in alerts
+    assert len(alerts) == 6
+
+
+def test_leader_election_off_with_two_replicas_is_refused(helm: Path) -> None:
+    done = run_helm(
+        helm, "template", RELEASE, str(CHART),
+        "--set", "leaderElection.enabled=false", "--set", "replicaCount=2",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert (
+        "leaderElection.enabled=false needs replicaCount 1 (got 2): more replicas without leader"
+        " election would all write"
+    ) in done.stderr, done.stderr
 
 
 def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None:
@@ -529,14 +595,19 @@ def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None
     rule = one(objs, "PrometheusRule")
     (group,) = rule["spec"]["groups"]
     alerts = {r["alert"]: r for r in group["rules"]}
+    # Leader election is on by default, so DynquotaNoLeader is there for one replica too.
     assert sorted(alerts) == [
         "DynquotaAbsent",
         "DynquotaKillSwitchEngaged",
         "DynquotaNamespaceAtMaximum",
+        "DynquotaNoLeader",
         "DynquotaPolicyInvalid",
         "DynquotaReconcileErrors",
         "DynquotaUsageDrift",
     ]
+    assert alerts["DynquotaNoLeader"]["expr"] == (
+        f'max(dynquota_leader{{namespace="{NS}", service="dq-dynquota-metrics"}}) < 1'
+    )
     assert alerts["DynquotaAbsent"]["expr"] == (
         f'absent(up{{namespace="{NS}", service="dq-dynquota-metrics"}} == 1)'
     )
@@ -549,16 +620,7 @@ def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None
         assert alert["annotations"]["runbook_url"].startswith(
             "https://github.com/dynquota/dynquota/blob/main/docs/runbook.md#"
         )
-    # With leader election there is one more alert.
-    objs = render(
-        helm,
-        "--values",
-        str(CHART / "ci" / "monitoring-values.yaml"),
-        "--set",
-        "replicaCount=2",
-    )
-    names = [r["alert"] for r in one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]]
-    assert names[-1] == "DynquotaNoLeader"
+    assert [r["alert"] for r in group["rules"]][-1] == "DynquotaNoLeader"
     # The Grafana dashboard, for the sidecar: the chart's JSON file, unchanged.
     dashboard = one(objs, "ConfigMap", "dq-dynquota-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -651,6 +713,7 @@ def test_alerts_without_a_service_monitor(helm: Path) -> None:
     assert sorted(alerts) == [
         "DynquotaKillSwitchEngaged",
         "DynquotaNamespaceAtMaximum",
+        "DynquotaNoLeader",
         "DynquotaPolicyInvalid",
         "DynquotaReconcileErrors",
         "DynquotaUsageDrift",
