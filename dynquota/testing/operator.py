@@ -78,7 +78,7 @@ def render_rbac(cp: LocalControlPlane) -> str:
             "--namespace",
             OPERATOR_NS,
             "--set",
-            "replicaCount=2",  # renders the leader-election Role too
+            "leaderElection.enabled=true",  # the default; renders the leader-election Role
             "--show-only",
             "templates/serviceaccount.yaml",
             "--show-only",

@@ -144,9 +144,14 @@ def test_install_creates_every_object(release: Release, api_client: Any) -> None
     )
     assert status["info"]["status"] == "deployed"
     cp, ns, full = release.cp, release.namespace, release.fullname
-    names = cp.kubectl("get", "deployment,service,serviceaccount", "-n", ns, "-o", "name").split()
+    names = cp.kubectl(
+        "get", "deployment,service,serviceaccount,role,rolebinding", "-n", ns, "-o", "name"
+    ).split()  # fmt: skip
+    # Leader election is on by default (one replica too): the Lease Role comes with it.
     assert sorted(n for n in names if full in n) == [
         f"deployment.apps/{full}",
+        f"role.rbac.authorization.k8s.io/{full}-leader-election",
+        f"rolebinding.rbac.authorization.k8s.io/{full}-leader-election",
         f"service/{full}-metrics",
         f"serviceaccount/{full}",
     ]
@@ -179,6 +184,7 @@ def test_install_creates_every_object(release: Release, api_client: Any) -> None
     assert policy["spec"]["dryRun"] is True
     notes = release.helm("get", "notes", release.name, "-n", ns).stdout
     assert "AUDIT ONLY: the default policy is in dry run." in notes
+    assert "1 replica(s) with leader election (Lease dynquota)." in notes
     assert "     dynquota plan " in notes
     assert (
         f"     helm upgrade {release.name} <chart> -n {ns} --reuse-values "
@@ -303,33 +309,46 @@ def test_operator_is_denied(release: Release, check: tuple[str, ...]) -> None:
     assert can_i(release.cp, release.operator, *check) is False
 
 
-def test_leases_only_with_two_replicas_and_only_in_own_namespace(release: Release) -> None:
-    cp, ns, op = release.cp, release.namespace, release.operator
-    assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is False
-    chart = str(CHART)
-    release.helm(
-        "upgrade", release.name, chart, "-n", ns, "--reuse-values", "--set", "replicaCount=2"
+def test_leases_only_with_leader_election_and_only_in_own_namespace(release: Release) -> None:
+    cp, ns, op, chart = release.cp, release.namespace, release.operator, str(CHART)
+    # The default: leader election for the one replica, rights on its own Lease only.
+    assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is True
+    assert can_i(cp, op, "get", "leases.coordination.k8s.io/dynquota", "-n", ns) is True
+    assert can_i(cp, op, "update", "leases.coordination.k8s.io/dynquota", "-n", ns) is True
+    assert can_i(cp, op, "update", "leases.coordination.k8s.io/other", "-n", ns) is False
+    assert can_i(cp, op, "delete", "leases.coordination.k8s.io/dynquota", "-n", ns) is False
+    assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", "kube-system") is False
+    deployment = json.loads(
+        cp.kubectl("get", "deployment", release.fullname, "-n", ns, "-o", "json")
     )
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    # More replicas without leader election: refused, the release is left as it was.
+    refused = release.helm(
+        "upgrade", release.name, chart, "-n", ns, "--reuse-values",
+        "--set", "leaderElection.enabled=false", "--set", "replicaCount=2", check=False,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert "leaderElection.enabled=false needs replicaCount 1 (got 2)" in refused.stderr
+    assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is True
+    release.helm(
+        "upgrade", release.name, chart, "-n", ns, "--reuse-values",
+        "--set", "leaderElection.enabled=false",
+    )  # fmt: skip
     try:
-        assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is True
-        assert can_i(cp, op, "get", "leases.coordination.k8s.io/dynquota", "-n", ns) is True
-        assert can_i(cp, op, "update", "leases.coordination.k8s.io/dynquota", "-n", ns) is True
-        assert can_i(cp, op, "update", "leases.coordination.k8s.io/other", "-n", ns) is False
-        assert can_i(cp, op, "delete", "leases.coordination.k8s.io/dynquota", "-n", ns) is False
-        assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", "kube-system") is False
+        assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is False
+        assert can_i(cp, op, "get", "leases.coordination.k8s.io/dynquota", "-n", ns) is False
         deployment = json.loads(
             cp.kubectl("get", "deployment", release.fullname, "-n", ns, "-o", "json")
         )
-        assert deployment["spec"]["replicas"] == 2
-        assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+        assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     finally:
         release.helm(
-            "upgrade", release.name, chart, "-n", ns, "--reuse-values", "--set", "replicaCount=1"
-        )
-    assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is False
-    # The Deployment is now left with both ReplicaSets active (3 pods for replicas=1): without a
-    # kubelet the rolling update never finishes, and a Recreate Deployment with two active
-    # ReplicaSets ignores `replicas` upstream. The uninstall test stages that state itself.
+            "upgrade", release.name, chart, "-n", ns, "--reuse-values",
+            "--set", "leaderElection.enabled=true",
+        )  # fmt: skip
+    assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is True
+    # Without a kubelet the rollouts never finish: the uninstall test stages its own state.
 
 
 def test_an_upgrade_never_switches_the_default_policys_enforcement_by_itself(
@@ -970,14 +989,39 @@ def test_uninstall_runs_the_cleanup_hook(
     if probe.returncode != 0:
         pytest.skip(f"`dynquota cleanup` is not implemented yet: {probe.stderr.strip()[-200:]}")
     # The hardest state to stop the operator from: an unfinished rolling update to 2 replicas,
-    # reverted to 1 (Recreate). Without a kubelet the rollout never finishes, so both
-    # ReplicaSets stay active, and upstream's Deployment controller then ignores `replicas`
-    # (sync.go scale(): several active ReplicaSets are scaled only for RollingUpdate). A plain
-    # scale to 0 leaves every pod in place; the hook must still stop them all.
+    # reverted to 1 with strategy Recreate (leaderElection.enabled=false). Without a kubelet
+    # the rollout never finishes, so both ReplicaSets stay active, and upstream's Deployment
+    # controller then ignores `replicas` (sync.go scale(): several active ReplicaSets are
+    # scaled only for RollingUpdate). A plain scale to 0 leaves every pod in place; the hook
+    # must still stop them all. First one ReplicaSet without leader election (a Recreate
+    # rollout finishes without a kubelet: the old pods were never bound, so they go at once),
+    # then the rolling update with leader election (a new pod template) and the revert.
     chart = str(CHART)
-    for replicas in ("2", "1"):
-        release.helm("upgrade", release.name, chart, "-n", ns, "--reuse-values",
-                     "--set", f"replicaCount={replicas}")  # fmt: skip
+
+    def upgrade(*values: str) -> None:
+        sets = [arg for value in values for arg in ("--set", value)]
+        release.helm("upgrade", release.name, chart, "-n", ns, "--reuse-values", *sets)
+
+    upgrade("leaderElection.enabled=false", "replicaCount=1")
+
+    def recreated() -> bool:
+        d = json.loads(cp.kubectl("get", "deployment", full, "-n", ns, "-o", "json"))
+        status = d.get("status", {})
+        active = [n for n in operator_replica_sets(cp, release).values() if n > 0]
+        return (
+            status.get("observedGeneration") == d["metadata"]["generation"]
+            and status.get("updatedReplicas") == 1
+            and active == [1]
+        )
+
+    wait_until(recreated, "one ReplicaSet without leader election, rolled out", interval=0.5)
+
+    def active_sets() -> int:
+        return len([n for n in operator_replica_sets(cp, release).values() if n > 0])
+
+    upgrade("leaderElection.enabled=true", "replicaCount=2")
+    wait_until(lambda: active_sets() == 2, "the rolling update's second ReplicaSet", interval=0.5)
+    upgrade("leaderElection.enabled=false", "replicaCount=1")
 
     def staged() -> dict[str, int] | None:
         sets = operator_replica_sets(cp, release)
