@@ -342,13 +342,52 @@ def test_leases_only_with_leader_election_and_only_in_own_namespace(release: Rel
             cp.kubectl("get", "deployment", release.fullname, "-n", ns, "-o", "json")
         )
         assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+        wait_until(lambda: rolled_out(cp, release), "the Recreate rollout", interval=0.5)
     finally:
         release.helm(
             "upgrade", release.name, chart, "-n", ns, "--reuse-values",
             "--set", "leaderElection.enabled=true",
         )  # fmt: skip
     assert can_i(cp, op, "create", "leases.coordination.k8s.io", "-n", ns) is True
-    # Without a kubelet the rollouts never finish: the uninstall test stages its own state.
+    # The upgrade that turns leader election on keeps Recreate once (the running operator
+    # writes without the Lease, so the new one must not start beside it) ...
+    deployment = json.loads(
+        cp.kubectl("get", "deployment", release.fullname, "-n", ns, "-o", "json")
+    )
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert container_env(deployment)["DYNQUOTA_LEADER_ELECTION"] == "true"
+    wait_until(lambda: rolled_out(cp, release), "the Recreate rollout", interval=0.5)
+    # ... and the next upgrade, the operator now running with the Lease, rolls.
+    release.helm("upgrade", release.name, chart, "-n", ns, "--reuse-values")
+    deployment = json.loads(
+        cp.kubectl("get", "deployment", release.fullname, "-n", ns, "-o", "json")
+    )
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+
+
+def container_env(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The operator container's env of a Deployment (JSON), by name."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def rolled_out(cp: LocalControlPlane, release: Release) -> bool:
+    """The operator Deployment's controller saw its last change and one ReplicaSet has the
+    one pod: true only for a finished Recreate rollout or no rollout (no kubelet here, so a
+    rolling update never finishes)."""
+    d = json.loads(
+        cp.kubectl("get", "deployment", release.fullname, "-n", release.namespace, "-o", "json")
+    )
+    status = d.get("status", {})
+    active = [n for n in operator_replica_sets(cp, release).values() if n > 0]
+    return (
+        status.get("observedGeneration") == d["metadata"]["generation"]
+        and status.get("updatedReplicas") == 1
+        and active == [1]
+    )
 
 
 def test_an_upgrade_never_switches_the_default_policys_enforcement_by_itself(
@@ -988,40 +1027,25 @@ def test_uninstall_runs_the_cleanup_hook(
     )
     if probe.returncode != 0:
         pytest.skip(f"`dynquota cleanup` is not implemented yet: {probe.stderr.strip()[-200:]}")
-    # The hardest state to stop the operator from: an unfinished rolling update to 2 replicas,
-    # reverted to 1 with strategy Recreate (leaderElection.enabled=false). Without a kubelet
-    # the rollout never finishes, so both ReplicaSets stay active, and upstream's Deployment
-    # controller then ignores `replicas` (sync.go scale(): several active ReplicaSets are
-    # scaled only for RollingUpdate). A plain scale to 0 leaves every pod in place; the hook
-    # must still stop them all. First one ReplicaSet without leader election (a Recreate
-    # rollout finishes without a kubelet: the old pods were never bound, so they go at once),
-    # then the rolling update with leader election (a new pod template) and the revert.
+    # The hardest state to stop the operator from: an unfinished rolling update to 2 replicas
+    # (a new pod template), reverted to 1 with strategy Recreate (leaderElection.enabled=false).
+    # Without a kubelet the rollout never finishes, so both ReplicaSets stay active, and
+    # upstream's Deployment controller then ignores `replicas` (sync.go scale(): several
+    # active ReplicaSets are scaled only for RollingUpdate). A plain scale to 0 leaves every
+    # pod in place; the hook must still stop them all.
     chart = str(CHART)
 
     def upgrade(*values: str) -> None:
         sets = [arg for value in values for arg in ("--set", value)]
         release.helm("upgrade", release.name, chart, "-n", ns, "--reuse-values", *sets)
 
-    upgrade("leaderElection.enabled=false", "replicaCount=1")
-
-    def recreated() -> bool:
-        d = json.loads(cp.kubectl("get", "deployment", full, "-n", ns, "-o", "json"))
-        status = d.get("status", {})
-        active = [n for n in operator_replica_sets(cp, release).values() if n > 0]
-        return (
-            status.get("observedGeneration") == d["metadata"]["generation"]
-            and status.get("updatedReplicas") == 1
-            and active == [1]
-        )
-
-    wait_until(recreated, "one ReplicaSet without leader election, rolled out", interval=0.5)
-
     def active_sets() -> int:
         return len([n for n in operator_replica_sets(cp, release).values() if n > 0])
 
-    upgrade("leaderElection.enabled=true", "replicaCount=2")
+    wait_until(lambda: rolled_out(cp, release), "one operator ReplicaSet", interval=0.5)
+    upgrade("replicaCount=2", "podAnnotations.test-stage=rolling")
     wait_until(lambda: active_sets() == 2, "the rolling update's second ReplicaSet", interval=0.5)
-    upgrade("leaderElection.enabled=false", "replicaCount=1")
+    upgrade("replicaCount=1", "leaderElection.enabled=false")
 
     def staged() -> dict[str, int] | None:
         sets = operator_replica_sets(cp, release)
@@ -1093,7 +1117,11 @@ def test_uninstall_runs_the_cleanup_hook(
                     "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"},
                 }
                 assert operator_pods(core, release) == []
-                assert operator_replica_sets(cp, release) == dict.fromkeys(replica_sets, 0)
+                # Every ReplicaSet at 0: the staged ones, and the one the controller may create
+                # (at 0) for the reverted template once the hook's patch makes it RollingUpdate.
+                after = operator_replica_sets(cp, release)
+                assert set(replica_sets) <= set(after)
+                assert after == dict.fromkeys(after, 0)
                 report_job_complete(cp, ns, f"{full}-cleanup")
                 out, err = uninstall.communicate(timeout=240)
             finally:

@@ -1,5 +1,6 @@
 """The ``dynquota`` command line against a real control plane, and two operator processes
-with leader election (``dynquota run``, killed with SIGKILL)."""
+with leader election (``dynquota run``: the leader killed with SIGKILL, then a rolling
+handover on SIGTERM)."""
 
 from __future__ import annotations
 
@@ -150,6 +151,7 @@ class Replica:
 
     def __init__(self, name: str, kubeconfig: str, log: Path, env: dict[str, str]) -> None:
         self.name = name
+        self.env = env
         self.metrics_port = _free_port()
         self.probe_port = _free_port()
         self.log = log
@@ -288,6 +290,28 @@ def test_two_replicas_one_writes_and_the_other_takes_over(
     second = op_cluster.new_namespace(scope)
     op_cluster.wait_hard(second, {"pods": "10", "configmaps": "20"})
     assert follower.writes() >= 1
+
+    # A rolling update (the chart's strategy with leader election): the new pod starts beside
+    # the leader and stands by; once it is ready the old one gets SIGTERM and releases the
+    # Lease, so the new one takes over at its next retry, not a lease duration later.
+    new = Replica(
+        "replica-new", op_cluster.sa_kubeconfig, leader.log.with_name("replica-new.log"), leader.env
+    )
+    replicas.append(new)  # stopped by the fixture
+    wait_until(lambda: new.healthz() == 200, "the new replica ready (standby)", timeout=60)
+    assert new.metric("dynquota_leader") == 0
+    assert _lease_holder(op_cluster) == follower.name
+    follower.proc.send_signal(signal.SIGTERM)
+    terminated = time.monotonic()
+    wait_until(lambda: _lease_holder(op_cluster) == new.name, "handover on SIGTERM", timeout=30)
+    took = time.monotonic() - terminated
+    print(f"\nrolling handover: SIGTERM to the new holder {took:.1f} s")
+    # Without the release the new replica would wait a whole lease duration.
+    assert took < LEASE_SECONDS, took
+    assert follower.proc.wait(20) == 0
+    third = op_cluster.new_namespace(scope)
+    op_cluster.wait_hard(third, {"pods": "10", "configmaps": "20"})
+    assert new.writes() >= 1
 
 
 def _lease_holder(op_cluster: OperatorCluster) -> str | None:

@@ -86,6 +86,29 @@ with more than one replica is refused: two operators would write without a Lease
 {{- end }}
 
 {{/*
+The Deployment rolls (RollingUpdate) when leader election is on and the live Deployment's
+operator already runs with it (or there is none, or lookup sees no cluster: helm template).
+An upgrade that turns leader election on keeps Recreate once: rolling would start the new
+operator, which takes the free Lease, beside the old one, which writes without it. See
+docs/chart.md.
+*/}}
+{{- define "dynquota.rollingUpdate" -}}
+{{- $roll := eq (include "dynquota.leaderElection" .) "true" -}}
+{{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (include "dynquota.fullname" .) -}}
+{{- if and $roll $live -}}
+{{- $roll = false -}}
+{{- range $c := $live.spec.template.spec.containers -}}
+{{- range $e := ($c.env | default list) -}}
+{{- if and (eq $e.name "DYNQUOTA_LEADER_ELECTION") (eq (toString $e.value) "true") -}}
+{{- $roll = true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $roll -}}
+{{- end }}
+
+{{/*
 The uninstall hook's delete rate: cleanupOnUninstall.deleteQPS, or (0) operator.killSwitchDeleteQPS.
 */}}
 {{- define "dynquota.cleanupQPS" -}}
