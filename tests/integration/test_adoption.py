@@ -181,6 +181,8 @@ def test_install_with_default_values_enforces_nothing_until_switched(
     assert policy["spec"]["namespaceSelector"] == {}
     settings = operator_settings(c, tmp_path)
     assert settings.dry_run is False  # the operator is not in dry run: the policy is
+    # Leader election is on for the one replica: the writes below need the chart's Lease Role.
+    assert (settings.leader_election, settings.lease_name) == (True, "dynquota")
     op = OperatorThread(settings).start()
     try:
         # Audit: every namespace is evaluated and reported, none is enforced.
