@@ -34,6 +34,7 @@ _SECONDS = {
     "test_keys.py": 90,
     "test_operator_demo.py": 80,
     "test_chart_image.py": 60,
+    "test_chart_install.py": 95,
 }
 
 

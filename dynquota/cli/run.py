@@ -123,5 +123,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     _setup_logging(settings)
     asyncio.run(preflight(settings))
+    if not settings.leader_election:
+        log.warning(
+            "leader election is off (DYNQUOTA_LEADER_ELECTION): this operator writes without a "
+            "Lease, so a second one started beside it would write too; the chart turns it on"
+        )
     asyncio.run(run(settings))
     return 0

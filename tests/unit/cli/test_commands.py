@@ -291,3 +291,27 @@ def test_every_run_flag_names_a_setting() -> None:
     assert fields <= set(Settings.model_fields)
     run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
     assert {a.dest for a in run._actions if a.dest != "help"} == fields
+
+
+@pytest.mark.parametrize(
+    ("flags", "warned"), [([], True), (["--leader-election", "--namespace", "ops"], False)]
+)
+def test_run_warns_when_it_writes_without_a_lease(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    flags: list[str],
+    warned: bool,
+) -> None:
+    import dynquota.cli.run as run_module
+    import dynquota.operator.runtime as runtime
+
+    async def nothing(*args: object, **kwargs: object) -> None:
+        return None
+
+    monkeypatch.setattr(run_module, "preflight", nothing)
+    monkeypatch.setattr(runtime, "run", nothing)
+    monkeypatch.setattr(run_module, "_setup_logging", lambda settings: None)
+    with caplog.at_level("WARNING", logger="dynquota.cli"):
+        assert run_module.cmd_run(build_parser().parse_args(["run", *flags])) == 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "dynquota.cli"]
+    assert any(m.startswith("leader election is off") for m in lines) is warned
