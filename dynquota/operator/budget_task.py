@@ -240,14 +240,18 @@ class BudgetTasks:
                     old = quota.hard_int(key)
                     if value is not None and (old is not None and value > old) == grows:
                         values[key] = value
-                # a member whose quota this budget has not written yet (it joined with its own
-                # slice that fits, or an upgrade): the mark alone, which the admission policy
-                # needs before it admits creates there (every write of a slice carries it)
+                # The admission policy admits creates only where the quota carries the budget's
+                # mark, so a member is marked only once its slice is enforced: status.hard shows
+                # no key above spec.hard (a joiner's own, larger quota is not in force any more).
+                # Slice writes to a marked member keep the mark; an unmarked one gets its slices
+                # first and, once the quota controller copied them, the mark alone.
+                marked = quota.annotations.get(BUDGET) == name
                 mark_only = (
                     not values
                     and not grows
-                    and quota.annotations.get(BUDGET) != name
+                    and not marked
                     and not any(ns in a.writes for a in result.allocations.values())
+                    and _enforced(quota, result.allocations)
                 )
                 if not values and not mark_only:
                     continue
@@ -258,7 +262,7 @@ class BudgetTasks:
                     body = (
                         {"metadata": {"annotations": {BUDGET: name}}}
                         if mark_only
-                        else self._body(name, values, quota, grows, now)
+                        else self._body(name if marked else None, values, quota, grows, now)
                     )
                     patched = await o.quotas.patch(ns, body, versions[ns])
                 except ConflictError:
@@ -441,10 +445,14 @@ class BudgetTasks:
 
     @staticmethod
     def _body(
-        name: str, values: Mapping[str, int], quota: QuotaSnapshot, grows: bool, now: float
+        mark: str | None,
+        values: Mapping[str, int],
+        quota: QuotaSnapshot,
+        grows: bool,
+        now: float,
     ) -> dict[str, Any]:
         texts = hard_text(values)
-        annotations: dict[str, str] = {BUDGET: name}
+        annotations: dict[str, str] = {BUDGET: mark} if mark is not None else {}
         for key, text in texts.items():
             annotations[hard_key(key)] = text
             if grows or quota.hard_int(key) is None:  # a grow, or the key's first slice
@@ -452,3 +460,13 @@ class BudgetTasks:
                 annotations[last_upscale_key(key)] = stamp
                 annotations[last_change_key(key)] = stamp
         return {"metadata": {"annotations": annotations}, "spec": {"hard": texts}}
+
+
+def _enforced(quota: QuotaSnapshot, keys: Mapping[str, object]) -> bool:
+    """Whether ``quota``'s ``status.hard`` has every one of ``keys`` and none above its
+    ``spec.hard``: what the budget wrote (or less) is what admission enforces."""
+    for key in keys:
+        spec, enforced = quota.hard_int(key), quota.status_hard_int(key)
+        if spec is None or enforced is None or enforced > spec:
+            return False
+    return True

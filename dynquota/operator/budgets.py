@@ -300,7 +300,7 @@ class Budgets:
         if own is not None:
             return own
         if key in self.unsized.get(namespace, ()):
-            return hard // max(members, 1)
+            return -(-hard // max(members, 1))  # rounded up: the allocation caps the sum
         return None
 
     def forget(self, namespace: str) -> None:

@@ -558,8 +558,14 @@ def test_a_namespace_leaving_a_budget_is_released_only_once_its_quota_is_resized
     op = start_operator()
     wait_slice(op_cluster, op, a, 9)
     wait_slice(op_cluster, op, b, 3)
-    for ns in (a, b):  # every slice the budget wrote carries its mark
-        assert op_cluster.quota(ns).metadata.annotations["dynquota.io/budget"] == name
+    for ns in (a, b):  # marked once its slice is enforced (status.hard shows it)
+        wait_until(
+            lambda ns=ns: (
+                op_cluster.quota(ns).metadata.annotations.get("dynquota.io/budget") == name
+            ),
+            f"{ns}'s quota marked as a slice of {name}",
+            timeout=30,
+        )
     over: list[dict[str, int]] = []
     stop = threading.Event()
 

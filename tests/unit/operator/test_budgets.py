@@ -429,3 +429,24 @@ def test_a_selector_that_takes_in_kube_system_is_refused_and_holds_nothing(
     assert record.spec is None
     assert record.selector is None  # nothing frozen either
     assert record.error.startswith("spec.namespaceSelector selects kube-system")
+
+
+async def test_a_joiner_is_marked_only_once_its_slice_is_enforced(world: World) -> None:
+    world.op.budgets.on_budget(None, budget("bud", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=20)
+    member(world, "j", pods=2)
+    mark = {"dynquota.io/budget": "bud"}
+    world.quotas.put("a", {"pods": "28"}, annotations={"dynquota.io/hard.pods": "28", **mark})
+    # j joins with its own quota of 20 (2 used): over budget, shrunk towards its usage
+    world.quotas.put("j", {"pods": "20"}, annotations={"dynquota.io/hard.pods": "20"})
+    world.op.budgets.demand.update({"a": {"pods": 28}, "j": {"pods": 3}})
+    first = await world.op.budget_tasks.run_pass("bud")
+    assert first.writes == {"a": {"pods": 27}, "j": {"pods": 3}}  # shrinks, fair shares
+    # the slice is written without the mark: admission keeps denying creates in j while
+    # status.hard still holds its old 20
+    assert "dynquota.io/budget" not in world.quotas.annotations("j")
+    await world.op.budget_tasks.run_pass("bud")
+    assert "dynquota.io/budget" not in world.quotas.annotations("j")
+    world.quotas.objects["j"]["status"]["hard"]["pods"] = "3"  # the controller's copy
+    await world.op.budget_tasks.run_pass("bud")
+    assert world.quotas.annotations("j")["dynquota.io/budget"] == "bud"
