@@ -219,7 +219,8 @@ class LeaderGate:
     def healthy(self) -> bool:
         """Liveness of the elector: True before :meth:`run` starts; while it runs, its loop
         completed an iteration within ``lease_duration + 2 * request_timeout +
-        retry_period`` seconds (one iteration is at most two requests and a sleep); False
+        retry_period`` seconds (one iteration is at most two requests and a sleep; a standby's
+        read may take ``lease_duration``, its write ``request_timeout``); False
         once :meth:`run` has ended."""
         if not self._started:
             return True
@@ -274,7 +275,14 @@ class LeaderGate:
                 return
             except ConflictError:
                 self._lease = None  # changed behind us: read it again below
-        lease = await self._api.get(self.namespace, self.name)
+        # A standby reads with a timeout of a lease duration, not the leader's short one: on a
+        # slow path (2 s latency) a read that must open a new TLS connection takes longer than
+        # 3 s, and each timed-out read drops its connection, so a standby with the short timeout
+        # never got a read through and never took over (measured in the kill -9 fault test). A
+        # late read only makes the holder's expiry look later (counted from its answer).
+        lease = await self._api.get(
+            self.namespace, self.name, timeout=None if self.is_leader else self.lease_duration
+        )
         if lease is None:
             await self._create()
             return

@@ -32,8 +32,11 @@ class LeaseApi(Protocol):
     ``Exception``.
     """
 
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Lease, or ``None`` if it does not exist (404)."""
+    async def get(
+        self, namespace: str, name: str, timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        """The Lease, or ``None`` if it does not exist (404). ``timeout``: seconds for this
+        request instead of the adapter's request timeout (a standby's reads)."""
         ...
 
     async def create(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,24 +69,30 @@ class KubeLeaseApi:
         self._observer = observer
 
     async def _call(
-        self, verb: str, request: Callable[[aiohttp.ClientTimeout], Awaitable[Any]]
+        self,
+        verb: str,
+        request: Callable[[aiohttp.ClientTimeout], Awaitable[Any]],
+        seconds: float | None = None,
     ) -> dict[str, Any]:
         model = await call_api(
             verb,
             "leases",
             request,
             self._observer,
-            timeout=timeouts.lease_timeout(self.request_timeout),
+            timeout=timeouts.lease_timeout(seconds or self.request_timeout),
         )
         result: dict[str, Any] = self._sanitize(model)
         return result
 
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(
+        self, namespace: str, name: str, timeout: float | None = None
+    ) -> dict[str, Any] | None:
         """The Lease ``namespace/name`` or ``None``; see :class:`LeaseApi`."""
         try:
             return await self._call(
                 "get",
                 lambda t: self._api.read_namespaced_lease(name, namespace, _request_timeout=t),
+                timeout,
             )
         except NotFoundError:
             return None

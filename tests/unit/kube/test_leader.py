@@ -82,6 +82,7 @@ class FakeLeases:
 
     def __init__(self) -> None:
         self.leases: dict[str, dict[str, Any]] = {}
+        self.get_timeouts: list[float | None] = []
         self.version = 0
         self.failures: list[Exception] = []  # raised by the next requests, in order
         self.fail_always: Exception | None = None
@@ -107,7 +108,10 @@ class FakeLeases:
         self.leases[lease["metadata"]["name"]] = lease
         return copy.deepcopy(lease)
 
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(
+        self, namespace: str, name: str, timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        self.get_timeouts.append(timeout)
         await self._enter("get")
         lease = self.leases.get(name)
         return copy.deepcopy(lease) if lease is not None else None
@@ -502,3 +506,20 @@ def test_always_leader() -> None:
     assert gate.healthy()
     assert gate.can_write(1e9)
     assert gate.valid_until == float("inf")
+
+
+async def test_a_standby_reads_with_a_lease_duration_the_leader_with_its_request_timeout(
+    clock: VirtualTime, leases: FakeLeases
+) -> None:
+    a = Candidate("a", leases, clock).start()
+    await clock.run_until(lambda: a.gate.is_leader, 1)
+    b = Candidate("b", leases, clock).start()
+    await clock.advance(3 * RP)
+    # every read is a candidate's or a standby's (the leader renews from the Lease it wrote):
+    # each may take a lease duration (a new TLS connection on a slow path)
+    assert len(leases.get_timeouts) >= 3
+    assert set(leases.get_timeouts) == {a.gate.lease_duration}
+    assert a.gate.is_leader
+    assert not b.gate.is_leader
+    await b.cancel()
+    await a.cancel()
