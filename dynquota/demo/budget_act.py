@@ -86,8 +86,19 @@ def budget_act(demo: DemoWatch) -> None:
     def enforced(ns: str) -> int:
         return _configmaps(c.quota(ns), "hard") or 0
 
-    # both slices enforced: team-a at its demand 30, team-b at the minimum 10
-    wait_until(lambda: enforced(TEAM_A) == 30 and enforced(TEAM_B) == 10, "both slices", timeout=60)
+    def marked(ns: str) -> bool:
+        quota = c.quota(ns)
+        annotations = (quota.metadata.annotations or {}) if quota else {}
+        return bool(annotations.get("dynquota.io/budget") == "demo-tenant")
+
+    # both slices enforced: team-a at its demand 30, team-b at the minimum 10, and marked as
+    # the budget's (the admission policy denies creates in a member until its slice is)
+    wait_until(
+        lambda: enforced(TEAM_A) == 30 and enforced(TEAM_B) == 10
+        and marked(TEAM_A) and marked(TEAM_B),
+        "both slices enforced and marked",
+        timeout=60,
+    )  # fmt: skip
     a_hards = [enforced(TEAM_A)]
     b_hards = [enforced(TEAM_B)]
     created = 0
