@@ -867,7 +867,9 @@ def test_namespace_deletion_is_not_blocked_by_the_policy(
             raise
         return False
 
-    wait_until(gone, f"namespace {ns} deleted", timeout=90)
+    # 90 s was exceeded once in CI (21:29, two xdist workers, cause not traced: see the stop's
+    # note); the namespace controller retries with backoff while content remains
+    wait_until(gone, f"namespace {ns} deleted", timeout=240)
 
 
 # -- who may opt a namespace out -------------------------------------------------------------
