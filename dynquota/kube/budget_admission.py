@@ -19,10 +19,11 @@ conditional on the resourceVersion it just read.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -274,21 +275,16 @@ class AdmissionClient:
             ApiError: another refusal (e.g. 403, 422).
             TransportError: no answer.
         """
-        for attempt in range(ATTEMPTS):
-            try:
-                current = [
-                    await self.read(b["kind"], b["metadata"]["name"]) for b in (policy, binding)
-                ]
-                for body, found in zip((policy, binding), current, strict=True):
-                    if found is not None and not is_owned(found):
-                        raise NotOwnedError(body["kind"], body["metadata"]["name"])
-                for body, found in zip((policy, binding), current, strict=True):
-                    await self.write(body, found)
-                return
-            except ConflictError as exc:
-                if attempt + 1 == ATTEMPTS:
-                    raise RetryConflictError(exc.status, exc.reason, exc.message) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        async def once() -> None:
+            current = [await self.read(b["kind"], b["metadata"]["name"]) for b in (policy, binding)]
+            for body, found in zip((policy, binding), current, strict=True):
+                if found is not None and not is_owned(found):
+                    raise NotOwnedError(body["kind"], body["metadata"]["name"])
+            for body, found in zip((policy, binding), current, strict=True):
+                await self.write(body, found)
+
+        await _reread_on_conflict(once)
 
     async def read(self, kind: str, name: str) -> dict[str, Any] | None:
         """The object ``kind`` (``ValidatingAdmissionPolicy`` or
@@ -398,13 +394,7 @@ class AdmissionClient:
             ApiError: another refusal. TransportError: no answer.
         """
         for kind in _REMOVAL_ORDER:
-            for attempt in range(ATTEMPTS):
-                try:
-                    await self._remove_one(kind, name)
-                    break
-                except ConflictError as exc:
-                    if attempt + 1 == ATTEMPTS:
-                        raise RetryConflictError(exc.status, exc.reason, exc.message) from exc
+            await _reread_on_conflict(functools.partial(self._remove_one, kind, name))
 
     async def _remove_one(self, kind: str, name: str) -> None:
         current = await self.read(kind, name)
@@ -449,3 +439,16 @@ class AdmissionClient:
         for name in names:
             await self.remove(name)
         return len(names)
+
+
+async def _reread_on_conflict(once: Callable[[], Awaitable[None]]) -> None:
+    """Run ``once`` (a read, then writes conditional on it) again after a 409, :data:`ATTEMPTS`
+    times in all. Raises ``RetryConflictError`` when every attempt lost a race, and whatever
+    else ``once`` raises."""
+    for attempt in range(ATTEMPTS):
+        try:
+            await once()
+            return
+        except ConflictError as exc:
+            if attempt + 1 == ATTEMPTS:
+                raise RetryConflictError(exc.status, exc.reason, exc.message) from exc
