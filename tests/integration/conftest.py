@@ -33,8 +33,12 @@ from dynquota.testing.operator import (
 
 @pytest.fixture(scope="session")
 def op_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorCluster]:
-    """A private control plane with the CRD, the chart's RBAC and an operator kubeconfig."""
-    with LocalControlPlane(resource_quota_sync_period=10) as cp:
+    """A private control plane with the CRD, the chart's RBAC and an operator kubeconfig; its
+    audit log records every quota charge and recount (:data:`QUOTA_AUDIT_POLICY`), which tells
+    an upstream admission race from a dynquota failure (``upstream_race_explains``)."""
+    with LocalControlPlane(
+        resource_quota_sync_period=10, audit=True, audit_policy=QUOTA_AUDIT_POLICY
+    ) as cp:
         kubeconfig = install_operator(cp, tmp_path_factory.mktemp("operator"))
         api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
         yield OperatorCluster(cp, api, kubeconfig)

@@ -5,10 +5,21 @@ the ledger reads."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 from pathlib import Path
+from typing import Any
 
-from dynquota.testing.audit import AuditLog
-from dynquota.testing.quotaaudit import QuotaLedger, refused_at
+import pytest
+
+from dynquota.testing.audit import AuditLog, AuditRecord
+from dynquota.testing.quotaaudit import (
+    QuotaLedger,
+    UpstreamQuotaRaceError,
+    lowered_used,
+    refused_at,
+    upstream_race_explains,
+)
 
 RECORDED = Path(__file__).parents[1] / "data" / "audit-spark-stale-recount.jsonl"
 NS = "t-bbe982ed"
@@ -52,3 +63,77 @@ def test_refusal_messages() -> None:
     assert refused_at("configmaps ... exceeded quota: dynquota, requested: configmaps=1, "
                       "used: configmaps=20, limited: configmaps=20") == (20, 20)  # fmt: skip
     assert refused_at("forbidden: something else") is None
+
+
+def status_write(rv: int, by: str, used: dict[str, str], at: str) -> dict[str, Any]:
+    """One audit Event of a quota status write (``by``: ``admission`` or ``controller``)."""
+    agent = "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/x/resourcequota-controller"
+    return {
+        "auditID": f"id-{rv}",
+        "stage": "ResponseComplete",
+        "verb": "update",
+        "user": {"username": "system:apiserver" if by == "admission" else "dynquota-admin"},
+        "userAgent": agent if by == "controller" else "kube-apiserver",
+        "objectRef": {
+            "resource": "resourcequotas",
+            "subresource": "status",
+            "namespace": NS,
+            "name": "dynquota",
+        },
+        "responseStatus": {"code": 200},
+        "responseObject": {"metadata": {"resourceVersion": str(rv)}, "status": {"used": used}},
+        "requestReceivedTimestamp": at,
+        "stageTimestamp": at,
+    }
+
+
+def fail_after_writing(log: Path, events: list[dict[str, Any]]) -> None:
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    raise AssertionError("created [1, 1, 1, 2]")
+
+
+def test_lowered_used_names_the_stale_recount_of_the_recorded_log() -> None:
+    records = AuditLog(RECORDED).read_new()
+    (lowered,) = lowered_used(records, NS, ["pods"])
+    assert (lowered.key, lowered.before, lowered.written) == ("pods", "39", "38")
+    assert lowered_used(records, NS, ["pods"], since=lowered.received + 0.001) == []
+    assert lowered_used(records, NS, ["configmaps"]) == []
+    assert lowered_used(records, "elsewhere", ["pods"]) == []
+
+
+def test_lowered_used_compares_quantities() -> None:
+    events = [
+        status_write(10, "admission", {"limits.cpu": "800m"}, "2026-12-01T10:00:00Z"),
+        status_write(11, "admission", {"limits.cpu": "1"}, "2026-12-01T10:00:01Z"),
+        status_write(12, "controller", {"limits.cpu": "800m"}, "2026-12-01T10:00:02Z"),
+        status_write(13, "admission", {"limits.cpu": "1200m"}, "2026-12-01T10:00:03Z"),
+        status_write(14, "controller", {"limits.cpu": "1200m"}, "2026-12-01T10:00:04Z"),
+    ]
+    records = [AuditRecord.from_json(e) for e in events]
+    (lowered,) = lowered_used(records, NS, ["limits.cpu"])
+    assert (lowered.resource_version, lowered.before, lowered.written) == (12, "1", "800m")
+    # an admission charge never counts as lowering, whatever its value
+    assert lowered_used(records[:2], NS, ["limits.cpu"]) == []
+
+
+def test_an_assertion_becomes_an_upstream_race_only_with_a_lowering_recount(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "audit.log"
+    log.write_text("")
+    with pytest.raises(AssertionError) as plain, upstream_race_explains(log, NS, ["pods"]):
+        raise AssertionError("created [1, 1, 1, 2]")
+    assert type(plain.value) is AssertionError
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
+    at = later.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lowering = [
+        status_write(20, "admission", {"pods": "5"}, at),
+        status_write(21, "controller", {"pods": "4"}, at),
+    ]
+    with (
+        pytest.raises(UpstreamQuotaRaceError, match=r"created \[1, 1, 1, 2\]"),
+        upstream_race_explains(log, NS, ["pods"]),
+    ):
+        fail_after_writing(log, lowering)
+    with upstream_race_explains(log, NS, ["pods"]):
+        pass  # no failure: nothing to explain
