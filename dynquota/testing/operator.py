@@ -44,6 +44,7 @@ from dynquota.operator.runtime import Runtime, run
 from dynquota.settings import Settings
 from dynquota.testing.controlplane import ControlPlaneError, LocalControlPlane
 from dynquota.testing.credentials import write_kubeconfig
+from dynquota.testing.quotaaudit import upstream_race_explains
 from dynquota.testing.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,6 +213,13 @@ class OperatorCluster:
                 "spec": {"containers": [{"name": "c", "image": PAUSE}]},
             },
         )
+
+    def race_explains(self, ns: str, *keys: str) -> contextlib.AbstractContextManager[None]:
+        """A failed assertion in the block becomes :class:`UpstreamQuotaRaceError`, which
+        ``make test`` reruns, when the audit log (the control plane needs ``audit=True`` with
+        :data:`QUOTA_AUDIT_POLICY`) shows the quota controller lowering ``status.used`` of one
+        of ``keys`` in ``ns`` meanwhile (kubernetes#123434; :func:`upstream_race_explains`)."""
+        return upstream_race_explains(self.cp.audit_log_path, ns, keys)
 
     def fill_pods(self, ns: str, limit: int = 10_000) -> int:
         """Create pods until the quota refuses one (:func:`fill`); returns how many."""

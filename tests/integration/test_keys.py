@@ -6,7 +6,8 @@ The operator runs as the chart's ServiceAccount (the chart's RBAC): it has no ve
 Services or Jobs and sizes them anyway. The test bed's kube-controller-manager recounts every
 10 s; growth needs no recount (admission charges every create into status.used at once).
 A recount from a lagging informer can erase a charge and let one object past hard
-(kubernetes#123434): the audit log then names it, and the test is rerun (:func:`race_explains`).
+(kubernetes#123434): the audit log then names it, and the test is rerun
+(``OperatorCluster.race_explains``, docs/controlplane.md).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 import kubernetes
@@ -23,7 +23,6 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread, fill
-from dynquota.testing.quotaaudit import upstream_race_explains
 from dynquota.testing.wait import WaitTimeoutError, wait_until
 
 StartOperator = Callable[..., OperatorThread]
@@ -175,13 +174,6 @@ def run_pressure(
     return created
 
 
-def race_explains(c: OperatorCluster, ns: str, *keys: str) -> AbstractContextManager[None]:
-    """A failed exact assertion in the block, in a namespace where a stale quota-controller
-    recount lowered one of ``keys`` (kubernetes#123434: admission then admits past hard),
-    raises UpstreamQuotaRaceError, which ``make test`` reruns (docs/controlplane.md)."""
-    return upstream_race_explains(c.cp.audit_log_path, ns, keys)
-
-
 def can_i(kubeconfig: str, verb: str, resource: str, group: str = "") -> bool:
     api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
     try:
@@ -244,7 +236,7 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
         "requests.storage": ["2Gi", "3Gi", "5Gi"],
         devices: ["1", "2", "3"],
     }
-    with race_explains(c, ns, *expected):
+    with c.race_explains(ns, *expected):
         created = run_pressure(c, ns, expected)
         assert created == {
             "pods": [2, 1, 2],
@@ -322,7 +314,7 @@ def test_compute_keys_need_a_default_request_then_size_from_status_used(
         },
     )
     wait_until(lambda: not c.core.list_namespaced_pod(ns).items, "the pod is gone", timeout=30)
-    with race_explains(c, ns, "requests.cpu"):
+    with c.race_explains(ns, "requests.cpu"):
         created = run_pressure(c, ns, {"requests.cpu": ["200m", "300m", "500m", "800m", "1"]})
         # 200m * 1.5 = 300m; 300m * 1.5 = 450m, rounded up to 500m; 750m -> 800m; 1200m -> 1
         assert created == {"requests.cpu": [2, 1, 2, 3, 2]}
@@ -501,7 +493,7 @@ def test_hugepages_and_an_extended_resource_are_charged_at_create_and_sized(
         **{hugepages: profile("4Mi", "10Mi"), extended: profile(2, 5)},
     )
     start_operator()
-    with race_explains(c, ns, hugepages, extended):
+    with c.race_explains(ns, hugepages, extended):
         created = run_pressure(
             c,
             ns,
@@ -554,7 +546,7 @@ def test_allow_default_limits_gives_limits_cpu_a_default_limit_and_pods_are_char
     assert pod.spec.containers[0].resources.requests == {"cpu": "200m"}
     assert c.quota(ns).status.used["limits.cpu"] == "200m"  # charged at admission
     # 400m * 1.5 = 600m; 600m * 1.5 = 900m (4 pods fit: 800m); 800m * 1.5 = 1200m -> 1
-    with race_explains(c, ns, "limits.cpu"):
+    with c.race_explains(ns, "limits.cpu"):
         created = run_pressure(c, ns, {"limits.cpu": ["400m", "600m", "900m", "1"]})
         assert created == {"limits.cpu": [1, 1, 1, 1]}  # the first step's first pod: no-limits
         quota = c.quota(ns)
@@ -582,7 +574,7 @@ def test_count_pods_and_requests_memory_runaways_are_refused_with_exceeded_quota
     )
     start_operator()
     c.wait_hard(ns, {"pods": "10", "configmaps": "50", "count/pods": "2", "requests.memory": "1Gi"})
-    with race_explains(c, ns, "count/pods", "requests.memory"):
+    with c.race_explains(ns, "count/pods", "requests.memory"):
         created = run_pressure(c, ns, {"count/pods": ["2", "3", "5"]})  # 64Mi each (the default)
         assert created == {"count/pods": [2, 1, 2]}
         quota = c.quota(ns)
@@ -595,7 +587,7 @@ def test_count_pods_and_requests_memory_runaways_are_refused_with_exceeded_quota
         timeout=30,
     )
     big = pod_creator(c, ns, requests={"memory": "1Gi"})
-    with race_explains(c, ns, "requests.memory", "count/pods"):
+    with c.race_explains(ns, "requests.memory", "count/pods"):
         created = run_pressure(
             c, ns, {"requests.memory": ["1Gi", "2Gi", "4Gi"]}, creators={"requests.memory": big}
         )
@@ -701,7 +693,7 @@ def test_count_of_a_custom_resource_added_right_after_its_crd_is_counted_then_si
         assert c.events(ns, "KeyNotCounted") == []
         wait_until(lambda: (c.quota(ns).status.used or {}).get(key) == "1", "the widget is counted")
         # one widget exists already: 2 -> 3 -> 5 (3 * 1.5 = 4.5, rounded up)
-        with race_explains(c, ns, key):
+        with c.race_explains(ns, key):
             created = run_pressure(c, ns, {key: ["2", "3", "5"]}, creators={key: widget})
             assert created == {key: [1, 1, 2]}
             quota = c.quota(ns)

@@ -80,48 +80,49 @@ def test_tenant_at_the_limit_sees_the_line_and_the_warning(
     op_cluster.policy("p-at-limit", scope, pods=slow, configmaps=CONFIGMAPS)
     op = start_operator(tenant_help_url="https://wiki.example.com/quotas", override_ttl="72h")
     op_cluster.wait_hard(ns, {"pods": "10", "configmaps": "20"})
-    assert op_cluster.fill_pods(ns) == 10
-    event = op_cluster.wait_event(ns, "QuotaAtLimit")
-    assert event.type == "Warning"
-    assert event.involved_object.kind == "ResourceQuota"
-    line = wait_until(
-        lambda: (op_cluster.quota(ns).metadata.annotations or {}).get("dynquota.io/message"),
-        "the tenant line",
-    )
-    written, content = line.split(": ", 1)
-    assert content == event.message
-    assert written <= event.message.split("next automatic raise at ")[1][:20]
-    raise_at = op_cluster.quota(ns).metadata.annotations["dynquota.io/last-upscale.pods"]
-    assert event.message.startswith(
-        "pods at its limit (used 10 of hard 10): next automatic raise at "
-    )
-    assert event.message.endswith(
-        f"; for more room now: kubectl -n {ns} annotate resourcequota dynquota "
-        "dynquota.io/override=max (every resource to its policy maximum for 72h). "
-        "Help: https://wiki.example.com/quotas"
-    )
-    assert raise_at < event.message.split("next automatic raise at ")[1][:20]
-    # no storm and no write at rest: later decisions neither post nor write again
-    op.idle()
-    writes = op.writes()
-    op_cluster.core.patch_namespaced_resource_quota(  # an event that makes it decide again
-        "dynquota", ns, {"metadata": {"annotations": {"example.com/touch": "1"}}}
-    )
-    op.idle()
-    assert op.writes() == writes
-    assert len(op_cluster.events(ns, "QuotaAtLimit")) == 1
-    # Where a tenant sees it (kubectl 1.37, measured here; docs/tenants.md quotes it):
-    describe = op_cluster.cp.kubectl("describe", "resourcequota", "dynquota", "-n", ns)
-    assert "dynquota.io/message" not in describe  # describe quota shows neither annotations
-    assert "QuotaAtLimit" not in describe  # ... nor Events
-    events = op_cluster.cp.kubectl("get", "events", "-n", ns)
-    assert "QuotaAtLimit" in events
-    assert "kubectl -n" in events
-    yaml = op_cluster.cp.kubectl("get", "resourcequota", "dynquota", "-n", ns, "-o", "yaml")
-    assert "dynquota.io/message" in yaml
-    described = op_cluster.cp.kubectl("describe", "namespace", ns)
-    assert re.search(r"\n\s*pods\s+10\s+10\n", described)  # Used/Hard of the quota...
-    assert "QuotaAtLimit" not in described  # ... but not its Events
+    with op_cluster.race_explains(ns, "pods"):
+        assert op_cluster.fill_pods(ns) == 10
+        event = op_cluster.wait_event(ns, "QuotaAtLimit")
+        assert event.type == "Warning"
+        assert event.involved_object.kind == "ResourceQuota"
+        line = wait_until(
+            lambda: (op_cluster.quota(ns).metadata.annotations or {}).get("dynquota.io/message"),
+            "the tenant line",
+        )
+        written, content = line.split(": ", 1)
+        assert content == event.message
+        assert written <= event.message.split("next automatic raise at ")[1][:20]
+        raise_at = op_cluster.quota(ns).metadata.annotations["dynquota.io/last-upscale.pods"]
+        assert event.message.startswith(
+            "pods at its limit (used 10 of hard 10): next automatic raise at "
+        )
+        assert event.message.endswith(
+            f"; for more room now: kubectl -n {ns} annotate resourcequota dynquota "
+            "dynquota.io/override=max (every resource to its policy maximum for 72h). "
+            "Help: https://wiki.example.com/quotas"
+        )
+        assert raise_at < event.message.split("next automatic raise at ")[1][:20]
+        # no storm and no write at rest: later decisions neither post nor write again
+        op.idle()
+        writes = op.writes()
+        op_cluster.core.patch_namespaced_resource_quota(  # an event that makes it decide again
+            "dynquota", ns, {"metadata": {"annotations": {"example.com/touch": "1"}}}
+        )
+        op.idle()
+        assert op.writes() == writes
+        assert len(op_cluster.events(ns, "QuotaAtLimit")) == 1
+        # Where a tenant sees it (kubectl 1.37, measured here; docs/tenants.md quotes it):
+        describe = op_cluster.cp.kubectl("describe", "resourcequota", "dynquota", "-n", ns)
+        assert "dynquota.io/message" not in describe  # describe quota shows neither annotations
+        assert "QuotaAtLimit" not in describe  # ... nor Events
+        events = op_cluster.cp.kubectl("get", "events", "-n", ns)
+        assert "QuotaAtLimit" in events
+        assert "kubectl -n" in events
+        yaml = op_cluster.cp.kubectl("get", "resourcequota", "dynquota", "-n", ns, "-o", "yaml")
+        assert "dynquota.io/message" in yaml
+        described = op_cluster.cp.kubectl("describe", "namespace", ns)
+        assert re.search(r"\n\s*pods\s+10\s+10\n", described)  # Used/Hard of the quota...
+        assert "QuotaAtLimit" not in described  # ... but not its Events
 
 
 def test_policy_that_disallows_the_override_refuses_it(
