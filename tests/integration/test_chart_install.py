@@ -28,7 +28,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.testing.controlplane import LocalControlPlane
-from dynquota.testing.wait import wait_until
+from dynquota.testing.wait import WaitTimeoutError, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "dynquota"
@@ -868,8 +868,14 @@ def test_namespace_deletion_is_not_blocked_by_the_policy(
         return False
 
     # 90 s was exceeded once in CI (21:29, two xdist workers, cause not traced: see the stop's
-    # note); the namespace controller retries with backoff while content remains
-    wait_until(gone, f"namespace {ns} deleted", timeout=240)
+    # note); the namespace controller retries with backoff while content remains. On a timeout
+    # the namespace's conditions say what it waits for (content, finalizers, discovery)
+    try:
+        wait_until(gone, f"namespace {ns} deleted", timeout=240)
+    except WaitTimeoutError as exc:
+        status = core.read_namespace(ns).status
+        conditions = [(c.type, c.status, c.reason, c.message) for c in status.conditions or []]
+        raise WaitTimeoutError(f"{exc}; phase {status.phase}, conditions {conditions}") from exc
 
 
 # -- who may opt a namespace out -------------------------------------------------------------
