@@ -382,26 +382,30 @@ class AdmissionClient:
                     names.append(name)
         return names
 
-    async def remove(self, name: str) -> None:
+    async def remove(self, name: str) -> list[str]:
         """Delete the binding ``name``, then the policy ``name``, each only if it exists and
         carries dynquota's labels (read first; one left by someone else is left alone, logged
         at WARNING), with preconditions on the uid and resourceVersion read (a 409 re-reads,
         :data:`ATTEMPTS` reads in all; a 404 counts as done). The binding goes first, so
-        nothing is left that refers to a missing policy.
+        nothing is left that refers to a missing policy. Returns the kinds left alone because
+        someone else owns them (``[]``: nothing of that name remains).
 
         Raises:
             RetryConflictError: every attempt lost a race (retryable).
             ApiError: another refusal. TransportError: no answer.
         """
+        left: list[str] = []
         for kind in _REMOVAL_ORDER:
-            await _reread_on_conflict(functools.partial(self._remove_one, kind, name))
+            await _reread_on_conflict(functools.partial(self._remove_one, kind, name, left))
+        return left
 
-    async def _remove_one(self, kind: str, name: str) -> None:
+    async def _remove_one(self, kind: str, name: str, left: list[str]) -> None:
         current = await self.read(kind, name)
         if current is None:
             return
         if not is_owned(current):
             log.warning("%s", NotOwnedError(kind, name).message)
+            left.append(kind)
             return
         await self.delete(kind, current)
 

@@ -363,8 +363,8 @@ class BudgetTasks:
                 return
             self.admission.pop(name, None)
             if desired is None:
-                await o.budget_admission.remove(object_name(name))
-                log.info("budget %s: admission policy and binding removed", name)
+                left = await o.budget_admission.remove(object_name(name))
+                log.info("budget %s: admission policy and binding removed%s", name, _kept(left))
                 self.admission[name] = None
                 return
             await o.budget_admission.apply(*desired)
@@ -407,8 +407,9 @@ class BudgetTasks:
         wanted = {object_name(n) for n in self.budgets.records}
         for found in await store.list_owned():
             if found not in wanted:
-                await store.remove(found)
-                log.info("removed the admission policy and binding %s (no such budget)", found)
+                left = await store.remove(found)
+                log.info("removed the admission policy and binding %s (no such budget)%s", found,
+                         _kept(left))  # fmt: skip
         self._orphans_checked = True
 
     async def _remove_admission(self, name: str) -> None:
@@ -421,9 +422,10 @@ class BudgetTasks:
                 break
             try:
                 async with self.owner.admission_lock:
-                    await self.owner.budget_admission.remove(object_name(name))
+                    left = await self.owner.budget_admission.remove(object_name(name))
                 self.admission.pop(name, None)
-                log.info("budget %s deleted: its admission policy and binding removed", name)
+                log.info("budget %s deleted: its admission policy and binding removed%s", name,
+                         _kept(left))  # fmt: skip
                 break
             except KubeError as exc:
                 failures += 1
@@ -470,3 +472,8 @@ def _enforced(quota: QuotaSnapshot, keys: Mapping[str, object]) -> bool:
         if spec is None or enforced is None or enforced > spec:
             return False
     return True
+
+
+def _kept(left: list[str]) -> str:
+    """A log suffix naming the kinds :meth:`AdmissionClient.remove` left to their owner."""
+    return f"; kept, owned by someone else: {', '.join(left)}" if left else ""

@@ -204,7 +204,7 @@ async def test_remove_deletes_the_owned_binding_then_policy_and_keeps_a_foreign_
     name = object_name(budget)
     await store.apply(*pair(budget, ["pods"]))
     seen.clear()
-    await store.remove(name)
+    assert await store.remove(name) == []
     vap, vapb = "validatingadmissionpolicies", "validatingadmissionpolicybindings"
     assert seen == [("get", vapb), ("delete", vapb), ("get", vap), ("delete", vap)]
     assert await store.list_owned() == []
@@ -227,7 +227,7 @@ async def test_remove_deletes_the_owned_binding_then_policy_and_keeps_a_foreign_
             "spec": {"policyName": f"{name}-theirs", "validationActions": ["Audit"]},
         }
     )
-    await store.remove(name)
+    assert await store.remove(name) == ["ValidatingAdmissionPolicyBinding"]
     kept = admission.read_validating_admission_policy_binding(name)
     assert kept.metadata.resource_version == theirs.metadata.resource_version
     assert kept.spec.policy_name == f"{name}-theirs"

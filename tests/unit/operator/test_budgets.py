@@ -185,9 +185,10 @@ class FakeAdmission:
         self.log.append(f"apply {binding['metadata']['name']}")
         self.bindings[binding["metadata"]["name"]] = dict(binding)
 
-    async def remove(self, name: str) -> None:
+    async def remove(self, name: str) -> list[str]:
         self.log.append(f"remove {name}")
         self.bindings.pop(name, None)
+        return []
 
     async def list_owned(self) -> list[str]:
         return sorted(self.bindings)
