@@ -311,6 +311,8 @@ class _Sizer(KeyRules):
 
         g = unit.granularity
         buffer = f"buffer {profile.buffer_percent}%"
+        if profile.minimum_headroom:
+            buffer += f", minimum headroom {fmt(profile.minimum_headroom)}"
         window = format_duration(profile.downscale_cooldown)
         t_used, t_peak = target(used, profile, g), target(peak, profile, g)
         desired: int

@@ -112,12 +112,13 @@ def ceil_div(numerator: int, denominator: int) -> int:
 
 
 def target(usage: int, profile: ResourceProfile, granularity: int = 1) -> int:
-    """``T(U) = min(maximum, max(minimum, roundUp(ceil(U * (100 + bufferPercent) / 100),
-    granularity)))``, in the key's units; ``granularity`` (> 0) is the profile's ``roundTo``
-    when the policy sets one, else the one given (the key's default: 1 for counts, 100 for
-    ``requests.cpu`` in millicores)."""
+    """``T(U) = min(maximum, max(minimum, roundUp(max(ceil(U * (100 + bufferPercent) / 100),
+    U + minimumHeadroom), granularity)))``, in the key's units; ``granularity`` (> 0) is the
+    profile's ``roundTo`` when the policy sets one, else the one given (the key's default: 1
+    for counts, 100 for ``requests.cpu`` in millicores)."""
     step = profile.round_to or granularity
     grown = ceil_div(usage * (100 + profile.buffer_percent), 100)
+    grown = max(grown, usage + profile.minimum_headroom)
     grown = ceil_div(grown, step) * step
     return min(profile.maximum, max(profile.minimum, grown))
 

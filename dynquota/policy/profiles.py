@@ -50,7 +50,11 @@ class ResourceProfile(BaseModel):
     policy; ``round_to`` [roundTo] the step a sized hard is rounded up to, in the key's unit
     (``None``: the key's default granularity, :attr:`dynquota.policy.units.KeyUnit.granularity`:
     100m for cpu, 1Mi for memory, 1Gi for storage, 1 for counts), ``1 <= round_to <=
-    2^63-1``. Build one from numbers with :meth:`of`.
+    2^63-1``; ``minimum_headroom`` [minimumHeadroom] the least room a sized hard leaves above
+    usage, in the key's unit (default 0: the buffer alone), ``0 <= minimum_headroom <= 2^63-1``
+    — for a compute or storage key, the largest single pod or PVC the namespace creates, which
+    a smaller room would refuse every time (docs/quota-keys.md). Build one from numbers with
+    :meth:`of`.
     """
 
     model_config = _STRICT
@@ -61,6 +65,7 @@ class ResourceProfile(BaseModel):
     upscale_cooldown: int = Field(alias="upscaleCooldown")
     downscale_cooldown: int = Field(alias="downscaleCooldown")
     round_to: int | None = Field(default=None, alias="roundTo")
+    minimum_headroom: int = Field(default=0, alias="minimumHeadroom")
 
     @field_validator("buffer_percent")
     @classmethod
@@ -69,7 +74,7 @@ class ResourceProfile(BaseModel):
             raise ValueError(f"must be between 0 and 1000, not {value}")
         return value
 
-    @field_validator("minimum", "maximum")
+    @field_validator("minimum", "maximum", "minimum_headroom")
     @classmethod
     def _count_range(cls, value: int) -> int:
         if not 0 <= value <= _INT64_MAX:
@@ -107,9 +112,10 @@ class ResourceProfile(BaseModel):
         upscale_cooldown: int,
         downscale_cooldown: int,
         round_to: int | None = None,
+        minimum_headroom: int = 0,
     ) -> ResourceProfile:
         """A validated profile from numbers (cooldowns in whole seconds, ``round_to`` in the
-        key's unit or ``None``).
+        key's unit or ``None``, ``minimum_headroom`` in the key's unit).
 
         Raises ``pydantic.ValidationError`` like validation from a policy would.
         """
@@ -122,15 +128,22 @@ class ResourceProfile(BaseModel):
         }
         if round_to is not None:
             fields["roundTo"] = round_to
+        if minimum_headroom:
+            fields["minimumHeadroom"] = minimum_headroom
         return cls.model_validate(fields)
 
     def sizing_key(self) -> str:
         """The fields that decide the target, as stored in the ``dynquota.io/profile.<resource>``
-        annotation: ``bufferPercent=40,minimum=10,maximum=1000``, with ``,roundTo=250`` only when
-        the policy sets one (so profiles without it keep their recorded text). Cooldowns are
-        not part of it: changing a cooldown is not a policy change that resizes at once."""
+        annotation: ``bufferPercent=40,minimum=10,maximum=1000``, with ``,roundTo=250`` and
+        ``,minimumHeadroom=1000`` only when the policy sets them (so profiles without them keep
+        their recorded text). Cooldowns are not part of it: changing a cooldown is not a policy
+        change that resizes at once."""
         key = f"bufferPercent={self.buffer_percent},minimum={self.minimum},maximum={self.maximum}"
-        return key if self.round_to is None else f"{key},roundTo={self.round_to}"
+        if self.round_to is not None:
+            key += f",roundTo={self.round_to}"
+        if self.minimum_headroom:
+            key += f",minimumHeadroom={self.minimum_headroom}"
+        return key
 
     def to_crd(self, key: str | None = None) -> dict[str, int | str]:
         """The profile as CRD JSON (camelCase keys, duration strings); with the quota ``key``
@@ -149,6 +162,12 @@ class ResourceProfile(BaseModel):
         if self.round_to is not None:
             crd["roundTo"] = (
                 self.round_to if unit is None or unit.counted else unit.text(self.round_to)
+            )
+        if self.minimum_headroom:
+            crd["minimumHeadroom"] = (
+                self.minimum_headroom
+                if unit is None or unit.counted
+                else unit.text(self.minimum_headroom)
             )
         return crd
 
@@ -254,7 +273,8 @@ def fill_resources(value: object) -> object:
             merged[key] = given
             continue
         unit = unit_for(key)
-        body = {f: bound_units(key, unit, f, given[f]) if f in ("minimum", "maximum")
+        body = {f: bound_units(key, unit, f, given[f])
+                if f in ("minimum", "maximum", "minimumHeadroom")
                 else round_to_units(key, unit, given[f]) if f == "roundTo" else given[f]
                 for f in given}  # fmt: skip
         if "maximum" not in body:
@@ -277,6 +297,12 @@ def fill_resources(value: object) -> object:
             raise ValueError(
                 f"{key}: roundTo ({unit.text(step)}) must not exceed maximum "
                 f"({unit.text(high)}): every hard would round up to the maximum"
+            )
+        room = body.get("minimumHeadroom")
+        if isinstance(room, int) and isinstance(high, int) and room > high:
+            raise ValueError(
+                f"{key}: minimumHeadroom ({unit.text(room)}) must not exceed maximum "
+                f"({unit.text(high)}): every hard would be the maximum"
             )
         merged[key] = {
             "bufferPercent": defaults.buffer_percent,

@@ -203,10 +203,10 @@ def test_counted_keys_are_stored_with_quantities(
     policies: kubernetes.client.CustomObjectsApi,
 ) -> None:
     resources = {
-        "secrets": {"maximum": 100, "roundTo": 5},
+        "secrets": {"maximum": 100, "roundTo": 5, "minimumHeadroom": 3},
         "count/jobs.batch": {"maximum": 30},
         "requests.cpu": {"minimum": "500m", "maximum": "8", "roundTo": "250m"},
-        "requests.memory": {"maximum": "16Gi", "roundTo": "64Mi"},
+        "requests.memory": {"maximum": "16Gi", "roundTo": "64Mi", "minimumHeadroom": "2Gi"},
         "gold.storageclass.storage.k8s.io/requests.storage": {"maximum": "1Ti"},
         "gpu.example.com.deviceclass.resource.k8s.io/devices": {"maximum": 4},
         "requests.nvidia.com/gpu": {"maximum": 2},
@@ -234,9 +234,9 @@ def test_counted_keys_are_stored_with_quantities(
         ),
         (
             {"count/jobs.batch": {"maximum": "30"}},
-            "spec.resources: Invalid value: minimum and maximum of object counts, extended "
-            "resources and devices are whole numbers (quantity strings such as 500m or 4Gi are "
-            "for cpu, memory, ephemeral-storage, hugepages and storage keys)",
+            "spec.resources: Invalid value: minimum, maximum and minimumHeadroom of object "
+            "counts, extended resources and devices are whole numbers (quantity strings such as "
+            "500m or 4Gi are for cpu, memory, ephemeral-storage, hugepages and storage keys)",
         ),
         (
             {"count/jobs.batch": {"maximum": 30, "roundTo": "5"}},
@@ -259,6 +259,17 @@ def test_counted_keys_are_stored_with_quantities(
             {"secrets": {"maximum": 40, "roundTo": 0}},
             "spec.resources[secrets]: Invalid value: roundTo must be above 0 (a whole number, "
             "or a quantity such as 250m or 64Mi)",
+        ),
+        (
+            {"count/jobs.batch": {"maximum": 30, "minimumHeadroom": "2"}},
+            "spec.resources: Invalid value: minimum, maximum and minimumHeadroom of object "
+            "counts, extended resources and devices are whole numbers (quantity strings such as "
+            "500m or 4Gi are for cpu, memory, ephemeral-storage, hugepages and storage keys)",
+        ),
+        (
+            {"requests.cpu": {"maximum": "4", "minimumHeadroom": "-1"}},
+            "spec.resources[requests.cpu]: Invalid value: minimum, maximum and minimumHeadroom "
+            "must be non-negative: whole numbers, or quantities such as 500m or 4Gi",
         ),
         (
             {"requests.memory": {"minimum": "2Gi", "maximum": "1Gi"}},

@@ -324,6 +324,38 @@ def test_compute_keys_need_a_default_request_then_size_from_status_used(
         assert quota.status.used["requests.cpu"] == "1"
 
 
+def test_minimum_headroom_admits_a_pod_bigger_than_the_buffer_room(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+) -> None:
+    """requests.cpu with minimumHeadroom 1: pods asking for a whole CPU each. The buffer alone
+    (minimum 200m, 50%) would leave 100m..500m of room and refuse every one of them, never
+    growing; with the headroom each step leaves room for one more: 1 -> 2 -> 3 -> 4."""
+    c = op_cluster
+    ns = c.new_namespace(scope)
+    c.policy(
+        "p-headroom",
+        scope,
+        extra_spec={"defaultRequests": {"cpu": "100m"}},
+        **{"requests.cpu": {**profile("200m", "4"), "minimumHeadroom": "1"}},
+    )
+    start_operator()
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", "requests.cpu": "1"})  # 0 + 1 > 200m
+    big = pod_creator(c, ns, requests={"cpu": "1"})
+    with c.race_explains(ns, "requests.cpu"):
+        created = run_pressure(
+            c, ns, {"requests.cpu": ["1", "2", "3", "4"]}, creators={"requests.cpu": big}
+        )
+        # 1 + 1 = 2 (> 1.5); 2 + 1 = 3 (= 2 * 1.5); 3 * 1.5 = 4.5 -> the maximum 4
+        assert created == {"requests.cpu": [1, 1, 1, 1]}
+        assert c.quota(ns).status.used["requests.cpu"] == "4"
+    event = c.wait_event(ns, "Resized", contains="requests.cpu 1->2")
+    assert "upscale requests.cpu 1->2: usage 1, buffer 50%, minimum headroom 1" in event.message
+    annotations = c.quota(ns).metadata.annotations
+    assert annotations["dynquota.io/profile.requests.cpu"] == (
+        "bufferPercent=50,minimum=200,maximum=4000,minimumHeadroom=1000"
+    )
+
+
 @pytest.mark.bench
 def test_key_never_counted_is_removed_with_key_not_counted(
     op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator

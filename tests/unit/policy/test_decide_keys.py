@@ -418,3 +418,88 @@ def test_a_fractional_or_non_positive_round_to_is_refused(
     assert info.spec is None
     assert info.reason is not None
     assert error in info.reason, info.reason
+
+
+# -- minimumHeadroom --------------------------------------------------------------------------
+
+
+ROOMY = governance(
+    {
+        "requests.cpu": {"minimum": "200m", "maximum": "4", "bufferPercent": 50,
+                         "minimumHeadroom": "1"},
+        "requests.storage": {"maximum": "1Ti", "minimumHeadroom": "100Gi"},
+        "secrets": {"maximum": 100, "minimumHeadroom": 10},
+    }
+)  # fmt: skip
+
+
+def test_minimum_headroom_leaves_room_for_the_largest_create() -> None:
+    """A pod asking for 1 cpu fits from the start (hard 0 + 1 = 1, not the minimum 200m) and
+    after each step (usage + 1 where the buffer gives less); the buffer wins once it is more."""
+    profiles = ROOMY.profiles
+    assert profiles["requests.cpu"].minimum_headroom == 1000  # millicores
+    assert profiles["requests.storage"].minimum_headroom == 100 * 2**30
+    assert profiles["secrets"].minimum_headroom == 10
+    d = run(None, T0, {"requests.cpu": 0, "requests.storage": 0, "secrets": 0}, gov=ROOMY)
+    assert d.action == "create"
+    assert hard_text(d.hard) == {
+        PODS: "10",
+        CONFIGMAPS: "50",
+        "requests.cpu": "1",  # 0 + 1, above the minimum 200m
+        "requests.storage": "100Gi",  # 0 + 100Gi, above the storage minimum
+        "secrets": "10",  # 0 + 10
+    }
+    assert "upscale" not in " ".join(d.reasons)
+    quota = stored(None, d)
+    usage = {"requests.cpu": 1000, "requests.storage": 100 * 2**30, "secrets": 10}
+    up = run(quota, T0 + 300, usage, gov=ROOMY)
+    # cpu 1000m * 1.5 = 1500m < 1000m + 1 = 2; storage 100Gi * 1.2 = 120Gi < 200Gi;
+    # secrets 10 * 1.2 = 12 < 20
+    assert up.merge_patch()["spec"]["hard"] == {
+        PODS: "10",
+        CONFIGMAPS: "50",
+        "requests.cpu": "2",
+        "requests.storage": "200Gi",
+        "secrets": "20",
+    }
+    assert "upscale requests.cpu 1->2: usage 1, buffer 50%, minimum headroom 1" in up.reasons
+    quota = stored(quota, up)
+    usage = {"requests.cpu": 3000, "requests.storage": 100 * 2**30, "secrets": 60}
+    later = run(quota, T0 + 600, usage, gov=ROOMY)
+    # cpu 3 * 1.5 = 4.5 -> the maximum 4; secrets 60 * 1.2 = 72 > 60 + 10: the buffer wins
+    hard = later.merge_patch()["spec"]["hard"]
+    assert (hard["requests.cpu"], hard["requests.storage"], hard["secrets"]) == ("4", "200Gi", "72")
+
+
+def test_minimum_headroom_is_part_of_the_recorded_profile() -> None:
+    d = run(None, T0, {"requests.cpu": 0, "requests.storage": 0, "secrets": 0}, gov=ROOMY)
+    assert d.set_annotations["dynquota.io/profile.secrets"] == (
+        "bufferPercent=20,minimum=10,maximum=100,minimumHeadroom=10"
+    )
+    assert ROOMY.profiles["requests.cpu"].to_crd("requests.cpu")["minimumHeadroom"] == "1"
+    assert ROOMY.profiles["secrets"].to_crd("secrets")["minimumHeadroom"] == 10
+    assert "minimumHeadroom" not in GOV.profiles["secrets"].to_crd("secrets")
+
+
+@pytest.mark.parametrize(
+    ("resources", "error"),
+    [
+        ({"secrets": {"maximum": 10, "minimumHeadroom": "5"}}, "minimumHeadroom: must be an int"),
+        ({"secrets": {"maximum": 10, "minimumHeadroom": -1}}, "must be between 0 and"),
+        ({"requests.cpu": {"maximum": "4", "minimumHeadroom": "-1"}}, "must not be negative"),
+        (
+            {"requests.cpu": {"maximum": "4", "minimumHeadroom": "x"}},
+            "requests.cpu: minimumHeadroom",
+        ),
+        (
+            {"requests.memory": {"maximum": "4Gi", "minimumHeadroom": "8Gi"}},
+            "requests.memory: minimumHeadroom (8Gi) must not exceed maximum (4Gi): every hard "
+            "would be the maximum",
+        ),
+    ],
+)
+def test_a_bad_minimum_headroom_is_refused(resources: dict[str, Any], error: str) -> None:
+    info = validate_policy({"metadata": {"name": "bad"}, "spec": {"resources": resources}})
+    assert info.spec is None
+    assert info.reason is not None
+    assert error in info.reason, info.reason
