@@ -83,7 +83,7 @@ bench-admission: setup controlplane
 
 # tenant budgets vs a static split vs no limit (issue #13); knobs DQ_BENCH_BUDGET_* in the file.
 bench-budgets: setup controlplane
-	$(PY) -m pytest -m bench -s tests/bench/test_budget_bench.py
+	$(PY) -m pytest -m bench -s tests/bench/test_budget_bench.py tests/bench/test_budget_list_bench.py
 
 # `dynquota cleanup` over 5,000 managed namespaces (DYNQUOTA_CLEANUP_BENCH_NAMESPACES, _RUNS).
 bench-cleanup: setup controlplane

@@ -18,6 +18,7 @@ from typing import Final
 __all__ = [
     "API_VERSION",
     "BUDGET_KIND",
+    "BUDGET_LABEL",
     "BUDGET_PLURAL",
     "CONFIGMAPS",
     "DEFAULT_OVERRIDE_TTL",
@@ -54,6 +55,12 @@ MANAGED_BY_VALUE: Final = "dynquota"
 MANAGED_BY_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 """The label selector of the managed quotas (a quota is managed only with this label **and**
 the name :data:`MANAGED_QUOTA_NAME`)."""
+
+BUDGET_LABEL: Final = "dynquota.io/budget"
+"""The label a QuotaBudget's pass puts on every managed quota it writes a slice to (value: the
+budget's name, at most 63 characters by the CRD), so a pass LISTs only its own quotas
+(``docs/budgets.md``, "One LIST of its quotas"). It stays when the namespace leaves; the next
+budget that writes the quota overwrites it."""
 
 PODS: Final = "pods"
 CONFIGMAPS: Final = "configmaps"

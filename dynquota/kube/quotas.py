@@ -188,8 +188,11 @@ class QuotaClient:
         except NotFoundError:
             return None
 
-    async def list_managed(self, page_size: int = 500) -> list[QuotaSnapshot]:
-        """Every managed quota in the cluster (label selector, paginated by ``page_size``).
+    async def list_managed(
+        self, label_selector: str | None = None, page_size: int = 500
+    ) -> list[QuotaSnapshot]:
+        """Every managed quota in the cluster (label selector, paginated by ``page_size``),
+        or only those that also match ``label_selector`` (e.g. ``dynquota.io/budget=team-a``).
 
         A consistent read: no ``resourceVersion`` is sent (never ``resourceVersion=0``,
         which the apiserver may answer from its possibly stale watch cache), so the first page
@@ -198,12 +201,15 @@ class QuotaClient:
         Raises: ``ApiError``/``TransportError`` (``GoneError`` if a continue token expired).
         """
         found: list[QuotaSnapshot] = []
+        selector = (
+            MANAGED_SELECTOR if not label_selector else f"{MANAGED_SELECTOR},{label_selector}"
+        )
 
         async def fetch(token: str | None) -> ListPage:
             model = await self._call(
                 "list",
                 lambda t: self._api.list_resource_quota_for_all_namespaces(
-                    label_selector=MANAGED_SELECTOR,
+                    label_selector=selector,
                     limit=page_size,
                     _continue=token,
                     _request_timeout=t,

@@ -1,9 +1,11 @@
-"""One serialized task per QuotaBudget: a pass decides from ONE LIST of the managed quotas and
-writes the slices (issue #13, ``docs/budgets.md``).
+"""One serialized task per QuotaBudget: a pass decides from ONE LIST of its quotas and writes
+the slices (issue #13, ``docs/budgets.md``).
 
 A pass (:meth:`BudgetTasks.run_pass`): hold unless every write would be allowed (policies and
 budgets listed, kill switch read and released, informers synced and fresh, Lease valid); one
-consistent LIST of the managed quotas (label selector, no per-namespace GET); per budgeted key
+consistent LIST of the managed quotas (label selector, no per-namespace GET): only the budget's
+own (label :data:`~dynquota.names.BUDGET_LABEL`, which every slice write sets) once every
+member's quota carries it, else all of them (:meth:`BudgetTasks.list_quotas`); per budgeted key
 one :class:`~dynquota.policy.budget.Slice` per member namespace (``used``: ``status.used``, or
 the informers' tally when larger; ``demand``: what its policy would set, from
 :meth:`~dynquota.operator.budgets.Budgets.shape`) and :func:`~dynquota.policy.budget.allocate`;
@@ -35,7 +37,7 @@ from dynquota._k8s.errors import (
 )
 from dynquota.kube.budget_admission import binding_for, object_name, policy_for, resource_rules
 from dynquota.kube.quotas import QuotaSnapshot
-from dynquota.names import TRACKED_RESOURCES
+from dynquota.names import BUDGET_LABEL, TRACKED_RESOURCES
 from dynquota.operator.budget_report import BudgetReporter, BudgetTaskHost, PassResult
 from dynquota.operator.budgets import Budgets, leaving, member_slice, reserved
 from dynquota.operator.ports import (
@@ -92,6 +94,9 @@ class BudgetTasks:
         self.admission_forbidden = False
         """The operator may not write admission policies (403): none are written."""
         self._removals: dict[str, asyncio.Task[None]] = {}
+        self._labelled: dict[str, set[str]] = {}
+        """Budget -> the namespaces whose quota carries its label, as last listed or written
+        (absent: not listed since the start, so the first pass LISTs every managed quota)."""
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -217,7 +222,7 @@ class BudgetTasks:
             return result
         members = self.budgets.members(name)
         await self.ensure_admission(name, members)
-        listed = {q.namespace: q for q in await o.quotas.list_managed()}
+        listed = await self.list_quotas(name, members)
         now = o.clock()
         # quotas this budget last wrote whose namespace is no member now: their slices stay
         # held until their reconcile re-sized them (docs/budgets.md, "Leaving a budget")
@@ -246,13 +251,13 @@ class BudgetTasks:
                 # Slice writes to a marked member keep the mark; an unmarked one gets its slices
                 # first and, once the quota controller copied them, the mark alone.
                 marked = quota.annotations.get(BUDGET) == name
+                labelled = quota.labels.get(BUDGET_LABEL) == name
                 mark_only = (
                     not values
                     and not grows
-                    and not marked
                     and not any(ns in a.writes for a in result.allocations.values())
-                    and _enforced(quota, result.allocations)
-                )
+                    and (not labelled or (not marked and _enforced(quota, result.allocations)))
+                )  # a label alone where an earlier version marked without it (one write)
                 if not values and not mark_only:
                     continue
                 if o.kill_switch is not False or not o.gate.can_write(WRITE_TIMEOUT):
@@ -260,9 +265,9 @@ class BudgetTasks:
                     break
                 try:
                     body = (
-                        {"metadata": {"annotations": {BUDGET: name}}}
+                        _mark(name, marked or _enforced(quota, result.allocations))
                         if mark_only
-                        else self._body(name if marked else None, values, quota, grows, now)
+                        else self._body(name, name if marked else None, values, quota, grows, now)
                     )
                     patched = await o.quotas.patch(ns, body, versions[ns])
                 except ConflictError:
@@ -278,6 +283,7 @@ class BudgetTasks:
                     log.error("budget %s: patch of the quota in %s refused: %s", name, ns, exc)
                     continue
                 versions[ns] = patched.resource_version
+                self._labelled.setdefault(name, set()).add(ns)
                 if mark_only:
                     log.info("budget %s: the quota of %s marked as its slice", name, ns)
                     continue
@@ -292,6 +298,31 @@ class BudgetTasks:
         await self.reporter.report(record, result, members, self.budgets.frozen(name), listed)
         self.last[name] = result
         return result
+
+    async def list_quotas(self, name: str, members: list[str]) -> dict[str, QuotaSnapshot]:
+        """The quotas a pass of budget ``name`` decides from, namespace -> quota, from one
+        consistent LIST: only those labelled :data:`~dynquota.names.BUDGET_LABEL` = ``name``
+        when every member's quota carried it at the last LIST or write (the steady state:
+        O(budget), not O(cluster)); every managed quota otherwise (the first pass since the
+        start, a joiner, a re-created or a missing quota), and also when the labelled LIST lacks
+        a member (its label was removed or its quota re-created since). Labelled quotas of
+        namespaces that left stay listed: :func:`leaving` tells them by the mark.
+
+        Raises: ``KubeError``.
+        """
+        quotas = self.owner.quotas
+        known = self._labelled.get(name)
+        if known is not None and known.issuperset(members):
+            own = {q.namespace: q for q in await quotas.list_managed(f"{BUDGET_LABEL}={name}")}
+            if own.keys() >= set(members):
+                self._labelled[name] = set(own)
+                return own
+            log.info("budget %s: a member's quota lost its label: listing every quota", name)
+        listed = {q.namespace: q for q in await quotas.list_managed()}
+        self._labelled[name] = {
+            ns for ns, q in listed.items() if q.labels.get(BUDGET_LABEL) == name
+        }
+        return listed
 
     # -- the admission policy (docs/budgets.md, "The admission policy") -----------------------
 
@@ -447,6 +478,7 @@ class BudgetTasks:
 
     @staticmethod
     def _body(
+        budget: str,
         mark: str | None,
         values: Mapping[str, int],
         quota: QuotaSnapshot,
@@ -461,7 +493,19 @@ class BudgetTasks:
                 stamp = format_time(now)
                 annotations[last_upscale_key(key)] = stamp
                 annotations[last_change_key(key)] = stamp
-        return {"metadata": {"annotations": annotations}, "spec": {"hard": texts}}
+        return {
+            "metadata": {"labels": {BUDGET_LABEL: budget}, "annotations": annotations},
+            "spec": {"hard": texts},
+        }
+
+
+def _mark(budget: str, mark: bool) -> dict[str, Any]:
+    """A write of budget ``budget``'s label, and its mark with ``mark`` (the slice is
+    enforced)."""
+    metadata: dict[str, Any] = {"labels": {BUDGET_LABEL: budget}}
+    if mark:
+        metadata["annotations"] = {BUDGET: budget}
+    return {"metadata": metadata}
 
 
 def _enforced(quota: QuotaSnapshot, keys: Mapping[str, object]) -> bool:

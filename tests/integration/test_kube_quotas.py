@@ -64,3 +64,18 @@ async def test_delete_with_the_uid_of_a_replaced_quota_keeps_the_new_one(
 
 async def _gone(quotas: QuotaClient, namespace: str) -> bool:
     return await quotas.get(namespace) is None
+
+
+async def test_list_managed_narrows_to_a_label_selector(
+    async_api_client: client.ApiClient, namespace: str
+) -> None:
+    """``list_managed(label_selector)`` is a LIST with both selectors: the managed quota that
+    also carries ``dynquota.io/budget=<name>`` (what a budget's pass lists), not the others."""
+    quotas = QuotaClient(async_api_client)
+    await quotas.create(namespace, {"pods": "5"}, {})
+    budget = f"b-{namespace}"
+    assert [q.namespace for q in await quotas.list_managed(f"dynquota.io/budget={budget}")] == []
+    await quotas.patch(namespace, {"metadata": {"labels": {"dynquota.io/budget": budget}}})
+    own = await quotas.list_managed(f"dynquota.io/budget={budget}")
+    assert [(q.namespace, q.labels["dynquota.io/budget"]) for q in own] == [(namespace, budget)]
+    assert namespace in {q.namespace for q in await quotas.list_managed()}

@@ -142,6 +142,42 @@ async def test_a_namespace_in_two_budgets_is_frozen_and_reported(world: World) -
     assert "BudgetConflict" in world.events.reasons("one")
 
 
+async def test_a_pass_lists_only_its_own_quotas_once_every_member_carries_its_label(
+    world: World,
+) -> None:
+    """The first pass LISTs every managed quota; its slice writes label the members'
+    quotas, so later passes LIST only ``dynquota.io/budget=b``; a member whose quota lost the
+    label (re-created, edited) makes that pass LIST everything again, once."""
+    world.op.budgets.on_budget(None, budget("b", {"tenant": "t"}, {"pods": 30}))
+    member(world, "a", pods=5)
+    member(world, "c", pods=4)
+    world.quotas.put("a", {"pods": "20", "configmaps": "50"})
+    world.quotas.put("c", {"pods": "6", "configmaps": "50"})
+    world.quotas.put("elsewhere", {"pods": "9", "configmaps": "50"})
+    world.op.budgets.demand.update({"a": {"pods": 8}, "c": {"pods": 6}})
+    own = "dynquota.io/budget=b"
+    first = await world.op.budget_tasks.run_pass("b")
+    assert world.quotas.selectors == [None]  # nothing known yet: every managed quota
+    assert first.writes == {"a": {"pods": 8}}  # c keeps 6: a label-only write
+    assert world.quotas.objects["a"]["metadata"]["labels"]["dynquota.io/budget"] == "b"
+    assert world.quotas.objects["c"]["metadata"]["labels"]["dynquota.io/budget"] == "b"
+    assert "dynquota.io/budget" not in world.quotas.annotations("a")  # not enforced yet
+    world.quotas.objects["a"]["status"]["hard"]["pods"] = "8"  # the controller's copy
+    await world.op.budget_tasks.run_pass("b")
+    assert world.quotas.selectors == [None, own]
+    assert world.quotas.annotations("a")["dynquota.io/budget"] == "b"  # marked, enforced
+    writes = len(world.quotas.writes)
+    await world.op.budget_tasks.run_pass("b")
+    assert world.quotas.selectors == [None, own, own]
+    assert len(world.quotas.writes) == writes  # nothing at rest
+    del world.quotas.objects["c"]["metadata"]["labels"]["dynquota.io/budget"]
+    await world.op.budget_tasks.run_pass("b")
+    assert world.quotas.selectors == [None, own, own, own, None]  # c missing: all, once
+    assert world.quotas.objects["c"]["metadata"]["labels"]["dynquota.io/budget"] == "b"
+    await world.op.budget_tasks.run_pass("b")
+    assert world.quotas.selectors[-1] == own
+
+
 async def test_writes_wait_for_the_budgets_to_be_listed(world: World) -> None:
     world.op.budgets.listed = False
     member(world, "a", pods=3)

@@ -47,6 +47,7 @@ class FakeQuotas:
         self.fail: list[Exception] = []
         self.rv = 100
         self.patch_versions: list[str | None] = []
+        self.selectors: list[str | None] = []
 
     def _snap(self, ns: str) -> QuotaSnapshot:
         return QuotaSnapshot.from_object(self.objects[ns])
@@ -89,8 +90,16 @@ class FakeQuotas:
         self._maybe_fail()
         return self._snap(namespace) if namespace in self.objects else None
 
-    async def list_managed(self) -> list[QuotaSnapshot]:
-        return [s for ns in sorted(self.objects) if (s := self._snap(ns)).managed]
+    async def list_managed(self, label_selector: str | None = None) -> list[QuotaSnapshot]:
+        """The managed quotas, or those whose labels also match ``label_selector`` (``k=v``
+        terms only, as dynquota sends); each call's selector is kept in ``selectors``."""
+        self.selectors.append(label_selector)
+        terms = [t.split("=", 1) for t in (label_selector or "").split(",") if t]
+        return [
+            s
+            for ns in sorted(self.objects)
+            if (s := self._snap(ns)).managed and all(s.labels.get(k) == v for k, v in terms)
+        ]
 
     async def create(
         self, namespace: str, hard: Mapping[str, str], annotations: Mapping[str, str]
@@ -742,7 +751,7 @@ class StaleListQuotas(FakeQuotas):
         super().__init__()
         self.lists = 0
 
-    async def list_managed(self) -> list[QuotaSnapshot]:
+    async def list_managed(self, label_selector: str | None = None) -> list[QuotaSnapshot]:
         found = await super().list_managed()
         self.lists += 1
         if self.lists == 1:
