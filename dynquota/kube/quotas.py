@@ -157,7 +157,6 @@ class QuotaClient:
         self, api_client: client.ApiClient, observer: ApiCallObserver | None = None
     ) -> None:
         self._api: Any = client.CoreV1Api(api_client)
-        self._sanitize = api_client.sanitize_for_serialization
         self._observer = observer
 
     async def _call(
@@ -206,16 +205,21 @@ class QuotaClient:
         )
 
         async def fetch(token: str | None) -> ListPage:
-            model = await self._call(
+            # raw JSON, never generated models: decoding V1ResourceQuota objects and turning
+            # them back into dicts cost ~0.9 ms a quota (1.8 s for 2,000, on the event loop)
+            decoded = await call_json(
                 "list",
+                "resourcequotas",
                 lambda t: self._api.list_resource_quota_for_all_namespaces(
                     label_selector=selector,
                     limit=page_size,
                     _continue=token,
                     _request_timeout=t,
+                    _preload_content=False,
                 ),
+                self._observer,
             )
-            return ListPage.from_model(model, self._sanitize)
+            return ListPage.from_body(decoded, "resourcequotas")
 
         async for page in paginate(fetch):
             for item in page.items:
