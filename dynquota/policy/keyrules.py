@@ -78,7 +78,13 @@ def edited_note(resource: str, spec: Quantity | int | None) -> str:
 
 
 def clamp_note(usage: int, profile: ResourceProfile, unit: KeyUnit) -> str:
+    """``", at maximum M"`` / ``", at minimum m"`` when the target of ``usage`` is clamped
+    there, as :func:`~dynquota.policy.decision.target` computes it (the buffer, at least
+    ``usage + minimumHeadroom``, rounded up to the step) before the clamps; ``""`` when not."""
     grown = ceil_div(usage * (100 + profile.buffer_percent), 100)
+    grown = max(grown, usage + profile.minimum_headroom)
+    step = profile.round_to or unit.granularity
+    grown = ceil_div(grown, step) * step
     if grown > profile.maximum:
         return f", at maximum {unit.text(profile.maximum)}"
     if grown < profile.minimum:

@@ -298,12 +298,6 @@ def fill_resources(value: object) -> object:
                 f"{key}: roundTo ({unit.text(step)}) must not exceed maximum "
                 f"({unit.text(high)}): every hard would round up to the maximum"
             )
-        room = body.get("minimumHeadroom")
-        if isinstance(room, int) and isinstance(high, int) and room > high:
-            raise ValueError(
-                f"{key}: minimumHeadroom ({unit.text(room)}) must not exceed maximum "
-                f"({unit.text(high)}): every hard would be the maximum"
-            )
         merged[key] = {
             "bufferPercent": defaults.buffer_percent,
             "minimum": minimum,

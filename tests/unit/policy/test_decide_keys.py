@@ -449,7 +449,12 @@ def test_minimum_headroom_leaves_room_for_the_largest_create() -> None:
         "requests.storage": "100Gi",  # 0 + 100Gi, above the storage minimum
         "secrets": "10",  # 0 + 10
     }
-    assert "upscale" not in " ".join(d.reasons)
+    # the target came from the headroom, not the minimum: no "at minimum" suffix
+    assert d.reasons[2:] == (
+        "create requests.cpu 1: usage 0, buffer 50%, minimum headroom 1",
+        "create requests.storage 100Gi: usage 0, buffer 20%, minimum headroom 100Gi",
+        "create secrets 10: usage 0, buffer 20%, minimum headroom 10",
+    )
     quota = stored(None, d)
     usage = {"requests.cpu": 1000, "requests.storage": 100 * 2**30, "secrets": 10}
     up = run(quota, T0 + 300, usage, gov=ROOMY)
@@ -491,11 +496,6 @@ def test_minimum_headroom_is_part_of_the_recorded_profile() -> None:
             {"requests.cpu": {"maximum": "4", "minimumHeadroom": "x"}},
             "requests.cpu: minimumHeadroom",
         ),
-        (
-            {"requests.memory": {"maximum": "4Gi", "minimumHeadroom": "8Gi"}},
-            "requests.memory: minimumHeadroom (8Gi) must not exceed maximum (4Gi): every hard "
-            "would be the maximum",
-        ),
     ],
 )
 def test_a_bad_minimum_headroom_is_refused(resources: dict[str, Any], error: str) -> None:
@@ -503,3 +503,28 @@ def test_a_bad_minimum_headroom_is_refused(resources: dict[str, Any], error: str
     assert info.spec is None
     assert info.reason is not None
     assert error in info.reason, info.reason
+
+
+def test_a_minimum_headroom_above_the_maximum_gives_the_maximum() -> None:
+    """Not refused (the CRD could not check it against a default maximum): the target is
+    clamped to the maximum like any other, and the reason says so."""
+    gov = governance(
+        {"requests.memory": {"maximum": "4Gi", "minimumHeadroom": "8Gi"}, "pods": {"maximum": 50,
+         "minimumHeadroom": 51}}
+    )  # fmt: skip
+    d = run(None, T0, {"requests.memory": 0}, gov=gov)
+    assert hard_text(d.hard)["requests.memory"] == "4Gi"
+    assert hard_text(d.hard)[PODS] == "50"
+    assert (
+        "create requests.memory 4Gi: usage 0, buffer 20%, minimum headroom 8Gi, at maximum 4Gi"
+        in d.reasons
+    )
+
+
+def test_a_fraction_of_a_unit_of_minimum_headroom_is_rounded_up() -> None:
+    gov = governance(
+        {"requests.cpu": {"maximum": "4", "minimumHeadroom": "0.5m"},
+         "requests.memory": {"maximum": "4Gi", "minimumHeadroom": "1.5"}}
+    )  # fmt: skip
+    assert gov.profiles["requests.cpu"].minimum_headroom == 1  # millicores
+    assert gov.profiles["requests.memory"].minimum_headroom == 2  # bytes
