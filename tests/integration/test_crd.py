@@ -272,6 +272,16 @@ def test_counted_keys_are_stored_with_quantities(
             "must be non-negative: whole numbers, or quantities such as 500m or 4Gi",
         ),
         (
+            {"requests.cpu": {"maximum": "8", "roundTo": "64Mi"}},
+            "spec.resources[requests.cpu]: Invalid value: roundTo must not exceed maximum "
+            "(every hard would round up to the maximum)",
+        ),
+        (
+            {"secrets": {"maximum": 40, "roundTo": 50}},
+            "spec.resources[secrets]: Invalid value: roundTo must not exceed maximum (every hard "
+            "would round up to the maximum)",
+        ),
+        (
             {"requests.memory": {"minimum": "2Gi", "maximum": "1Gi"}},
             "spec.resources[requests.memory]: Invalid value: minimum must be less than or "
             "equal to maximum",
