@@ -453,7 +453,10 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
                     hard_now,
                     goal,
                     decision.action,
-                    written + why + _lower_limits(others, name, resource, goal or hard_now),
+                    written
+                    + why
+                    + _lower_limits(others, name, resource, goal or hard_now)
+                    + _enforced_note(quota, resource),
                 )
             )
     plans = [
@@ -711,6 +714,23 @@ def _lower_limits(
                     "(the lowest limit wins)"
                 )
     return notes
+
+
+def _enforced_note(quota: QuotaSnapshot | None, resource: str) -> str:
+    """``"; enforced 3100m: ..."`` when admission enforces another value of ``resource`` than
+    the HARD column shows (``status.hard``, the quota controller's copy, lags ``spec.hard``:
+    kube-controller-manager down or slow); ``""`` when they agree or nothing is written."""
+    if quota is None:
+        return ""
+    written, enforced = quota.hard_int(resource), quota.status_hard_int(resource)
+    if written is None or enforced == written:
+        return ""
+    if enforced is None:
+        return "; not enforced yet: status.hard lacks it (the quota controller has not copied it)"
+    return (
+        f"; enforced {_shown(resource, enforced)}: status.hard, the quota controller has not "
+        "copied spec.hard yet"
+    )
 
 
 def _shown(resource: str, value: int | None) -> str:

@@ -469,3 +469,25 @@ def test_plan_groups_namespaces_by_budget_with_the_operators_allocation() -> Non
     only = plan.only(["team-b"])
     assert [b.name for b in only.budgets] == ["tenant"]
     assert [m.namespace for m in only.budgets[0].keys[0].members] == ["team-b"]
+
+
+def test_a_hard_not_yet_enforced_is_named_with_what_admission_enforces() -> None:
+    """kube-controller-manager down or slow: spec.hard 35 written, status.hard still 20 (what
+    admission checks); the row says so, and a key absent from status.hard is 'not enforced'."""
+    lagging = snapshot()
+    state = dict(lagging.quotas[0]["metadata"]["annotations"])  # type: ignore[index]
+    state["dynquota.io/hard.pods"] = "35"
+    written = quota("team-a", {"pods": "35", "configmaps": "50"}, **state)
+    written["status"] = {"hard": {"pods": "20"}, "used": {"pods": "25", "configmaps": "1"}}
+    lagging.quotas[0] = written
+    rows = {(r.namespace, r.resource): r for r in compute_plan(lagging, now=NOW + 300)}
+    pods, configmaps = rows[("team-a", "pods")], rows[("team-a", "configmaps")]
+    assert pods.hard == 35
+    assert pods.why.endswith(
+        "; enforced 20: status.hard, the quota controller has not copied spec.hard yet"
+    )
+    assert configmaps.why.endswith(
+        "; not enforced yet: status.hard lacks it (the quota controller has not copied it)"
+    )
+    settled = {(r.namespace, r.resource): r for r in compute_plan(snapshot(), now=NOW + 300)}
+    assert "enforced" not in settled[("team-a", "pods")].why
