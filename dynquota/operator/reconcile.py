@@ -226,7 +226,8 @@ class Operator(QuotaWriter):
             kill_switch=self.kill_switch,
             now=now,
             started_at=self.started_at,
-            previously_managed=namespace in self._deleted_by_others,
+            previously_managed=namespace in self._deleted_by_others
+            or (current is None and self._deleted_unseen(namespace)),
             namespace=namespace,
             help_url=self.settings.tenant_help_url,
             uncounted_since=self._uncounted_since(namespace, current, now),
@@ -354,6 +355,20 @@ class Operator(QuotaWriter):
             and self.kill_switch is False
             and self._release_confirmed
             and self.gate.can_write(WRITE_TIMEOUT)
+        )
+
+    def _deleted_unseen(self, namespace: str) -> bool:
+        """Whether the managed quota of ``namespace``, which a read just found absent, was
+        deleted by someone else although its DELETED event has not arrived yet: the watch
+        still holds it, dynquota is not deleting it, and no rule of dynquota's would
+        (:meth:`_ours`). So a re-creation decided before that event is reported as one
+        (``QuotaRecreated``), not as a first create (seen in CI under load)."""
+        watched = self._watched.get(namespace)
+        return (
+            watched is not None
+            and watched.managed
+            and namespace not in self._own_deletes
+            and not self._ours(watched)
         )
 
     def _quota_for_decision(

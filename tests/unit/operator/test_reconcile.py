@@ -409,6 +409,34 @@ async def test_quota_deleted_by_someone_is_recreated_with_a_warning(
     )
     assert world.events.posted[-1] == ("team-a", "Warning", "QuotaRecreated", message)
     assert f"QuotaRecreated on ResourceQuota team-a/dynquota: {message}" in caplog.messages
+
+
+async def test_a_quota_deleted_before_its_event_arrives_is_recreated_with_the_warning(
+    world: World,
+) -> None:
+    """A reconcile queued earlier runs after someone deleted the quota but before the watch
+    delivered the DELETED event (CI, under load): the read finds nothing while the watch still
+    holds the managed quota, so the create is a re-creation, not a first create."""
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    world.op.on_quota("ADDED", copy.deepcopy(world.quotas.objects["team-a"]))
+    del world.quotas.objects["team-a"]  # deleted; its DELETED event not delivered yet
+    await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a"), ("create", "team-a")]
+    assert [e[2] for e in world.events.posted].count("QuotaRecreated") == 1
+    # the late DELETED event of the old quota re-creates nothing and reports nothing more
+    posted = len(world.events.posted)
+    world.op.on_quota("DELETED", {**world.quotas.objects["team-a"], "metadata": {
+        **world.quotas.objects["team-a"]["metadata"], "uid": "old"}})  # fmt: skip
+    await world.reconcile("team-a")
+    assert world.quotas.writes == [("create", "team-a"), ("create", "team-a")]
+    assert len(world.events.posted) == posted
+
+
+async def test_a_quota_the_operator_never_saw_is_a_first_create(world: World) -> None:
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    assert "QuotaRecreated" not in [e[2] for e in world.events.posted]
     # re-created: a later create (after dynquota's own delete) is a plain Resized
     world.op.on_namespace("MODIFIED", namespace("team-a", {"dynquota.io/managed": "false"}, rv=2))
     deleted = copy.deepcopy(world.quotas.objects["team-a"])
