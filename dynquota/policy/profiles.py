@@ -266,7 +266,14 @@ def fill_resources(value: object) -> object:
         if not isinstance(given, Mapping):
             merged[resource] = given  # reported by the model type check
             continue
-        merged[resource] = {**DEFAULT_PROFILES[resource].to_crd(), **given}
+        profile = {**DEFAULT_PROFILES[resource].to_crd(), **given}
+        merged[resource] = profile
+        step, high = profile.get("roundTo"), profile.get("maximum")
+        if isinstance(step, int) and isinstance(high, int) and step > high > 0:
+            raise ValueError(
+                f"{resource}: roundTo ({step}) must not exceed maximum ({high}): every hard "
+                "would round up to the maximum"
+            )
     for key in sorted(str(k) for k in value if k not in TRACKED_RESOURCES):
         given = value[key]
         if not isinstance(given, Mapping):

@@ -277,6 +277,16 @@ def test_counted_keys_are_stored_with_quantities(
             "(every hard would round up to the maximum)",
         ),
         (
+            {"pods": {"roundTo": 1001}},
+            "spec.resources: Invalid value: pods: roundTo must not exceed maximum, which is "
+            "omitted and defaults to 1000",
+        ),
+        (
+            {"configmaps": {"roundTo": 2001}},
+            "spec.resources: Invalid value: configmaps: roundTo must not exceed maximum, which "
+            "is omitted and defaults to 2000",
+        ),
+        (
             {"secrets": {"maximum": 40, "roundTo": 50}},
             "spec.resources[secrets]: Invalid value: roundTo must not exceed maximum (every hard "
             "would round up to the maximum)",

@@ -405,6 +405,10 @@ def test_round_to_is_part_of_the_recorded_profile_and_a_change_resizes_at_once()
         ({"requests.memory": {"maximum": "4Gi", "roundTo": "0"}}, "roundTo must be above 0"),
         ({"requests.cpu": {"maximum": "4", "roundTo": "-1"}}, "must not be negative"),
         (
+            {"pods": {"roundTo": 1001}},
+            "pods: roundTo (1001) must not exceed maximum (1000): every hard would round up",
+        ),
+        (
             {"requests.cpu": {"maximum": "8", "roundTo": "64Mi"}},
             "requests.cpu: roundTo (67108864) must not exceed maximum (8): every hard would "
             "round up to the maximum",
@@ -528,3 +532,9 @@ def test_a_fraction_of_a_unit_of_minimum_headroom_is_rounded_up() -> None:
     )  # fmt: skip
     assert gov.profiles["requests.cpu"].minimum_headroom == 1  # millicores
     assert gov.profiles["requests.memory"].minimum_headroom == 2  # bytes
+
+
+def test_a_round_to_of_pods_up_to_their_maximum_is_valid() -> None:
+    for resources in ({"pods": {"roundTo": 1000}}, {"pods": {"roundTo": 1001, "maximum": 2000}}):
+        info = validate_policy({"metadata": {"name": "ok"}, "spec": {"resources": resources}})
+        assert info.spec is not None, info.reason
