@@ -571,6 +571,18 @@ def test_leader_election_off_with_two_replicas_is_refused(helm: Path) -> None:
     ) in done.stderr, done.stderr
 
 
+def test_leader_election_through_extra_env_is_refused(helm: Path) -> None:
+    done = run_helm(
+        helm, "template", RELEASE, str(CHART),
+        "--set", "operator.extraEnv[0].name=DYNQUOTA_LEADER_ELECTION",
+        "--set-string", "operator.extraEnv[0].value=false",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert (
+        "operator.extraEnv sets DYNQUOTA_LEADER_ELECTION: set leaderElection.enabled instead"
+    ) in done.stderr, done.stderr
+
+
 def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None:
     objs = render(helm, "--values", str(CHART / "ci" / "monitoring-values.yaml"))
     monitor = one(objs, "ServiceMonitor")

@@ -75,9 +75,16 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "dynquota.cleanupName"
 
 {{/*
 Leader election: leaderElection.enabled (default true), for any replica count. Turning it off
-with more than one replica is refused: two operators would write without a Lease.
+with more than one replica is refused: two operators would write without a Lease. So is
+setting DYNQUOTA_LEADER_ELECTION through operator.extraEnv (the chart would render the Lease
+RBAC, strategy and alert for the other value).
 */}}
 {{- define "dynquota.leaderElection" -}}
+{{- range $e := (.Values.operator.extraEnv | default list) }}
+{{- if eq (toString $e.name) "DYNQUOTA_LEADER_ELECTION" }}
+{{- fail "operator.extraEnv sets DYNQUOTA_LEADER_ELECTION: set leaderElection.enabled instead (the Lease RBAC, the Deployment strategy and the DynquotaNoLeader alert follow it)" }}
+{{- end }}
+{{- end }}
 {{- if .Values.leaderElection.enabled }}true
 {{- else if gt (int .Values.replicaCount) 1 }}
 {{- fail (printf "leaderElection.enabled=false needs replicaCount 1 (got %d): more replicas without leader election would all write" (int .Values.replicaCount)) }}
@@ -99,8 +106,8 @@ docs/chart.md.
 {{- $roll = false -}}
 {{- range $c := $live.spec.template.spec.containers -}}
 {{- range $e := ($c.env | default list) -}}
-{{- if and (eq $e.name "DYNQUOTA_LEADER_ELECTION") (eq (toString $e.value) "true") -}}
-{{- $roll = true -}}
+{{- if eq $e.name "DYNQUOTA_LEADER_ELECTION" -}}
+{{- $roll = eq (toString $e.value) "true" -}}{{/* the last one wins, as in Kubernetes */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
