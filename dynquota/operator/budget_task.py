@@ -252,11 +252,12 @@ class BudgetTasks:
                 # first and, once the quota controller copied them, the mark alone.
                 marked = quota.annotations.get(BUDGET) == name
                 labelled = quota.labels.get(BUDGET_LABEL) == name
+                enforced = _enforced(quota, result.allocations)
                 mark_only = (
                     not values
                     and not grows
                     and not any(ns in a.writes for a in result.allocations.values())
-                    and (not labelled or (not marked and _enforced(quota, result.allocations)))
+                    and (not labelled or (not marked and enforced))
                 )  # a label alone where an earlier version marked without it (one write)
                 if not values and not mark_only:
                     continue
@@ -265,7 +266,7 @@ class BudgetTasks:
                     break
                 try:
                     body = (
-                        _mark(name, marked or _enforced(quota, result.allocations))
+                        _mark(name, marked or enforced)
                         if mark_only
                         else self._body(name, name if marked else None, values, quota, grows, now)
                     )

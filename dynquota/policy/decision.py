@@ -116,11 +116,16 @@ def target(usage: int, profile: ResourceProfile, granularity: int = 1) -> int:
     U + minimumHeadroom), granularity)))``, in the key's units; ``granularity`` (> 0) is the
     profile's ``roundTo`` when the policy sets one, else the one given (the key's default: 1
     for counts, 100 for ``requests.cpu`` in millicores)."""
+    return min(profile.maximum, max(profile.minimum, grown_target(usage, profile, granularity)))
+
+
+def grown_target(usage: int, profile: ResourceProfile, granularity: int = 1) -> int:
+    """:func:`target` before the ``minimum``/``maximum`` clamps: ``roundUp(max(ceil(U * (100 +
+    bufferPercent) / 100), U + minimumHeadroom), step)`` in the key's units (``step``: the
+    profile's ``roundTo``, else ``granularity``). Pure."""
     step = profile.round_to or granularity
-    grown = ceil_div(usage * (100 + profile.buffer_percent), 100)
-    grown = max(grown, usage + profile.minimum_headroom)
-    grown = ceil_div(grown, step) * step
-    return min(profile.maximum, max(profile.minimum, grown))
+    buffered = ceil_div(usage * (100 + profile.buffer_percent), 100)
+    return ceil_div(max(buffered, usage + profile.minimum_headroom), step) * step
 
 
 def hard_text(hard: Mapping[str, int]) -> dict[str, str]:

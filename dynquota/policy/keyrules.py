@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Final
 
 from dynquota.names import EventReason
-from dynquota.policy.decision import Change, Event, ceil_div
+from dynquota.policy.decision import Change, Event, grown_target
 from dynquota.policy.durations import format_duration
 from dynquota.policy.models import ResourceProfile
 from dynquota.policy.override import FUTURE_STAMP_ALLOWANCE
@@ -79,12 +79,9 @@ def edited_note(resource: str, spec: Quantity | int | None) -> str:
 
 def clamp_note(usage: int, profile: ResourceProfile, unit: KeyUnit) -> str:
     """``", at maximum M"`` / ``", at minimum m"`` when the target of ``usage`` is clamped
-    there, as :func:`~dynquota.policy.decision.target` computes it (the buffer, at least
-    ``usage + minimumHeadroom``, rounded up to the step) before the clamps; ``""`` when not."""
-    grown = ceil_div(usage * (100 + profile.buffer_percent), 100)
-    grown = max(grown, usage + profile.minimum_headroom)
-    step = profile.round_to or unit.granularity
-    grown = ceil_div(grown, step) * step
+    there (:func:`~dynquota.policy.decision.grown_target` outside ``[minimum, maximum]``);
+    ``""`` when not."""
+    grown = grown_target(usage, profile, unit.granularity)
     if grown > profile.maximum:
         return f", at maximum {unit.text(profile.maximum)}"
     if grown < profile.minimum:

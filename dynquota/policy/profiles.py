@@ -231,6 +231,20 @@ def round_to_units(key: str, unit: KeyUnit, value: object) -> object:
     return units
 
 
+def _check_step(key: str, unit: KeyUnit, step: object, high: object) -> None:
+    """Refuse a ``roundTo`` above a non-zero ``maximum`` (both in units): every target would
+    round up to the maximum at once, most often a unit mistake (64Mi on requests.cpu).
+
+    Raises:
+        ValueError: naming the key, both values as quantity text.
+    """
+    if isinstance(step, int) and isinstance(high, int) and step > high > 0:
+        raise ValueError(
+            f"{key}: roundTo ({unit.text(step)}) must not exceed maximum "
+            f"({unit.text(high)}): every hard would round up to the maximum"
+        )
+
+
 def fill_resources(value: object) -> object:
     """Validate and default ``spec.resources`` (a pydantic ``before`` validator's body).
 
@@ -268,12 +282,7 @@ def fill_resources(value: object) -> object:
             continue
         profile = {**DEFAULT_PROFILES[resource].to_crd(), **given}
         merged[resource] = profile
-        step, high = profile.get("roundTo"), profile.get("maximum")
-        if isinstance(step, int) and isinstance(high, int) and step > high > 0:
-            raise ValueError(
-                f"{resource}: roundTo ({step}) must not exceed maximum ({high}): every hard "
-                "would round up to the maximum"
-            )
+        _check_step(resource, unit_for(resource), profile.get("roundTo"), profile.get("maximum"))
     for key in sorted(str(k) for k in value if k not in TRACKED_RESOURCES):
         given = value[key]
         if not isinstance(given, Mapping):
@@ -298,13 +307,7 @@ def fill_resources(value: object) -> object:
                 f"{key}: minimum ({unit.text(low)}) must be less than or equal to maximum "
                 f"({unit.text(high)})"
             )
-        step = body.get("roundTo")
-        if isinstance(step, int) and isinstance(high, int) and step > high > 0:
-            # e.g. roundTo 64Mi on requests.cpu: every target rounds to the maximum at once
-            raise ValueError(
-                f"{key}: roundTo ({unit.text(step)}) must not exceed maximum "
-                f"({unit.text(high)}): every hard would round up to the maximum"
-            )
+        _check_step(key, unit, body.get("roundTo"), high)
         merged[key] = {
             "bufferPercent": defaults.buffer_percent,
             "minimum": minimum,

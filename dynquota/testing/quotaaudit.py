@@ -124,8 +124,9 @@ class QuotaLedger:
             if r.namespace != namespace or r.stage != "ResponseComplete":
                 continue
             if r.resource == "resourcequotas" and r.subresource == "status" and r.name == quota:
-                if r.code != 200 or not r.response:
+                if not _is_status_write(r, namespace, quota):
                     continue
+                assert r.response is not None
                 status = r.response.get("status") or {}
                 if r.user == APISERVER_USER:
                     by = "admission"
@@ -274,16 +275,9 @@ def lowered_used(
     wanted = set(keys)
     writes: list[tuple[int, bool, float, dict[str, str]]] = []
     for r in records:
-        if (
-            r.namespace != namespace
-            or r.stage != "ResponseComplete"
-            or r.resource != "resourcequotas"
-            or r.subresource != "status"
-            or r.name != quota
-            or r.code != 200
-            or not r.response
-        ):
+        if not _is_status_write(r, namespace, quota):
             continue
+        assert r.response is not None
         used = (r.response.get("status") or {}).get("used") or {}
         writes.append(
             (
@@ -302,6 +296,20 @@ def lowered_used(
                 found.append(LoweredUsed(rv, key, before, value, received))
             last[key] = value
     return found
+
+
+def _is_status_write(r: AuditRecord, namespace: str, quota: str) -> bool:
+    """Whether ``r`` is a successful write of quota ``namespace/quota``'s status, with the
+    status written (``RequestResponse``)."""
+    return (
+        r.namespace == namespace
+        and r.stage == "ResponseComplete"
+        and r.resource == "resourcequotas"
+        and r.subresource == "status"
+        and r.name == quota
+        and r.code == 200
+        and bool(r.response)
+    )
 
 
 def _below(value: str, before: str) -> bool:
