@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup controlplane kwok toxiproxy promtool image image-test alerts test unit integration \
-	lint bench bench-admission bench-budgets bench-cleanup bench-scale soak demo clean chart-generate
+	lint bench bench-admission bench-budgets bench-cleanup bench-plan bench-scale soak demo clean chart-generate
 
 setup: $(STAMP)
 
@@ -88,6 +88,11 @@ bench-budgets: setup controlplane
 # `dynquota cleanup` over 5,000 managed namespaces (DYNQUOTA_CLEANUP_BENCH_NAMESPACES, _RUNS).
 bench-cleanup: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench/test_cleanup_bench.py
+
+# `dynquota plan -n NS` against `plan -A` at 300 namespaces (DYNQUOTA_PLAN_BENCH_NAMESPACES,
+# _CONFIGMAPS, _RUNS).
+bench-plan: setup controlplane
+	$(PY) -m pytest -m bench -s tests/bench/test_plan_scope_bench.py
 
 # Chaos soak (not in `make test`): two replicas, 200 namespaces, random faults; 30 minutes
 # unless SOAK_SECONDS says otherwise. Prints a table; exits non-zero on any invariant violation.

@@ -16,6 +16,7 @@ dynquota_usage_above_maximum                gauge   namespace, resource (1 when 
 dynquota_resizes_total                      counter direction (up/down), reason
 dynquota_quota_writes_total                 counter verb (create/patch/delete)
 dynquota_quota_deletions_total              counter cause (kill-switch/unmanaged/dry-run)
+dynquota_wakes_total                        counter kind (ReplicaSet)
 dynquota_overrides_active                   gauge   namespace (1 while its override is active;
                                                     no series otherwise)
 dynquota_kill_switch_engaged                gauge   -
@@ -101,6 +102,13 @@ class Metrics:
             "Managed quotas deleted by dynquota (kill switch, namespace no longer managed, "
             "released by dry run)",
             ("cause",),
+            registry=r,
+        )
+        self.wakes = Counter(
+            "dynquota_wakes",
+            "Workloads woken after a raise their controller's creates were refused before "
+            "(the wake mark set)",
+            ("kind",),
             registry=r,
         )
         self.overrides_active = Gauge(

@@ -75,15 +75,18 @@ class EventReason(StrEnum):
     """The ``reason`` of every Event dynquota posts (fixed, greppable; the message says why).
 
     On the managed quota — Normal: ``Resized``, ``OverrideGranted``, ``OverrideExpired``,
-    ``QuotaReleased``; Warning: ``OverrideRejected``, ``UsageAboveMaximum``, ``QuotaAtLimit``,
+    ``QuotaReleased``, ``Woken`` (controllers the quota refused, woken after a raise); Warning:
+    ``OverrideRejected``, ``UsageAboveMaximum``, ``QuotaAtLimit``,
     ``StateRepaired``, ``ManualEditReverted``, ``QuotaRecreated``, ``QuotaWriteFailed``,
     ``ForeignQuota``, ``KeyNotCounted`` (a key the quota controller never counted, removed
     from ``spec.hard``), ``NeedsDefaultRequests`` (a compute key held: no LimitRange
     default). On a LimitRange: ``ForeignLimitRange`` (one named ``dynquota`` without the
     managed-by label: never written). On a Namespace: ``ManagedLabelIgnored``, ``QuotaRemoved``; on
-    ``kube-system``: ``KillSwitchEngaged``, ``KillSwitchReleased``, ``KillSwitchInvalid``. On a
-    policy: ``PolicyInvalid``. On a QuotaBudget: ``Rebalanced`` (Normal: slices written),
-    ``OverBudget``, ``BudgetInvalid``, ``BudgetConflict`` (a namespace in two budgets: frozen).
+    ``kube-system``: ``KillSwitchEngaged``, ``KillSwitchReleased``, ``KillSwitchInvalid``,
+    ``UnmanageHeld`` (the brake on mass un-management holds quota deletions). On a policy:
+    ``PolicyInvalid``. On a QuotaBudget: ``Rebalanced`` (Normal: slices written),
+    ``OverBudget``, ``BudgetInvalid``, ``BudgetKeyNotSized`` (a member's policy does not size
+    a budget key: it asks for an even share).
     """
 
     RESIZED = "Resized"
@@ -110,5 +113,6 @@ class EventReason(StrEnum):
     REBALANCED = "Rebalanced"
     OVER_BUDGET = "OverBudget"
     BUDGET_INVALID = "BudgetInvalid"
-    BUDGET_CONFLICT = "BudgetConflict"
     BUDGET_KEY_NOT_SIZED = "BudgetKeyNotSized"
+    UNMANAGE_HELD = "UnmanageHeld"
+    WOKEN = "Woken"

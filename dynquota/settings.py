@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from dynquota.names import DEFAULT_OVERRIDE_TTL
+from dynquota.policy.budget_guard import DEFAULT_GUARDED_KINDS
 from dynquota.policy.durations import parse_duration
 from dynquota.policy.selection import SYSTEM_NAMESPACES
 
@@ -126,11 +127,48 @@ class Settings(BaseSettings):
         description="client-side rate limit of managed-quota deletes (kill switch, "
         "namespaces no longer managed, cleanup), per second",
     )
+    wake: bool = Field(
+        True,
+        description="wake the controllers a quota refused once a raise makes room (the wake "
+        "mark dynquota.io/wake on their ReplicaSets); false: controllers retry at the end of "
+        "their own backoff",
+    )
+    wake_qps: float = Field(
+        20.0, gt=0, description="wake marks per second at most, across namespaces"
+    )
+    unmanage_brake_share: float = Field(
+        0.5,
+        gt=0,
+        description="largest share (0..1) of managed namespaces whose quota deletions because "
+        "no policy enforces them any more (deleted, selectors edited, switched to dry run) "
+        "pass within the brake window without an admin's confirmation (annotation "
+        "dynquota.io/confirm-unmanage on kube-system); >= 1: off",
+    )
+    unmanage_brake_window_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="the brake's window: deletions passed within it count, seconds",
+    )
     exclude_namespaces: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma list of namespaces never managed"
     )
     include_namespaces: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma list; when set, only these are managed"
+    )
+    budget_guard_kinds: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_GUARDED_KINDS),
+        description="comma list of the kinds whose CREATE the chart's budget guard holds "
+        "back until a budget's slice is enforced (the chart's budgetGuard.kinds; resource or "
+        "resource.group): a budget with a key charging another kind gets Guarded=False",
+    )
+    guarded_label_prefixes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["dynquota.io/"],
+        description="comma list of Namespace label key prefixes the chart's governance-labels "
+        "policy guards (a policy selecting on another key gets Guarded=False)",
+    )
+    guarded_label_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="comma list of exact Namespace label keys the chart's guard also covers",
     )
     workers: int = Field(4, ge=1, le=64, description="concurrent reconciles (distinct namespaces)")
     resync_seconds: int = Field(
@@ -150,7 +188,14 @@ class Settings(BaseSettings):
     def _duration(cls, value: str | int | float) -> int:
         return parse_duration_seconds(value)
 
-    @field_validator("exclude_namespaces", "include_namespaces", mode="before")
+    @field_validator(
+        "exclude_namespaces",
+        "include_namespaces",
+        "budget_guard_kinds",
+        "guarded_label_prefixes",
+        "guarded_label_keys",
+        mode="before",
+    )
     @classmethod
     def _split(cls, value: object) -> object:
         return _comma_list(value)

@@ -85,12 +85,15 @@ class Collection:
         api_client: the ``ApiClient`` (host, credentials; not closed here).
         path: the collection, e.g. ``/api/v1/pods`` or ``/api/v1/namespaces/NS/resourcequotas``.
         field_selector: sent with both list and watch, or ``None``.
+        label_selector: likewise (``labelSelector``), or ``None``.
         list_accept, watch_accept: ``Accept`` headers (default ``application/json``; a
             ``PartialObjectMetadata`` one asks for metadata only).
         request_timeout, connect_timeout: seconds, override :mod:`dynquota._k8s.timeouts` for a
             list page (a short call: 10 s total, 3 s connect) and the watch's connect.
         read_margin: seconds a watch may stay silent beyond its ``timeoutSeconds`` (default
             30) before the connection is deemed dead.
+        on_date: called with every response's ``Date`` header (or ``None``) as it arrives
+            (:meth:`dynquota._k8s.clock.ServerClock.observe_date`), or ``None``.
 
     ``bytes_received`` counts response body bytes after decompression (list pages and watch
     lines). Read-only: it only sends GETs.
@@ -100,16 +103,18 @@ class Collection:
     path: str
     _: KW_ONLY
     field_selector: str | None = None
+    label_selector: str | None = None
     list_accept: str = JSON
     watch_accept: str = JSON
     request_timeout: float | None = None
     connect_timeout: float | None = None
     read_margin: float | None = None
+    on_date: Callable[[str | None], None] | None = None
     bytes_received: int = field(default=0, init=False)
 
     def _selector(self) -> list[tuple[str, str]]:
-        selector = self.field_selector
-        return [("fieldSelector", selector)] if selector else []
+        query = [("fieldSelector", self.field_selector)] if self.field_selector else []
+        return query + ([("labelSelector", self.label_selector)] if self.label_selector else [])
 
     def _list_timeout(self) -> aiohttp.ClientTimeout:
         total = timeouts.REQUEST_TIMEOUT if self.request_timeout is None else self.request_timeout
@@ -128,6 +133,10 @@ class Collection:
             else timeout_seconds + self.read_margin,
         )
 
+    def _dated(self, response: aiohttp.ClientResponse) -> None:
+        if self.on_date is not None:
+            self.on_date(response.headers.get("Date"))
+
     def _count(self, n: int) -> None:
         self.bytes_received += n
 
@@ -139,6 +148,7 @@ class Collection:
         response = await open_get(
             self.api_client, self.path, query, self.list_accept, self._list_timeout()
         )
+        self._dated(response)
         try:
             body = await response.read()
         except TRANSPORT_ERRORS as exc:
@@ -178,6 +188,7 @@ class Collection:
             self.watch_accept,
             self._watch_timeout(timeout_seconds),
         )
+        self._dated(response)
         async with contextlib.aclosing(json_lines(response, self.path, self._count)) as events:
             async for event in events:
                 yield event
@@ -337,11 +348,15 @@ class Reflector(Generic[T]):
         del items
         self.resource_version = page.resource_version
         self.lists += 1
+        self.mark_synced()
+        self._succeeded()
+        self.listed()
+
+    def mark_synced(self) -> None:
+        """Record that the store holds a complete view now (``synced``, ``synced_at``)."""
         self.synced_at = self.clock()
         self.synced = True
         self._synced_event.set()
-        self._succeeded()
-        self.listed()
 
     async def watch_once(self) -> None:
         """One watch cycle from ``resource_version`` (set by a list first).

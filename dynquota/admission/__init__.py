@@ -2,10 +2,11 @@
 
 A Python (asyncio) port of the ResourceQuota admission evaluator of kubernetes/kubernetes
 (``staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/``: ``controller.go``,
-``resource_access.go``; pod usage from ``pkg/quota/v1/evaluator/core/pods.go``), usable by a
-Python admission webhook that keeps counters in ResourceQuota objects. Imports nothing from
-dynquota but :mod:`dynquota.quantity` and the low access layer :mod:`dynquota._k8s` (an
-import-linter contract, checked by ``make lint``).
+``resource_access.go``; usage of pods, services and persistentvolumeclaims from
+``pkg/quota/v1/evaluator/core/``), usable by a Python admission webhook that keeps
+counters in ResourceQuota objects. Imports nothing from dynquota but
+:mod:`dynquota.quantity` and the low access layer :mod:`dynquota._k8s` (an import-linter
+contract, checked by ``make lint``).
 
 Typical use::
 
@@ -35,11 +36,21 @@ from .errors import (
     QuotaAccessError,
     QuotaConflictError,
     QuotaForbiddenError,
+    QuotaScopeError,
     QuotaTimeoutError,
 )
 from .evaluator import Evaluator, EvaluatorStats
-from .evaluators import ObjectCountEvaluator, PodEvaluator, Registry, UsageEvaluator, pod_usage
+from .evaluators import (
+    ObjectCountEvaluator,
+    PersistentVolumeClaimEvaluator,
+    PodEvaluator,
+    Registry,
+    ServiceEvaluator,
+    UsageEvaluator,
+    pod_usage,
+)
 from .kubernetes_accessor import KubernetesQuotaAccessor
+from .limited import LimitedResource
 from .memory import InMemoryQuotaAccessor, InMemoryQuotaServer, ServerStats
 from .policy import DYNQUOTA, NAIVE, POLICIES, UPSTREAM, ConflictPolicy
 from .types import (
@@ -69,20 +80,24 @@ __all__ = [
     "InMemoryQuotaServer",
     "InvalidObjectError",
     "KubernetesQuotaAccessor",
+    "LimitedResource",
     "LiveQuotaAccessor",
     "ObjectCountEvaluator",
     "Operation",
+    "PersistentVolumeClaimEvaluator",
     "PodEvaluator",
     "QuotaAccessError",
     "QuotaAccessor",
     "QuotaConflictError",
     "QuotaForbiddenError",
+    "QuotaScopeError",
     "QuotaTimeoutError",
     "Registry",
     "ResourceList",
     "ResourceQuota",
     "ScopedResourceSelectorRequirement",
     "ServerStats",
+    "ServiceEvaluator",
     "UsageEvaluator",
     "check_request",
     "compare_resource_versions",

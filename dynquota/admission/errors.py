@@ -17,6 +17,7 @@ __all__ = [
     "QuotaAccessError",
     "QuotaConflictError",
     "QuotaForbiddenError",
+    "QuotaScopeError",
     "QuotaTimeoutError",
 ]
 
@@ -54,6 +55,13 @@ class QuotaForbiddenError(AdmissionError):
         else:
             message = f"{qualified_resource} is forbidden: {detail}"
         super().__init__(message)
+
+
+class QuotaScopeError(AdmissionError):
+    """The object is in a scope the ``limitedResources`` configuration limits, and no quota
+    of the namespace with that scope matches it (500, as upstream, which returns this error
+    unwrapped: ``insufficient quota to match these scopes: [{PriorityClass In
+    [cluster-services]}]``)."""
 
 
 class InvalidObjectError(AdmissionError):

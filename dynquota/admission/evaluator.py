@@ -28,8 +28,6 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from typing import TypeVar
 
 from .accessor import LiveQuotaAccessor, QuotaAccessor
 from .check import check_request
@@ -40,107 +38,23 @@ from .errors import (
     QuotaTimeoutError,
 )
 from .evaluators import Registry
+from .limited import LimitedResource
 from .policy import DYNQUOTA, ConflictPolicy
 from .resources import equals
 from .types import AdmissionAttributes, GroupResource, ResourceQuota
+from .waiters import (
+    DeadlineExceededError,
+    Deadlines,
+    EvaluatorStats,
+    UndecidedError,
+    Waiter,
+    bounded,
+)
+from .workqueue import NamespaceWork
 
 __all__ = ["Evaluator", "EvaluatorStats"]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-class _UndecidedError(DefaultDenyError):
-    """Marker of a waiter that has no verdict yet."""
-
-
-class _DeadlineExceededError(Exception):
-    """An accessor call of a batch outlived the latest deadline of the requests it serves."""
-
-
-@dataclass(eq=False)
-class _Waiter:
-    """One request waiting for its verdict (upstream ``admissionWaiter``)."""
-
-    attributes: AdmissionAttributes
-    deadline: float  # event-loop time (loop.time())
-    done: asyncio.Future[None]
-    result: BaseException | None
-    abandoned: bool = False  # the caller got its answer (deadline) or went away
-    requeued: bool = False  # sent back to the namespace's queue after a conflict
-    charged: bool = False  # every quota document carrying its charge was written
-
-    @property
-    def pending(self) -> bool:
-        return isinstance(self.result, _UndecidedError) and not self.abandoned
-
-    def finish(self) -> None:
-        if not self.done.done():
-            self.done.set_result(None)
-
-
-@dataclass
-class EvaluatorStats:
-    """Counters of one evaluator since creation.
-
-    Attributes:
-        requests: requests that needed a quota check (waiters).
-        batches: batches evaluated (one per namespace turn of a worker).
-        max_batch: the largest batch.
-        rounds: fold-and-write rounds (a batch's first round, its retries, and a fold
-            repeated because a deadline passed during it).
-        conflict_rounds: rounds whose failed writes were all 409 Conflicts.
-        error_rounds: rounds with another write error.
-        live_rereads: live re-reads after a conflict round.
-        timeouts: requests denied with :class:`QuotaTimeoutError` (their deadline passed
-            before a verdict was delivered, in whatever phase).
-        late_charges: requests charged by writes that finished after their deadline (or after
-            the caller went away): denied, yet counted in ``status.used`` (the quota
-            controller's recount removes such over-charges for the resources it counts).
-    """
-
-    requests: int = 0
-    batches: int = 0
-    max_batch: int = 0
-    rounds: int = 0
-    conflict_rounds: int = 0
-    error_rounds: int = 0
-    live_rereads: int = 0
-    timeouts: int = 0
-    late_charges: int = 0
-
-
-class _NamespaceQueue:
-    """A deduplicating FIFO of namespaces where a namespace is handed to one worker at a time.
-
-    The semantics of client-go's ``workqueue.Type`` (``Add``, ``Get``, ``Done``): a key added
-    while queued is not queued twice; a key added while being processed is queued again when
-    ``done`` is called.
-    """
-
-    def __init__(self) -> None:
-        self._ready: asyncio.Queue[str] = asyncio.Queue()
-        self._dirty: set[str] = set()
-        self._processing: set[str] = set()
-
-    def add(self, key: str) -> None:
-        if key in self._dirty:
-            return
-        self._dirty.add(key)
-        if key not in self._processing:
-            self._ready.put_nowait(key)
-
-    async def get(self) -> str:
-        key = await self._ready.get()
-        self._processing.add(key)
-        self._dirty.discard(key)
-        return key
-
-    def done(self, key: str) -> None:
-        self._processing.discard(key)
-        if key in self._dirty:
-            self._ready.put_nowait(key)
 
 
 class Evaluator:
@@ -159,6 +73,8 @@ class Evaluator:
         policy: batching and conflict rules (:data:`~dynquota.admission.policy.DYNQUOTA`).
         registry: usage evaluators (default: pods and object counts).
         ignored_resources: group/resources never metered.
+        limited_resources: the ``limitedResources`` admission configuration (resources
+            and scopes that may only be consumed under a covering quota).
         clock: wall clock in seconds since the epoch, for pod deletion grace periods.
     """
 
@@ -171,6 +87,7 @@ class Evaluator:
         policy: ConflictPolicy = DYNQUOTA,
         registry: Registry | None = None,
         ignored_resources: Iterable[GroupResource] = (),
+        limited_resources: Iterable[LimitedResource] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         if workers < 1:
@@ -184,11 +101,10 @@ class Evaluator:
         self._workers = workers
         self._registry = registry or Registry()
         self._ignored = frozenset(ignored_resources)
+        self._limited = tuple(limited_resources)
         self._clock = clock
-        self._queue: _NamespaceQueue | None = None
-        self._work: dict[str, list[_Waiter]] = {}
-        self._dirty_work: dict[str, list[_Waiter]] = {}
-        self._in_progress: set[str] = set()
+        self._work = NamespaceWork()
+        self._deadlines = Deadlines(deadline, self.stats)
         self._read_live_next: set[str] = set()
         self._contended_until: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -208,11 +124,8 @@ class Evaluator:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        for waiters in (*self._work.values(), *self._dirty_work.values()):
-            for waiter in waiters:
-                waiter.finish()
-        self._work.clear()
-        self._dirty_work.clear()
+        for waiter in self._work.drain():
+            waiter.finish()
 
     # --- entry point ------------------------------------------------------------------------
 
@@ -255,16 +168,16 @@ class Evaluator:
             return
 
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(
+        waiter = Waiter(
             attributes=attributes,
             deadline=loop.time() + self.deadline,
             done=loop.create_future(),
-            result=_UndecidedError(),
+            result=UndecidedError(),
         )
         self.stats.requests += 1
         if self.policy.batching:
             self._start()
-            self._add_work(waiter)
+            self._work.add(waiter)
         else:
             self._spawn(self._check_attributes(attributes.namespace, [waiter]))
         try:
@@ -277,12 +190,16 @@ class Evaluator:
         finally:
             if not waiter.done.done():
                 waiter.abandoned = True
-        # Delivered: the batch already applied the deadline rule (see _deliver). Not
+        # Delivered: the batch already applied the deadline rule (see Deadlines.deliver). Not
         # delivered by the deadline: denied, as the batch would have.
-        result = waiter.result if waiter.done.done() else self._timeout_error(attributes.namespace)
+        result = (
+            waiter.result
+            if waiter.done.done()
+            else self._deadlines.timeout_error(attributes.namespace)
+        )
         if isinstance(result, QuotaTimeoutError):
             self.stats.timeouts += 1
-        if isinstance(result, _UndecidedError):
+        if isinstance(result, UndecidedError):
             raise DefaultDenyError()
         if result is not None:
             raise result
@@ -293,7 +210,6 @@ class Evaluator:
         if self._started:
             return
         self._started = True
-        self._queue = _NamespaceQueue()
         for _ in range(self._workers):
             self._spawn(self._worker())
 
@@ -302,121 +218,25 @@ class Evaluator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _add_work(self, waiter: _Waiter) -> None:
-        assert self._queue is not None
-        ns = waiter.attributes.namespace
-        self._queue.add(ns)
-        if ns in self._in_progress:
-            self._dirty_work.setdefault(ns, []).append(waiter)
-        else:
-            self._work.setdefault(ns, []).append(waiter)
-
-    def _get_work(self, ns: str) -> list[_Waiter]:
-        work = self._work.pop(ns, [])
-        self._dirty_work.pop(ns, None)
-        self._in_progress.add(ns)
-        for w in work:
-            w.requeued = False
-        return work
-
-    def _requeue(self, ns: str, waiters: list[_Waiter]) -> None:
-        """Put waiters back at the head of the namespace's work (it is in progress now)."""
-        assert self._queue is not None
-        self._dirty_work[ns] = waiters + self._dirty_work.get(ns, [])
-        self._queue.add(ns)
-
-    def _complete_work(self, ns: str) -> None:
-        assert self._queue is not None
-        self._queue.done(ns)
-        dirty = self._dirty_work.pop(ns, None)
-        if dirty:
-            self._work[ns] = dirty
-        else:
-            self._work.pop(ns, None)
-        self._in_progress.discard(ns)
-
     async def _worker(self) -> None:
-        assert self._queue is not None
         while True:
-            ns = await self._queue.get()
+            ns, waiters = await self._work.get()
             try:
-                waiters = self._get_work(ns)
                 if waiters:
                     await self._check_attributes(ns, waiters)
             finally:
-                self._complete_work(ns)
-
-    # --- deadlines ---------------------------------------------------------------------------
-
-    def _timeout_error(self, ns: str) -> QuotaTimeoutError:
-        """The one error of a request whose deadline passed (upstream wording kept)."""
-        return QuotaTimeoutError(
-            "Internal error occurred: resource quota evaluation timed out after "
-            f"{self.deadline:g} s (namespace {ns!r}); the request is denied"
-        )
-
-    def _expire(self, waiters: Iterable[_Waiter], now: float) -> list[_Waiter]:
-        """Deny every undecided waiter whose deadline is at or before ``now`` with the timeout
-        error; return the waiters still undecided. ``now=math.inf`` denies them all."""
-        pending = []
-        for w in waiters:
-            if not w.pending:
-                continue
-            if now >= w.deadline:
-                w.result = self._timeout_error(w.attributes.namespace)
-            else:
-                pending.append(w)
-        return pending
-
-    def _deliver(self, waiter: _Waiter, now: float) -> None:
-        """Hand the waiter its verdict; past its deadline the verdict is the timeout error.
-
-        This is the rule the caller's timer applies too, so a verdict reached in time but
-        delivered late (a slow write of the same batch, a starved event loop) is never
-        answered with anything but the timeout error.
-        """
-        if waiter.done.done():
-            return
-        if waiter.abandoned or now >= waiter.deadline:
-            if waiter.charged:
-                self.stats.late_charges += 1
-            if not isinstance(waiter.result, QuotaTimeoutError):
-                waiter.result = self._timeout_error(waiter.attributes.namespace)
-        waiter.finish()
-
-    async def _bounded(
-        self, call: Callable[[], Awaitable[T]], waiters: list[_Waiter], what: str
-    ) -> T:
-        """Await an accessor call no longer than the latest deadline of the waiters.
-
-        Raises:
-            _DeadlineExceededError: that deadline passed first (every waiter's has, then);
-                the call is cancelled (a write may still land).
-        """
-        deadline = max(w.deadline for w in waiters)
-        if asyncio.get_running_loop().time() >= deadline:
-            log.debug("deadline passed before %s", what)
-            raise _DeadlineExceededError(what)
-        timeout = asyncio.timeout_at(deadline)
-        try:
-            async with timeout:
-                return await call()
-        except TimeoutError:
-            if not timeout.expired():
-                raise  # the call's own TimeoutError, not our deadline
-            log.debug("deadline passed while %s", what)
-            raise _DeadlineExceededError(what) from None
+                self._work.complete(ns)
 
     # --- evaluation -------------------------------------------------------------------------
 
-    async def _check_attributes(self, ns: str, waiters: list[_Waiter]) -> None:
+    async def _check_attributes(self, ns: str, waiters: list[Waiter]) -> None:
         """Decide a batch and notify every waiter (upstream ``checkAttributes``)."""
         self.stats.batches += 1
         self.stats.max_batch = max(self.stats.max_batch, len(waiters))
         loop = asyncio.get_running_loop()
         try:
             # Requests whose deadline passed while queued are denied without a read.
-            live = self._expire(waiters, loop.time())
+            live = self._deadlines.expire(waiters, loop.time())
             if not live:
                 return
             read: Callable[[], Awaitable[list[ResourceQuota]]]
@@ -427,15 +247,16 @@ class Evaluator:
                 else:
                     read = functools.partial(self.accessor.get_quotas, ns)
                 self._read_live_next.discard(ns)
-                quotas = await self._bounded(read, live, f"reading the quotas of {ns!r}")
-            except _DeadlineExceededError:
-                self._expire(live, math.inf)
+                quotas = await bounded(read, live, f"reading the quotas of {ns!r}")
+            except DeadlineExceededError:
+                self._deadlines.expire(live, math.inf)
                 return
             except AdmissionError as e:
                 for w in live:
                     w.result = e
                 return
-            if not quotas:
+            if not quotas and not self._limited:
+                # no quota and nothing limited by default: admitted (upstream checkAttributes)
                 for w in live:
                     w.result = None
                 return
@@ -449,12 +270,12 @@ class Evaluator:
             now = loop.time()
             for w in waiters:
                 if not w.requeued:
-                    self._deliver(w, now)
+                    self._deadlines.deliver(w, now)
             if requeued:
-                self._requeue(ns, requeued)
+                self._work.requeue(ns, requeued)
 
     async def _check_quotas(
-        self, ns: str, quotas: list[ResourceQuota], waiters: list[_Waiter]
+        self, ns: str, quotas: list[ResourceQuota], waiters: list[Waiter]
     ) -> None:
         """Fold, write, and retry the failed documents (upstream ``checkQuotas``).
 
@@ -468,7 +289,7 @@ class Evaluator:
         now = self._clock()
         conflict_streak = 0
         while True:
-            if not self._expire(waiters, loop.time()):
+            if not self._deadlines.expire(waiters, loop.time()):
                 return
             self.stats.rounds += 1
             # Phase 0/1: fold every undecided request into a running copy of the quotas.
@@ -476,14 +297,13 @@ class Evaluator:
             # (kubernetes#141904: a request denied by one quota stays denied when another
             # quota's write is retried).
             running = list(quotas)
-            charged: list[_Waiter] = []
+            charged: list[Waiter] = []
             for w in waiters:
                 if not w.pending:
                     continue
                 try:
-                    new = check_request(
-                        running, w.attributes, self._registry.get(w.attributes.resource), now
-                    )
+                    evaluator = self._registry.get(w.attributes.resource)
+                    new = check_request(running, w.attributes, evaluator, now, self._limited)
                 except AdmissionError as e:
                     w.result = e
                     continue
@@ -514,16 +334,16 @@ class Evaluator:
                 if equals(before.used, after.used):
                     continue
                 try:
-                    await self._bounded(
+                    await bounded(
                         functools.partial(self.accessor.update_quota_status, after),
                         charged,
                         f"writing the status of quota {after.key}",
                     )
-                except _DeadlineExceededError:
+                except DeadlineExceededError:
                     # Every charged request is past its deadline (the latest bounds the
                     # write). The cancelled write may still land: an over-charge, never an
                     # over-admission.
-                    self._expire(charged, math.inf)
+                    self._deadlines.expire(charged, math.inf)
                     return
                 except AdmissionError as e:
                     failed.append(after.name)
@@ -533,7 +353,7 @@ class Evaluator:
             if not failed:
                 for w in charged:
                     w.charged = True
-                    if isinstance(w.result, _UndecidedError):
+                    if isinstance(w.result, UndecidedError):
                         w.result = None  # admitted, unless delivered after its deadline
                 return
 
@@ -545,7 +365,7 @@ class Evaluator:
                     self._contended_until[ns] = loop.time() + policy.live_read_window
             else:
                 self.stats.error_rounds += 1
-            pending = self._expire(waiters, loop.time())
+            pending = self._deadlines.expire(waiters, loop.time())
             if not pending:
                 return
             consumes = policy.conflicts_consume_retries or not conflicts_only
@@ -570,7 +390,7 @@ class Evaluator:
             conflict_streak = conflict_streak + 1 if conflicts_only else 0
             latest = max(w.deadline for w in pending)
             await asyncio.sleep(max(0.0, min(self._backoff(conflict_streak), latest - loop.time())))
-            pending = self._expire(pending, loop.time())
+            pending = self._deadlines.expire(pending, loop.time())
             if not pending:
                 return
 
@@ -586,9 +406,9 @@ class Evaluator:
             else:
                 read = functools.partial(self.accessor.get_quotas, ns)
             try:
-                fresh = await self._bounded(read, pending, f"re-reading quotas of {ns!r}")
-            except _DeadlineExceededError:
-                self._expire(pending, math.inf)
+                fresh = await bounded(read, pending, f"re-reading quotas of {ns!r}")
+            except DeadlineExceededError:
+                self._deadlines.expire(pending, math.inf)
                 return
             except AdmissionError:
                 self._fail(pending, last)
@@ -616,7 +436,7 @@ class Evaluator:
         return random.uniform(0, min(base * 2 ** (streak - 2), 16 * base))
 
     @staticmethod
-    def _fail(waiters: list[_Waiter], error: BaseException) -> None:
+    def _fail(waiters: list[Waiter], error: BaseException) -> None:
         for w in waiters:
             if w.pending:
                 w.result = error

@@ -1,16 +1,16 @@
 """How much quota an admitted object uses, and which quotas it falls under (Pure).
 
-Two kinds of usage evaluator, as in kube-apiserver, each in its own module mirroring
-upstream's files: :class:`ObjectCountEvaluator` for any resource
-(:mod:`dynquota.admission.generic`, upstream ``generic/evaluator.go``) and
-:class:`PodEvaluator` for pods (:mod:`dynquota.admission.pods`, upstream
-``evaluator/core/pods.go``). :class:`Registry` (upstream ``core/registry.go``) hands out the
-evaluator of a group/resource.
+The usage evaluators of kube-apiserver, each in its own module mirroring upstream's files:
+:class:`ObjectCountEvaluator` for any resource (:mod:`dynquota.admission.generic`, upstream
+``generic/evaluator.go``), :class:`PodEvaluator` (:mod:`dynquota.admission.pods`, upstream
+``evaluator/core/pods.go``), :class:`ServiceEvaluator` (:mod:`dynquota.admission.services`,
+``core/services.go``) and :class:`PersistentVolumeClaimEvaluator`
+(:mod:`dynquota.admission.pvcs`, ``core/persistent_volume_claims.go``). :class:`Registry`
+(upstream ``core/registry.go``) hands out the evaluator of a group/resource.
 
-Not ported (see ``docs/admission.md``): the dedicated evaluators of services
-(``services.nodeports``, ``services.loadbalancers``) and persistentvolumeclaims
-(``requests.storage``, storage classes); a quota limiting those keys does not match such
-objects here, so they are not metered by this library.
+Not ported (see ``docs/admission.md``): the resourceclaims evaluator of DRA
+(``resource_claims.go``: ``<class>.deviceclass.resource.k8s.io/devices``); resourceclaims are
+counted as objects (``count/resourceclaims.resource.k8s.io``) only.
 """
 
 from __future__ import annotations
@@ -19,12 +19,16 @@ from collections.abc import Iterable
 
 from .generic import ObjectCountEvaluator, UsageEvaluator, object_count_resource_name
 from .pods import PodEvaluator, pod_usage
+from .pvcs import PersistentVolumeClaimEvaluator
+from .services import ServiceEvaluator
 from .types import GroupResource
 
 __all__ = [
     "ObjectCountEvaluator",
+    "PersistentVolumeClaimEvaluator",
     "PodEvaluator",
     "Registry",
+    "ServiceEvaluator",
     "UsageEvaluator",
     "object_count_resource_name",
     "pod_usage",
@@ -50,6 +54,8 @@ class Registry:
         for gr, alias in _LEGACY_ALIASES.items():
             self.add(ObjectCountEvaluator(gr, alias))
         self.add(PodEvaluator())
+        self.add(ServiceEvaluator())
+        self.add(PersistentVolumeClaimEvaluator())
         for evaluator in evaluators:
             self.add(evaluator)
 

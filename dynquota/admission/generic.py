@@ -8,6 +8,12 @@ of the same name. Upstream: ``staging/src/k8s.io/apiserver/pkg/quota/v1/generic/
 (``NewObjectCountEvaluator``, ``ObjectCountQuotaResourceNameFor``, ``Matches``) and
 ``pkg/quota/v1/evaluator/core/registry.go`` (``legacyObjectCountAliases``). A quota with any
 scope never matches an object-count resource (upstream ``MatchesNoScopeFunc``).
+
+The pieces the evaluators share: :class:`UnscopedEvaluator` (the scope part of the object
+counts and services), :func:`create_or_update` (the ``Handles`` of services and claims),
+:func:`uncovered_by_scope_name` (the ``UncoveredQuotaScopes`` of pods and claims) and
+:func:`label_selector_matches` (a scope selector as a label selector on one label: pods'
+``PriorityClass``, claims' ``VolumeAttributesClass``).
 """
 
 from __future__ import annotations
@@ -28,9 +34,13 @@ from .types import (
 __all__ = [
     "Object",
     "ObjectCountEvaluator",
+    "UnscopedEvaluator",
     "UsageEvaluator",
+    "create_or_update",
     "generic_matches",
+    "label_selector_matches",
     "object_count_resource_name",
+    "uncovered_by_scope_name",
 ]
 
 
@@ -66,6 +76,15 @@ class UsageEvaluator(Protocol):
         """The selectors ``obj`` satisfies."""
         ...
 
+    def uncovered_quota_scopes(
+        self,
+        limited: Sequence[ScopedResourceSelectorRequirement],
+        matched: Sequence[ScopedResourceSelectorRequirement],
+    ) -> list[ScopedResourceSelectorRequirement]:
+        """The ``limited`` scopes (of the ``limitedResources`` configuration) that no scope in
+        ``matched`` (of the quotas) covers (upstream ``UncoveredQuotaScopes``)."""
+        ...
+
     def matches(self, quota: ResourceQuota, obj: Object) -> bool:
         """Whether ``quota`` governs ``obj``: it limits a resource this evaluator charges and
         ``obj`` is in every one of its scopes (upstream ``generic.Matches``)."""
@@ -92,11 +111,76 @@ def generic_matches(evaluator: UsageEvaluator, quota: ResourceQuota, obj: Object
     return len(evaluator.matching_scopes(obj, selectors)) == len(selectors)
 
 
-class ObjectCountEvaluator:
+def create_or_update(attributes: AdmissionAttributes) -> bool:
+    """CREATE or UPDATE of the object itself, not of a subresource such as ``status``
+    (upstream ``serviceEvaluator.Handles`` and ``pvcEvaluator.Handles``, with the subresource
+    filter of ``QuotaAdmission.Validate``)."""
+    if attributes.subresource:
+        return False
+    return attributes.operation in (Operation.CREATE, Operation.UPDATE)
+
+
+def uncovered_by_scope_name(
+    limited: Sequence[ScopedResourceSelectorRequirement],
+    matched: Sequence[ScopedResourceSelectorRequirement],
+) -> list[ScopedResourceSelectorRequirement]:
+    """The ``limited`` scopes whose scope name no scope in ``matched`` has (upstream
+    ``podEvaluator.UncoveredQuotaScopes`` and ``pvcEvaluator.UncoveredQuotaScopes``)."""
+    names = {m.scope_name for m in matched}
+    return [s for s in limited if s.scope_name not in names]
+
+
+def label_selector_matches(selector: ScopedResourceSelectorRequirement, value: str | None) -> bool:
+    """The selector as a label selector on ``{scopeName: value}`` (``None``: no label); an
+    unknown operator matches nothing."""
+    op = selector.operator
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op == "In":
+        return value is not None and value in selector.values
+    if op == "NotIn":
+        return value is None or value not in selector.values
+    return False
+
+
+class UnscopedEvaluator:
+    """The scope part of an evaluator whose resources no scope covers (upstream
+    ``generic.MatchesNoScopeFunc``): no scope matches, none is left uncovered, a quota with
+    any scope never matches; and no constraints. Mixed into :class:`ObjectCountEvaluator` and
+    :class:`~dynquota.admission.services.ServiceEvaluator`, which add ``group_resource``,
+    ``handles``, ``matching_resources`` and ``usage``."""
+
+    def matching_scopes(
+        self, obj: Object, selectors: Sequence[ScopedResourceSelectorRequirement]
+    ) -> list[ScopedResourceSelectorRequirement]:
+        """None: never scoped (upstream ``MatchesNoScopeFunc``)."""
+        return []
+
+    def uncovered_quota_scopes(
+        self,
+        limited: Sequence[ScopedResourceSelectorRequirement],
+        matched: Sequence[ScopedResourceSelectorRequirement],
+    ) -> list[ScopedResourceSelectorRequirement]:
+        """None (upstream ``objectCountEvaluator`` and ``serviceEvaluator``)."""
+        return []
+
+    def matches(self: UsageEvaluator, quota: ResourceQuota, obj: Object) -> bool:
+        """A quota limiting one of the evaluator's resources, without scopes."""
+        return generic_matches(self, quota, obj)
+
+    def constraints(self, required: Sequence[str], obj: Object) -> str | None:
+        """No constraints."""
+        return None
+
+
+class ObjectCountEvaluator(UnscopedEvaluator):
     """Counts objects of one group/resource on CREATE.
 
     Upstream ``generic.objectCountEvaluator``. Charges 1 of ``count/<resource>[.<group>]`` and
-    of ``alias`` when given (``configmaps`` etc.). Matches no scoped quota.
+    of ``alias`` when given (``configmaps`` etc.). Matches no scoped quota
+    (:class:`UnscopedEvaluator`).
     """
 
     def __init__(self, group_resource: GroupResource, alias: str | None = None) -> None:
@@ -107,30 +191,18 @@ class ObjectCountEvaluator:
         self.resource_names: tuple[str, ...] = tuple(names)
 
     def handles(self, attributes: AdmissionAttributes) -> bool:
-        """CREATE only (upstream ``objectCountEvaluator.Handles``)."""
-        return attributes.operation == Operation.CREATE
+        """CREATE of the object itself, not of a subresource.
+
+        Upstream ``objectCountEvaluator.Handles`` (CREATE) together with the subresource
+        filter of ``QuotaAdmission.Validate`` (``admission.go``), so that :func:`check_request`
+        called directly ignores ``configmaps/status`` and the like as kube-apiserver does.
+        """
+        return attributes.operation == Operation.CREATE and not attributes.subresource
 
     def matching_resources(self, names: Iterable[str]) -> list[str]:
         """Names among ``count/...`` and the alias."""
         return [n for n in names if n in self.resource_names]
 
-    def matching_scopes(
-        self, obj: Object, selectors: Sequence[ScopedResourceSelectorRequirement]
-    ) -> list[ScopedResourceSelectorRequirement]:
-        """None: object counts are never scoped (upstream ``MatchesNoScopeFunc``)."""
-        return []
-
-    def matches(self, quota: ResourceQuota, obj: Object) -> bool:
-        """A quota limiting one of the names, without scopes."""
-        return generic_matches(self, quota, obj)
-
-    def constraints(self, required: Sequence[str], obj: Object) -> str | None:
-        """No constraints."""
-        return None
-
     def usage(self, obj: Object, now: float) -> dict[str, Quantity]:
         """1 of each resource name."""
         return dict.fromkeys(self.resource_names, _ONE)
-
-
-# --- pods -------------------------------------------------------------------------------

@@ -1,14 +1,16 @@
 """Pod quota usage and matching (Pure): the pod usage evaluator of kube-apiserver.
 
 :class:`PodEvaluator` charges ``pods``, ``count/pods``, ``cpu``/``memory``/
-``ephemeral-storage`` and their ``requests.``/``limits.`` forms, hugepages and
-``requests.<extended resource>``; the scopes ``Terminating``, ``NotTerminating``,
+``ephemeral-storage`` and their ``requests.``/``limits.`` forms, hugepages,
+``requests.<extended resource>`` and ``requests.deviceclass.resource.kubernetes.io/<class>``
+(DRA implicit extended resources); the scopes ``Terminating``, ``NotTerminating``,
 ``BestEffort``, ``NotBestEffort``, ``PriorityClass`` (``In``, ``NotIn``, ``Exists``,
-``DoesNotExist``) and ``CrossNamespacePodAffinity``. Upstream:
-``pkg/quota/v1/evaluator/core/pods.go`` (``podEvaluator``, ``PodUsageFunc``,
-``QuotaV1Pod``, ``podComputeUsageHelper``, ``podMatchesScopeFunc``) with the aggregation of
-``pkg/api/v1/resource/helpers.go`` (``PodRequests``, ``PodLimits``). The registry of
-evaluators is :mod:`dynquota.admission.evaluators`.
+``DoesNotExist``) and ``CrossNamespacePodAffinity``; a pod UPDATE that changes the Terminating
+scope. Upstream (v1.37.2): ``pkg/quota/v1/evaluator/core/pods.go`` (``podEvaluator``:
+``Handles``, ``Constraints``, ``MatchingResources``; ``PodUsageFunc``, ``QuotaV1Pod``,
+``podComputeUsageHelper``, ``podMatchesScopeFunc``, ``isExtendedResourceNameForQuota``)
+with the effective requests and limits of :mod:`dynquota.admission.podresources`. The
+registry of evaluators is :mod:`dynquota.admission.evaluators`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from datetime import datetime
 from dynquota.quantity import Quantity, quantity_from_int
 
 from .errors import InvalidObjectError
-from .generic import Object, generic_matches
+from .generic import Object, generic_matches, label_selector_matches, uncovered_by_scope_name
+from .podresources import (
+    container_limits,
+    is_pod_level_resources_set,
+    pod_limits,
+    pod_requests,
+    spec_requests,
+)
 from .resources import add
 from .types import (
     AdmissionAttributes,
@@ -55,8 +64,9 @@ _POD_RESOURCE_PREFIXES = ("hugepages-", "requests.hugepages-")
 _VALIDATION_SET = frozenset(
     {"cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"}
 )
-_POD_LEVEL_RESOURCES = ("cpu", "memory")
 _COMPUTE_QOS_RESOURCES = ("cpu", "memory")
+# DRA implicit extended resources (upstream resourceapi.ResourceDeviceClassPrefix).
+_DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 
 def _is_native_resource(name: str) -> bool:
@@ -65,77 +75,29 @@ def _is_native_resource(name: str) -> bool:
 
 
 def _is_extended_resource(name: str) -> bool:
-    """Upstream ``helper.IsExtendedResourceName`` (without the qualified-name check)."""
+    """Upstream ``schedutil.IsDRAExtendedResourceName``: an extended resource
+    (``helper.IsExtendedResourceName``, without the qualified-name check) or a DRA implicit
+    extended resource ``deviceclass.resource.kubernetes.io/<class>``."""
+    if name.startswith(_DEVICE_CLASS_PREFIX):
+        return True
     return not _is_native_resource(name) and not name.startswith("requests.")
 
 
 def _is_extended_resource_for_quota(name: str) -> bool:
-    """Upstream ``isExtendedResourceNameForQuota``: ``requests.<domain>/<name>``."""
-    return not _is_native_resource(name) and name.startswith("requests.")
+    """Upstream ``isExtendedResourceNameForQuota``: ``requests.<domain>/<name>``, including
+    ``requests.deviceclass.resource.kubernetes.io/<class>``."""
+    if not name.startswith("requests."):
+        return False
+    return not _is_native_resource(name) or name.startswith("requests." + _DEVICE_CLASS_PREFIX)
 
 
 def _container_resources(container: Object, where: str) -> tuple[dict[str, Quantity], ...]:
-    """(requests, limits) of a container, requests defaulted from limits as the apiserver does
-    (``SetDefaults_Pod``)."""
-    resources = container.get("resources") or {}
-    requests = parse_resource_list(resources.get("requests"), f"{where}.resources.requests")
-    limits = parse_resource_list(resources.get("limits"), f"{where}.resources.limits")
-    for key, value in limits.items():
-        requests.setdefault(key, value)
-    return requests, limits
+    """(requests, limits) of a container's spec, requests defaulted from limits."""
+    return spec_requests(container, where), container_limits(container, where)
 
 
 def _containers(pod: Object, kind: str) -> list[Object]:
     return list((pod.get("spec") or {}).get(kind) or ())
-
-
-def _max_into(target: dict[str, Quantity], other: Mapping[str, Quantity]) -> None:
-    for key, value in other.items():
-        if key not in target or value > target[key]:
-            target[key] = value
-
-
-def _aggregate(pod: Object, which: int) -> dict[str, Quantity]:
-    """Pod requests (``which=0``) or limits (``1``) from its containers.
-
-    Upstream ``PodRequests``/``PodLimits``: the sum of the containers, then the maximum with
-    each init container (a restartable "sidecar" init container adds to the sum and to every
-    later init container), pod-level ``spec.resources`` overriding cpu/memory, then
-    ``spec.overhead`` (added to limits only for resources that have a limit).
-    """
-    total: dict[str, Quantity] = {}
-    for i, c in enumerate(_containers(pod, "containers")):
-        total = add(total, _container_resources(c, f"spec.containers[{i}]")[which])
-    sidecars: dict[str, Quantity] = {}
-    init_peak: dict[str, Quantity] = {}
-    for i, c in enumerate(_containers(pod, "initContainers")):
-        own = _container_resources(c, f"spec.initContainers[{i}]")[which]
-        if c.get("restartPolicy") == "Always":
-            total = add(total, own)
-            sidecars = add(sidecars, own)
-            _max_into(init_peak, sidecars)
-        else:
-            _max_into(init_peak, add(own, sidecars))
-    _max_into(total, init_peak)
-    spec = pod.get("spec") or {}
-    pod_level = spec.get("resources") or {}
-    pod_level_list = parse_resource_list(
-        pod_level.get("requests" if which == 0 else "limits"), "spec.resources"
-    )
-    if which == 0:
-        for key, value in parse_resource_list(pod_level.get("limits"), "spec.resources").items():
-            pod_level_list.setdefault(key, value)
-    for key in _POD_LEVEL_RESOURCES:
-        if key in pod_level_list:
-            total[key] = pod_level_list[key]
-    overhead = parse_resource_list(spec.get("overhead"), "spec.overhead")
-    if which == 0:
-        total = add(total, overhead)
-    else:
-        for key, value in overhead.items():
-            if key in total:
-                total[key] = total[key] + value
-    return total
 
 
 def _compute_usage(
@@ -189,7 +151,7 @@ def pod_usage(pod: Object, now: float) -> dict[str, Quantity]:
     result: dict[str, Quantity] = {"count/pods": _ONE}
     if not _pod_is_charged(pod, now):
         return result
-    return add(result, _compute_usage(_aggregate(pod, 0), _aggregate(pod, 1)))
+    return add(result, _compute_usage(pod_requests(pod), pod_limits(pod)))
 
 
 def _is_best_effort(pod: Object) -> bool:
@@ -233,18 +195,10 @@ def _uses_cross_namespace_pod_affinity(pod: Object) -> bool:
 
 
 def _priority_class_matches(pod: Object, selector: ScopedResourceSelectorRequirement) -> bool:
-    """The selector as a label selector on ``{"PriorityClass": <priorityClassName>}``."""
+    """The selector as a label selector on ``{"PriorityClass": <priorityClassName>}`` (no
+    label for an empty name: upstream ``podMatchesSelector``)."""
     name = str((pod.get("spec") or {}).get("priorityClassName") or "")
-    op = selector.operator
-    if op == "Exists":
-        return bool(name)
-    if op == "DoesNotExist":
-        return not name
-    if op == "In":
-        return bool(name) and name in selector.values
-    if op == "NotIn":
-        return not name or name not in selector.values
-    return False
+    return label_selector_matches(selector, name or None)
 
 
 def _pod_matches_scope(selector: ScopedResourceSelectorRequirement, pod: Object) -> bool:
@@ -271,12 +225,22 @@ class PodEvaluator:
     group_resource = GroupResource("", "pods")
 
     def handles(self, attributes: AdmissionAttributes) -> bool:
-        """CREATE of a pod, or UPDATE of ``pods/resize``."""
-        if attributes.subresource not in ("", "resize"):
+        """CREATE of a pod; UPDATE of a pod that moves it in or out of the Terminating scope
+        (``activeDeadlineSeconds`` set where it was not); UPDATE of ``pods/resize``.
+
+        Upstream ``podEvaluator.Handles``.
+        """
+        op = attributes.operation
+        if attributes.subresource == "resize":
+            return op == Operation.UPDATE
+        if attributes.subresource:
             return False
-        if attributes.operation == Operation.CREATE:
-            return attributes.subresource == ""
-        return attributes.subresource == "resize" and attributes.operation == Operation.UPDATE
+        if op == Operation.UPDATE:
+            old, new = attributes.old_object, attributes.object
+            return (
+                old is not None and new is not None and _is_terminating(old) != _is_terminating(new)
+            )
+        return op == Operation.CREATE
 
     def matching_resources(self, names: Iterable[str]) -> list[str]:
         """Pod resources, hugepages and ``requests.<extended>`` among ``names``."""
@@ -294,6 +258,14 @@ class PodEvaluator:
         """The selectors the pod satisfies."""
         return [s for s in selectors if _pod_matches_scope(s, obj)]
 
+    def uncovered_quota_scopes(
+        self,
+        limited: Sequence[ScopedResourceSelectorRequirement],
+        matched: Sequence[ScopedResourceSelectorRequirement],
+    ) -> list[ScopedResourceSelectorRequirement]:
+        """:func:`~dynquota.admission.generic.uncovered_by_scope_name`."""
+        return uncovered_by_scope_name(limited, matched)
+
     def matches(self, quota: ResourceQuota, obj: Object) -> bool:
         """A quota limiting a pod resource whose scopes all hold for the pod."""
         return generic_matches(self, quota, obj)
@@ -302,8 +274,12 @@ class PodEvaluator:
         """``must specify limits.cpu for: c1; requests.memory for: c1,c2`` or None.
 
         Upstream ``podEvaluator.Constraints``: if a quota limits cpu or memory (plain,
-        ``requests.`` or ``limits.``), every container and init container must state it.
+        ``requests.`` or ``limits.``), every container and init container must state it;
+        not checked when the pod sets pod-level ``spec.resources`` (PodLevelResources, on by
+        default).
         """
+        if is_pod_level_resources_set(obj):
+            return None
         required_set = set(required) & _VALIDATION_SET
         missing: dict[str, set[str]] = {}
         for kind in ("containers", "initContainers"):

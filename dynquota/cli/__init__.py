@@ -40,6 +40,7 @@ __all__ = [
     "build_parser",
     "check_kubeconfig",
     "explain",
+    "kubectl_complete",
     "kubectl_plugin",
     "main",
     "settings_from_args",
@@ -58,7 +59,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "dynquota") -> int:
 
     ``prog``: the command name usage and errors show (``python -m dynquota``,
     ``kubectl dynquota``)."""
-    args = build_parser(prog).parse_args(argv)
+    from dynquota.cli.completion import COMPLETE, candidates
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == [COMPLETE]:
+        print("\n".join(candidates(build_parser(prog), words[1:])))
+        return 0
+    args = build_parser(prog).parse_args(words)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
@@ -68,6 +75,18 @@ def main(argv: Sequence[str] | None = None, prog: str = "dynquota") -> int:
         _fail(f"invalid setting: {exc}", 2)
     except KeyboardInterrupt:
         return 130
+
+
+def kubectl_complete() -> int:
+    """Entry point of the ``kubectl_complete-dynquota`` console script: kubectl (1.26+) runs
+    it on ``kubectl dynquota <TAB>`` with the words typed and the partial one, and reads
+    cobra's format: candidates one a line, then ``:4`` (no file completion)."""
+    from dynquota.cli.completion import candidates
+
+    for word in candidates(build_parser("kubectl dynquota"), sys.argv[1:]):
+        print(word)
+    print(":4")
+    return 0
 
 
 def kubectl_plugin() -> int:

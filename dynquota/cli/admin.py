@@ -9,8 +9,13 @@ import asyncio
 from typing import Any
 
 from dynquota.cli.errors import FIELD_MANAGER, UserError, connect, guard
+from dynquota.cli.flags import target_of
+from dynquota.cli.output import OutputError, render_document
 
-__all__ = ["cmd_kill_switch", "cmd_override"]
+__all__ = ["KILL_SWITCH_API_VERSION", "cmd_kill_switch", "cmd_override"]
+
+KILL_SWITCH_API_VERSION = "killswitch.dynquota.io/v1"
+"""The ``apiVersion`` of ``kill-switch status -o json|yaml``."""
 
 _MERGE_PATCH = "application/merge-patch+json"
 
@@ -68,7 +73,7 @@ async def _override(args: argparse.Namespace) -> str | None:
     from dynquota.names import MANAGED_QUOTA_NAME
     from dynquota.policy import OVERRIDE, OVERRIDE_EXPIRES_AT
 
-    async with connect(args.kubeconfig) as api:
+    async with connect(target_of(args)) as api:
         quota = await guard(
             f"reading quota in {args.namespace}", QuotaClient(api).get(args.namespace)
         )
@@ -95,7 +100,9 @@ async def _override(args: argparse.Namespace) -> str | None:
 
 
 def cmd_kill_switch(args: argparse.Namespace) -> int:
-    """Engage, release or show the kill switch."""
+    """Engage, release or show the kill switch (``-o`` applies to ``status`` only)."""
+    if args.state != "status" and args.output != "table":
+        raise UserError(f"-o {args.output} applies to `kill-switch status` only")
     asyncio.run(_kill_switch(args))
     if args.state == "on":
         print("kill switch ENGAGED: the operator deletes every managed quota and creates none")
@@ -110,7 +117,7 @@ async def _kill_switch(args: argparse.Namespace) -> None:
     from dynquota.policy import KILL_SWITCH, parse_kill_switch
     from dynquota.policy.state import quoted
 
-    async with connect(args.kubeconfig) as api:
+    async with connect(target_of(args)) as api:
         if args.state == "status":
             namespace = await guard(
                 "reading namespace kube-system", ClusterClient(api).read_namespace("kube-system")
@@ -119,11 +126,25 @@ async def _kill_switch(args: argparse.Namespace) -> None:
             reading = parse_kill_switch(raw)
             quotas = await guard("listing managed quotas", list_managed_quotas(api))
             state = {True: "ENGAGED", False: "released", None: "INVALID"}[reading.engaged]
-            where = f"{KILL_SWITCH}={quoted(raw)}" if raw is not None else f"no {KILL_SWITCH}"
-            print(f"kill switch: {state} ({where} on kube-system)")
-            if reading.warning:
-                print(f"warning: {reading.warning}")
-            print(f"managed quotas in the cluster: {len(quotas)}")
+            if args.output in ("table", "wide"):
+                where = f"{KILL_SWITCH}={quoted(raw)}" if raw is not None else f"no {KILL_SWITCH}"
+                print(f"kill switch: {state} ({where} on kube-system)")
+                if reading.warning:
+                    print(f"warning: {reading.warning}")
+                print(f"managed quotas in the cluster: {len(quotas)}")
+            else:
+                document = {
+                    "apiVersion": KILL_SWITCH_API_VERSION,
+                    "kind": "KillSwitch",
+                    "state": state,
+                    "annotation": raw,
+                    "warning": reading.warning or None,
+                    "managedQuotas": len(quotas),
+                }
+                try:
+                    print(render_document(document, args.output))
+                except OutputError as exc:
+                    raise UserError(str(exc)) from exc
             return
         await guard(
             "annotating namespace kube-system",

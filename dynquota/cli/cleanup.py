@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dynquota.cli.errors import FIELD_MANAGER, UserError, connect, guard
+from dynquota.cli.errors import FIELD_MANAGER, UserError, connect, explain, guard
+from dynquota.cli.flags import target_of
 from dynquota.settings import Settings
 
 if TYPE_CHECKING:
@@ -84,9 +85,13 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     """Delete every managed quota (the chart's uninstall hook); optionally stop the operator
     first. Without --yes only lists what it would delete.
 
-    Before any quota, the tenant budgets' admission bindings and policies
-    (``dynquota-budget-slice-*``, labelled managed-by=dynquota) are deleted: a binding left
-    without its quota would deny every create it matches (``docs/budgets.md``).
+    All or nothing: with ``--yes``, before deleting anything, every listed quota (and
+    LimitRange with ``--limit-ranges``) gets a server-side dry-run delete, which RBAC and the
+    admission policies judge as the delete itself; one refusal ends the command with one line
+    saying what refused (``refused by an admission policy, not RBAC`` and the policy's
+    message, or RBAC) and nothing deleted (``_check_deletes``). The chart's managed-quota
+    policy lets a principal with ``delete`` on resourcequotas in the namespace (no
+    resourceNames: a cluster admin) delete the managed quota.
 
     ``--scale-down`` patches the Deployment to ``replicas: 0`` *and* a RollingUpdate strategy
     (maxSurge 0, maxUnavailable 100%): a Recreate Deployment caught with two active ReplicaSets
@@ -126,7 +131,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 async def _cleanup(args: argparse.Namespace, settings: Settings, qps: float) -> int:
-    async with connect(args.kubeconfig) as api:
+    async with connect(target_of(args)) as api:
         if args.scale_down:
             namespace = settings.namespace
             if not namespace:
@@ -135,29 +140,47 @@ async def _cleanup(args: argparse.Namespace, settings: Settings, qps: float) -> 
                 await _scale_down(api, namespace, args.scale_down, args.timeout)
             else:
                 print(f"would scale deployment {namespace}/{args.scale_down} to 0")
-        await _cleanup_budget_admission(api, args)
-        code = await _cleanup_kind(api, args, qps, _quotas())
-        if getattr(args, "limit_ranges", False):
-            code = await _cleanup_kind(api, args, qps, _limit_ranges())
+        kinds = [_quotas()] + ([_limit_ranges()] if getattr(args, "limit_ranges", False) else [])
+        if args.yes:
+            for what in kinds:  # all or nothing: every delete is judged before any is made
+                await _check_deletes(api, args, qps, what)
+        code = 0
+        for what in kinds:
+            # the worst outcome wins: quotas that failed are not hidden by LimitRanges that did not
+            code = max(code, await _cleanup_kind(api, args, qps, what))
         return code
 
 
-async def _cleanup_budget_admission(api: Any, args: argparse.Namespace) -> None:
-    """The budgets' admission bindings and policies (``dynquota-budget-slice-<budget>``,
-    labelled managed-by=dynquota), before any quota: a binding left without its quota would
-    deny every create it matches. Without ``--yes`` they are listed."""
-    from dynquota.kube.budget_admission import AdmissionClient
+async def _check_deletes(api: Any, args: argparse.Namespace, qps: float, what: _Kind) -> None:
+    """Send a server-side dry-run delete (``dryRun: [All]`` in the DeleteOptions) of every
+    listed object of ``what``: RBAC and every admission policy judge it as they would the
+    delete, and nothing is deleted.
 
-    store = AdmissionClient(api)
-    names = await guard("listing the budget admission bindings", store.list_owned())
-    if not args.yes:
-        for name in names:
-            print(f"would delete the budget admission binding and policy {name}")
+    Raises:
+        UserError: one line naming what refused (RBAC, or the admission policy and its
+            message) and where, before anything was deleted.
+    """
+    from dynquota._k8s.errors import ApiError
+    from dynquota.kube.cleanup import deadline_for, delete_managed_quotas
+
+    listed = await guard(f"listing {what.noun}", what.lister(api))
+    if not listed:
         return
-    for name in names:
-        await guard(f"deleting the budget admission binding {name}", store.remove(name))
-    if names:
-        print(f"deleted {len(names)} budget admission bindings and policies")
+    nothing = f"nothing was deleted: checking the delete of {len(listed)} {what.noun}"
+    try:
+        report = await delete_managed_quotas(
+            api, listed, qps=max(qps, 50.0), concurrency=args.concurrency,
+            deadline=args.deadline or deadline_for(len(listed), max(qps, 50.0)),
+            resource=what.resource, dry_run=True,
+        )  # fmt: skip
+    except ApiError as exc:
+        error = explain(exc, nothing)
+        raise (error or UserError(f"{nothing}: {exc}")) from exc
+    if report.failed:
+        ns, why = sorted(report.failed.items())[0]
+        raise UserError(f"{nothing}: refused in {ns} ({len(report.failed)} refused in all): {why}")
+    if report.left:
+        raise UserError(f"{nothing}: the check did not finish within its deadline")
 
 
 async def _scale_down(api: Any, namespace: str, name: str, timeout: float) -> None:

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+from dynquota.cli.flags import Target
+
 __all__ = [
     "CLI_INSTANCE",
     "CRD_HINT",
@@ -23,6 +25,7 @@ __all__ = [
     "connect",
     "explain",
     "guard",
+    "unreachable",
 ]
 
 CRD_HINT = (
@@ -48,17 +51,25 @@ def explain(exc: BaseException, what: str = "") -> UserError | None:
     """Turn a client failure into a :class:`UserError` with a clear message, or ``None``.
 
     ``what`` (e.g. ``reading namespace kube-system``) prefixes the message. Understands
-    kubernetes_asyncio's ``ConfigException``, a kubeconfig that is not YAML or not there,
+    kubernetes_asyncio's ``ConfigException``, a kubeconfig that is not YAML or not there
+    (:class:`~dynquota.kube.identity.KubeconfigMissingError`), an impersonation that cannot
+    be sent (:class:`~dynquota.kube.identity.IdentityError`),
     :class:`~dynquota._k8s.errors.ApiError` (401/403, 404 on the CRD) and connection failures
-    (:class:`~dynquota._k8s.errors.TransportError`, aiohttp, ``ConnectionError``).
+    (:class:`~dynquota._k8s.errors.TransportError`, aiohttp, ``ConnectionError``: one line,
+    :func:`unreachable`).
     """
     import aiohttp
     import kubernetes_asyncio
     import yaml
 
     from dynquota._k8s.errors import ApiError, ForbiddenError, NotFoundError, TransportError
+    from dynquota.kube.identity import IdentityError, KubeconfigMissingError
 
     prefix = f"{what}: " if what else ""
+    if isinstance(exc, KubeconfigMissingError):
+        return UserError(f"{prefix}{exc}; set KUBECONFIG or --kubeconfig")
+    if isinstance(exc, IdentityError):
+        return UserError(f"{prefix}{exc}")
     if isinstance(exc, yaml.YAMLError):
         mark = getattr(exc, "problem_mark", None)
         where = (
@@ -80,6 +91,11 @@ def explain(exc: BaseException, what: str = "") -> UserError | None:
         if status == 401:
             return UserError(f"{prefix}the cluster refused the credentials (401): {message}")
         if status == 403 or isinstance(exc, ForbiddenError):
+            if "ValidatingAdmissionPolicy" in message or "admission webhook" in message:
+                # RBAC allowed it; an admission policy or webhook refused it: say which
+                return UserError(
+                    f"{prefix}refused by an admission policy, not RBAC (403): {message}"
+                )
             return UserError(f"{prefix}insufficient RBAC permissions (403): {message}")
         if status == 404 and (isinstance(exc, NotFoundError) or "dynamicquotapolicies" in what):
             return UserError(f"{prefix}{CRD_HINT}")
@@ -87,8 +103,33 @@ def explain(exc: BaseException, what: str = "") -> UserError | None:
             return UserError(f"{prefix}cannot reach the Kubernetes API: {message or exc}")
         return None
     if isinstance(exc, aiohttp.ClientError | TransportError | ConnectionError):
-        return UserError(f"{prefix}cannot reach the Kubernetes API: {exc}")
+        return UserError(f"{prefix}{unreachable(exc)}")
     return None
+
+
+def unreachable(exc: BaseException) -> str:
+    """One human line for a request that got no answer: ``cannot reach the Kubernetes API at
+    HOST:PORT: connection refused`` (the innermost cause that names the host and the OS
+    error), else ``cannot reach the Kubernetes API: <the innermost cause>`` (never a repr
+    of aiohttp's connection key)."""
+    import aiohttp
+
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for error in chain:
+        if isinstance(error, aiohttp.ClientConnectorError):
+            code = error.os_error.errno
+            why = os.strerror(code) if code else str(error.os_error)
+            return f"cannot reach the Kubernetes API at {error.host}:{error.port}: {why.lower()}"
+    for error in chain:
+        if isinstance(error, TimeoutError):
+            return "cannot reach the Kubernetes API: no answer before the request timeout"
+    innermost = chain[-1]
+    text = str(innermost) or type(innermost).__name__
+    return f"cannot reach the Kubernetes API: {text}"
 
 
 def check_kubeconfig(kubeconfig: str | None) -> None:
@@ -123,18 +164,30 @@ async def guard(what: str, call: Awaitable[T]) -> T:
 
 
 @asynccontextmanager
-async def connect(kubeconfig: str | None, what: str = "connecting") -> AsyncIterator[Any]:
-    """A kubernetes_asyncio ``ApiClient`` for ``kubeconfig`` (``None``: ``$KUBECONFIG`` or
-    in-cluster; see :func:`dynquota.kube.client.new_api_client`), closed on exit.
+async def connect(target: Target | str | None, what: str = "connecting") -> AsyncIterator[Any]:
+    """A kubernetes_asyncio ``ApiClient`` for ``target`` (a :class:`~dynquota.cli.flags.Target`
+    from the command's flags, or a kubeconfig path; ``None``: ``$KUBECONFIG`` or in-cluster;
+    see :func:`dynquota.kube.client.new_api_client`), acting as the identity the kubeconfig
+    and the flags ask for, closed on exit.
 
     Raises :class:`UserError` (prefixed with ``what``) when the kubeconfig is missing,
-    malformed or unusable.
+    malformed or unusable, or the impersonation cannot be sent.
     """
     from dynquota.kube.client import new_api_client, replica_user_agent
 
-    check_kubeconfig(kubeconfig)
+    if not isinstance(target, Target):
+        target = Target(kubeconfig=target or None)
+    check_kubeconfig(target.kubeconfig)
     api_client = await guard(
-        what, new_api_client(kubeconfig or None, user_agent=replica_user_agent(CLI_INSTANCE))
+        what,
+        new_api_client(
+            target.kubeconfig,
+            target.context,
+            user_agent=replica_user_agent(CLI_INSTANCE),
+            as_user=target.as_user,
+            as_uid=target.as_uid,
+            as_groups=target.as_groups,
+        ),
     )
     async with api_client:
         yield api_client

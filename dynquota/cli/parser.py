@@ -7,7 +7,9 @@ from pathlib import Path
 
 from dynquota.cli.admin import cmd_kill_switch, cmd_override
 from dynquota.cli.cleanup import cmd_cleanup
+from dynquota.cli.completion import cmd_completion
 from dynquota.cli.demo import cmd_demo
+from dynquota.cli.flags import add_connection_flags, add_namespace_flags, add_output_flag
 from dynquota.cli.plan import cmd_plan
 from dynquota.cli.run import cmd_run
 from dynquota.settings import add_run_flags
@@ -26,14 +28,15 @@ def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
         prog=prog, description="Size one ResourceQuota per namespace from observed usage."
     )
     parser.add_argument("--version", action="version", version=f"dynquota {__version__}")
+    add_connection_flags(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = add_run_flags(commands.add_parser("run", help="run the operator"))
     run.set_defaults(handler=cmd_run)
 
     plan = commands.add_parser("plan", help="show what the operator would do now (read-only)")
-    plan.add_argument("--kubeconfig")
-    plan.add_argument("-n", "--namespace", action="append", help="only these namespaces")
+    add_connection_flags(plan)
+    add_namespace_flags(plan)
     plan.add_argument(
         "--operator-namespace", default="", help="the operator's namespace (excluded)"
     )
@@ -46,7 +49,13 @@ def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
         action="store_true",
         help="use the local DYNQUOTA_* environment instead of the release's settings",
     )
-    plan.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_output_flag(plan)
+    plan.add_argument(
+        "--at-risk",
+        action="store_true",
+        help="only the keys at or near their limit, throttled, frozen or over budget, most "
+        "urgent first, with a summary line",
+    )
     plan.set_defaults(handler=cmd_plan)
 
     override = commands.add_parser(
@@ -56,12 +65,13 @@ def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
     )
     override.add_argument("namespace")
     override.add_argument("--off", action="store_true", help="cancel the override")
-    override.add_argument("--kubeconfig")
+    add_connection_flags(override)
     override.set_defaults(handler=cmd_override)
 
     kill = commands.add_parser("kill-switch", help="the admin kill switch")
     kill.add_argument("state", choices=("on", "off", "status"))
-    kill.add_argument("--kubeconfig")
+    add_connection_flags(kill)
+    add_output_flag(kill)
     kill.set_defaults(handler=cmd_kill_switch)
 
     cleanup = commands.add_parser(
@@ -100,7 +110,7 @@ def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
         "labelled managed-by=dynquota; listed only without --yes)",
     )
     cleanup.add_argument("-v", "--verbose", action="store_true", help="one line per deleted quota")
-    cleanup.add_argument("--kubeconfig")
+    add_connection_flags(cleanup)
     cleanup.set_defaults(handler=cmd_cleanup)
 
     demo = commands.add_parser("demo", help="run the demo on a local control plane")
@@ -114,4 +124,10 @@ def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
         "default: a new file under $TMPDIR/dynquota-demo/)",
     )
     demo.set_defaults(handler=cmd_demo)
+
+    completion = commands.add_parser(
+        "completion", help="print the shell completion script (source it: see docs/operator.md)"
+    )
+    completion.add_argument("shell", choices=("bash", "zsh"))
+    completion.set_defaults(handler=cmd_completion)
     return parser

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
+import socket
 
-from dynquota.cli.errors import check_kubeconfig, explain
+from dynquota.cli.errors import UserError, check_kubeconfig, explain
+from dynquota.cli.flags import given
 from dynquota.settings import Settings, flag_overrides
 
-__all__ = ["cmd_run", "preflight", "settings_from_args"]
+__all__ = ["check_impersonation", "check_ports", "cmd_run", "preflight", "settings_from_args"]
 
 log = logging.getLogger("dynquota.cli")
 
@@ -116,11 +119,93 @@ async def preflight(settings: Settings, attempts: int | None = None, delay: floa
                     await asyncio.sleep(wait)
 
 
+def check_ports(settings: Settings) -> None:
+    """Fail early, with one line, when the metrics or probe port (``0``: off) cannot be bound
+    on ``0.0.0.0`` (taken by another process): the metrics server starts inside kopf's
+    startup, where a bind failure is a traceback retried every 60 s.
+
+    Raises :class:`UserError` (``metrics port 8080 is in use ...``). Racy by nature (the port
+    is released before the server binds it): it catches the common case, a second operator
+    or another server already listening."""
+    for what, port, flag in (
+        ("metrics", settings.metrics_port, "--metrics-port/DYNQUOTA_METRICS_PORT"),
+        ("probe", settings.probe_port, "--probe-port/DYNQUOTA_PROBE_PORT"),
+    ):
+        if not port:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError as exc:
+                why = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+                raise UserError(
+                    f"{what} port {port} is {why}: another process listens there; choose "
+                    f"another with {flag} (0 turns it off)"
+                ) from exc
+
+
+def check_impersonation(settings: Settings) -> None:
+    """Refuse a kubeconfig whose user impersonates (``as``, ``as-groups``, ``as-uid``,
+    ``as-user-extra``): dynquota's own requests would carry the ``Impersonate-*`` headers,
+    but kopf's would not (``kopf.ConnectionInfo`` has no field for them), so the operator
+    would act as two identities. In a pod (no kubeconfig) nothing is checked.
+
+    Raises :class:`UserError` naming the impersonated user."""
+    import os
+
+    from dynquota.kube.identity import KubeconfigMissingError, read_kubeconfig
+
+    if not settings.kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return
+    check_kubeconfig(settings.kubeconfig or None)
+    try:
+        _, identity = read_kubeconfig(settings.kubeconfig or None, None)
+    except KubeconfigMissingError:
+        return  # no kubeconfig at all: preflight says so, in its words
+    except Exception as exc:
+        error = explain(exc)
+        if error is not None:
+            raise error from exc
+        raise
+    if identity.impersonating:
+        who = identity.user or "(no user)"
+        raise UserError(
+            f"run cannot act as the kubeconfig user's impersonation (as: {who}): kopf's own "
+            "requests cannot carry Impersonate-* headers, so the operator would act as two "
+            "identities; give run a kubeconfig whose user is the operator's own identity"
+        )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run the operator until SIGINT/SIGTERM."""
+    """Run the operator until SIGINT/SIGTERM.
+
+    Raises :class:`UserError` (exit 2) for a busy metrics or probe port
+    (:func:`check_ports`), identity flags (``run`` acts as its kubeconfig's user, the
+    ``as*`` fields of that user included: the chart runs it as its ServiceAccount), and
+    what :func:`preflight` finds."""
     from dynquota.operator.runtime import run
 
+    refused = [
+        flag
+        for flag, dest in (
+            ("--context", "context"),
+            ("--as", "as_user"),
+            ("--as-group", "as_groups"),
+            ("--as-uid", "as_uid"),
+        )
+        if given(args, dest) is not None
+    ]
+    if refused:
+        raise UserError(
+            f"run does not take {', '.join(refused)}: the operator acts as its kubeconfig's "
+            "current context and user (the user's as/as-groups/as-uid fields apply)"
+        )
+    if args.kubeconfig is None and given(args, "kubeconfig") is not None:
+        args.kubeconfig = given(args, "kubeconfig")  # `dynquota --kubeconfig K run`
     settings = settings_from_args(args)
+    check_ports(settings)
+    check_impersonation(settings)
     _setup_logging(settings)
     asyncio.run(preflight(settings))
     if not settings.leader_election:

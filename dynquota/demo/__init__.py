@@ -16,8 +16,8 @@ runs the operator in-process as the chart's ServiceAccount, and drives:
    below its usage.
 
 The ReplicaSet controller backs off exponentially after quota denials and is not woken by a
-quota change, so after each upscale the demo *nudges* the ReplicaSets of that namespace (it
-touches an annotation, which makes the controller sync at once) and says so. The demo prints a
+quota change; the operator wakes the ReplicaSets a quota refused after each raise, and the demo
+prints its ``Woken`` Events (it writes nothing on workloads itself). The demo prints a
 live table and a closing summary, writes a picture of each namespace's hard and usage over time
 (:mod:`dynquota.demo_picture`, with matplotlib when installed) and prints its path, and stops
 everything it started.

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dynquota.demo.watch import DemoWatch
-from dynquota.names import BUDGET_KIND, BUDGET_PLURAL, GROUP, VERSION
+from dynquota.names import BUDGET_KIND, BUDGET_LABEL, BUDGET_PLURAL, GROUP, VERSION
 from dynquota.policy.budget import Slice, allocate
 from dynquota.testing.operator import fill
 from dynquota.testing.wait import wait_until
@@ -72,11 +72,13 @@ def budget_act(demo: DemoWatch) -> None:
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": BUDGET_KIND,
             "metadata": {"name": "demo-tenant"},
-            "spec": {"namespaceSelector": {"matchLabels": TENANT}, "hard": {"configmaps": BUDGET}},
+            "spec": {"hard": {"configmaps": BUDGET}},
         },
     )
+    # the policy's label and the budget's (membership is the label dynquota.io/budget)
     for ns in (TEAM_A, TEAM_B):
-        c.core.patch_namespace(ns, {"metadata": {"labels": TENANT}})
+        labels = {**TENANT, BUDGET_LABEL: "demo-tenant"}
+        c.core.patch_namespace(ns, {"metadata": {"labels": labels}})
     show.line(
         "demo",
         f"6. QuotaBudget demo-tenant: {BUDGET} ConfigMaps for {TEAM_A} ({STEADY} ConfigMaps, "
@@ -92,7 +94,8 @@ def budget_act(demo: DemoWatch) -> None:
         return bool(annotations.get("dynquota.io/budget") == "demo-tenant")
 
     # both slices enforced: team-a at its demand 30, team-b at the minimum 10, and marked as
-    # the budget's (the admission policy denies creates in a member until its slice is)
+    # the budget's (the chart's budget guard refuses creates in a member until its slice is,
+    # when it is installed)
     wait_until(
         lambda: enforced(TEAM_A) == 30 and enforced(TEAM_B) == 10
         and marked(TEAM_A) and marked(TEAM_B),

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dynquota.demo.budget_act import budget_act
 from dynquota.demo.watch import HELM, LABEL, NAMESPACES, RUNAWAY, WEB, DemoWatch
 from dynquota.settings import Settings
-from dynquota.testing.operator import PAUSE, OperatorThread, fill, operator_settings
+from dynquota.testing.growth import deployment
+from dynquota.testing.operator import OperatorThread, fill, operator_settings
 from dynquota.testing.wait import wait_until
 
 __all__ = ["Demo"]
@@ -22,24 +23,7 @@ class Demo(DemoWatch):
     """One demo run against a started control plane: :meth:`run`, then :meth:`summary`."""
 
     def deployment(self, ns: str, name: str, replicas: int) -> None:
-        labels = {"app": name}
-        self.c.apps.create_namespaced_deployment(
-            ns,
-            {
-                "metadata": {"name": name},
-                "spec": {
-                    "replicas": replicas,
-                    "selector": {"matchLabels": labels},
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {
-                            "containers": [{"name": "app", "image": PAUSE}],
-                            "terminationGracePeriodSeconds": 0,
-                        },
-                    },
-                },
-            },
-        )
+        self.c.apps.create_namespaced_deployment(ns, deployment(name, replicas))
 
     def scale(self, ns: str, name: str, replicas: int) -> None:
         self.c.apps.patch_namespaced_deployment_scale(name, ns, {"spec": {"replicas": replicas}})

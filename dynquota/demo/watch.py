@@ -1,5 +1,6 @@
 """What the demo shows while it runs: the live table, the operator's decisions, the history
-of each ``hard``, the ReplicaSet nudges, the points of the picture and the closing summary.
+of each ``hard``, the operator's wakes (its ``Woken`` Events), the points of the picture and
+the closing summary.
 
 :class:`DemoWatch` is the watching half of :class:`dynquota.demo.scenario.Demo`; it reads the
 cluster with the sync ``kubernetes`` client (:class:`~dynquota.testing.operator.OperatorCluster`)
@@ -8,7 +9,6 @@ and the in-process operator's own view.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,7 +25,6 @@ __all__ = ["HELM", "LABEL", "NAMESPACES", "RUNAWAY", "WEB", "DemoWatch", "Show",
 WEB, RUNAWAY, HELM = "demo-web", "demo-runaway", "demo-helm"
 NAMESPACES = (WEB, RUNAWAY, HELM)
 LABEL = {"dynquota.io/demo": "true"}
-NUDGE = "demo.dynquota.io/nudge"
 
 
 @dataclass
@@ -86,7 +85,8 @@ class DemoWatch:
         self.show = show
         self.op: OperatorThread | None = None
         self.history: dict[tuple[str, str], list[str]] = {}
-        self.nudges = 0
+        self.wakes = 0
+        self._woken: set[str] = set()
         self._stop = threading.Event()
         self._last_table: list[tuple[str, str, str, str, str]] = []
 
@@ -126,11 +126,10 @@ class DemoWatch:
             self._last_table = rows
             self.show.table(rows)
 
-    # -- background: history, nudges, table ------------------------------------------------------
+    # -- background: history, wakes, table -------------------------------------------------------
 
     def watch(self) -> None:
-        """Record every hard value, nudge ReplicaSets after an upscale, print the table."""
-        seen: dict[str, str] = {}
+        """Record every hard value, say what the operator woke, print the table."""
         last_print = 0.0
         while not self._stop.is_set():
             try:
@@ -141,10 +140,7 @@ class DemoWatch:
                         series = self.history.setdefault((ns, resource), [])
                         if not series or series[-1] != value:
                             series.append(value)
-                    pods = hard.get("pods", "none")
-                    if seen.get(ns) not in (None, pods) and pods != "none":
-                        self.nudge(ns)
-                    seen[ns] = pods
+                    self.report_wakes(ns)
                 if time.monotonic() - last_print >= 5:
                     last_print = time.monotonic()
                     self.print_table()
@@ -152,20 +148,17 @@ class DemoWatch:
                 self.show.line("demo", f"(watch: {exc})")
             self._stop.wait(0.3)
 
-    def nudge(self, ns: str) -> None:
-        for rs in self.c.apps.list_namespaced_replica_set(ns).items:
-            if not rs.spec.replicas:
+    def report_wakes(self, ns: str) -> None:
+        """Print each new ``Woken`` Event of ``ns``: the operator woke the ReplicaSets the quota
+        refused after a raise (the ReplicaSet controller's backoff is not woken by a quota
+        change; docs/operator.md)."""
+        for event in self.c.events(ns, "Woken"):
+            uid = str(event.metadata.uid)
+            if uid in self._woken:
                 continue
-            self.nudges += 1
-            with contextlib.suppress(ApiException):
-                self.c.apps.patch_namespaced_replica_set(
-                    rs.metadata.name, ns, {"metadata": {"annotations": {NUDGE: str(self.nudges)}}}
-                )
-            self.show.line(
-                "demo",
-                f"nudged ReplicaSet {ns}/{rs.metadata.name} (the ReplicaSet controller backs "
-                "off after quota denials and is not woken by a quota change)",
-            )
+            self._woken.add(uid)
+            self.wakes += 1
+            self.show.line("demo", f"dynquota woke {ns}: {event.message}")
 
     def observe_series(self) -> Sample:
         """The demo namespaces' hard and usage, overrides and the kill switch now (one point
@@ -216,6 +209,6 @@ class DemoWatch:
                 if sample.name == "dynquota_events_total"
             )
             print(f"    Events posted: {int(events)}")
-        print(f"    ReplicaSet nudges: {self.nudges}")
+        print(f"    wakes by dynquota (Woken Events): {self.wakes}")
         print(f"    runaway: {self.pods(RUNAWAY)} pods now (asked for 100000)")
         print(f"    total time: {time.monotonic() - started:.0f} s", flush=True)

@@ -209,6 +209,7 @@ async def delete_managed_quotas(
     progress_interval: float = 5.0,
     on_retry: Callable[[ListedQuota, int, str], None] | None = None,
     resource: Resource = "resourcequotas",
+    dry_run: bool = False,
 ) -> CleanupReport:
     """Delete each of ``quotas`` with its ``uid`` as precondition, in parallel and
     rate-limited (see the module docstring).
@@ -230,6 +231,10 @@ async def delete_managed_quotas(
             failed with 429, 5xx or no answer is tried again.
         resource: ``resourcequotas`` (the managed quotas) or ``limitranges`` (the companion
             LimitRanges named ``dynquota``).
+        dry_run: send server-side dry-run deletes (``dryRun: [All]`` in the DeleteOptions):
+            authorization and every admission policy and webhook judge each delete, nothing
+            is deleted; an outcome ``deleted`` then means "would be deleted" (``dynquota
+            cleanup`` checks every delete so before it makes any).
 
     Returns: a :class:`CleanupReport`.
 
@@ -262,7 +267,11 @@ async def delete_managed_quotas(
         remove, name = core.delete_namespaced_resource_quota, MANAGED_QUOTA_NAME
 
     async def delete(quota: ListedQuota) -> None:
-        body = {"preconditions": {"uid": quota.uid}}
+        body: dict[str, Any] = {"preconditions": {"uid": quota.uid}}
+        if dry_run:
+            # in the body: the apiserver reads a DELETE's options from its body when it has
+            # one, and ignores the dryRun query parameter then
+            body["dryRun"] = ["All"]
         backoff = Backoff(initial=0.5, maximum=4.0)
         while True:
             try:

@@ -1,12 +1,15 @@
-"""Building a kubernetes_asyncio ``ApiClient`` from a kubeconfig or the in-cluster config."""
+"""Building a kubernetes_asyncio ``ApiClient`` from a kubeconfig or the in-cluster config,
+acting as the identity the kubeconfig (or the flags) ask for (:mod:`dynquota.kube.identity`)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from kubernetes_asyncio import client, config
 
 from dynquota import __version__
+from dynquota.kube.identity import Identity, ImpersonatingApiClient, load
 
 __all__ = ["DEFAULT_USER_AGENT", "new_api_client", "replica_user_agent"]
 
@@ -25,6 +28,9 @@ async def new_api_client(
     context: str | None = None,
     *,
     user_agent: str | None = None,
+    as_user: str | None = None,
+    as_uid: str | None = None,
+    as_groups: Sequence[str] | None = None,
 ) -> client.ApiClient:
     """Return a new kubernetes_asyncio ``ApiClient``; the caller closes it (``async with``).
 
@@ -36,18 +42,32 @@ async def new_api_client(
     every request; the operator passes ``dynquota/<version> (<pod name>)`` so the apiserver's
     audit log tells replicas apart (``managedFields`` cannot: same manager and account).
 
+    Identity: the kubeconfig user's ``as``, ``as-uid``, ``as-groups`` and ``as-user-extra``,
+    with ``as_user``, ``as_uid`` and ``as_groups`` (kubectl's ``--as``, ``--as-uid``,
+    ``--as-group``; ``None``: not given) in their place, are sent with every request
+    (:class:`~dynquota.kube.identity.ImpersonatingApiClient`); without any, a plain
+    ``ApiClient``.
+
     The client sets no timeout itself: every call site passes one from
     :mod:`dynquota._k8s.timeouts`.
 
-    Raises ``kubernetes_asyncio.config.ConfigException`` when no configuration is found.
+    Raises ``kubernetes_asyncio.config.ConfigException`` (no such context, unusable
+    credentials, no in-cluster config), :class:`~dynquota.kube.identity.KubeconfigMissingError`
+    (no kubeconfig file), :class:`~dynquota.kube.identity.IdentityError` (an impersonation
+    that cannot be sent: groups without a user).
     """
     configuration = client.Configuration()
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        identity = Identity()
     else:
-        await config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=configuration
-        )
-    api_client = client.ApiClient(configuration=configuration)
+        identity = await load(configuration, kubeconfig, context)
+    identity = identity.overridden(as_user, as_uid, as_groups)
+    identity.check()
+    api_client = (
+        ImpersonatingApiClient(configuration, identity)
+        if identity.impersonating
+        else client.ApiClient(configuration=configuration)
+    )
     api_client.user_agent = user_agent or DEFAULT_USER_AGENT
     return api_client

@@ -18,6 +18,7 @@ from kubernetes_asyncio import client
 
 from dynquota._k8s.errors import KubeError
 from dynquota._k8s.request import ApiCallObserver, call_api
+from dynquota.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 
 __all__ = ["COMPONENT", "EventRecorder", "ObjectRef"]
 
@@ -86,6 +87,8 @@ class EventRecorder:
             "metadata": {
                 "name": f"{ref.name}.{secrets.token_hex(8)}",
                 "namespace": namespace,
+                # the chart's Lease fence selects what dynquota writes by this label
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
             },
             "involvedObject": {
                 "apiVersion": ref.api_version,

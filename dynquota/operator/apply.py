@@ -12,32 +12,31 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 
 from dynquota._k8s.errors import ApiError, ConflictError, NotFoundError
 from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.names import EventReason
+from dynquota.operator.brake import CONFIRM
 from dynquota.operator.killswitch import Deletion, KillSwitch
 from dynquota.operator.ports import (
-    HELD_BUDGETS,
-    HELD_INFORMERS,
-    HELD_KILL_SWITCH,
-    HELD_LEASE,
-    HELD_POLICIES,
-    HELD_RELEASE,
-    HELD_STALE,
-    WRITE_TIMEOUT,
+    HELD_BRAKE,
+    KUBE_SYSTEM,
     Applied,
     namespace_terminating,
 )
+from dynquota.operator.write_gate import Write
 from dynquota.policy import (
+    POLICY,
     TRACKED_RESOURCES,
     Decision,
     Governance,
     QuotaState,
     hard_text,
 )
+from dynquota.policy.state import format_time
 
 __all__ = [
     "QuotaWriter",
@@ -45,38 +44,30 @@ __all__ = [
 
 log = logging.getLogger("dynquota.operator")
 
+RESTORER = "who may update dynamicquotapolicies.dynquota.io"
+"""The role that can restore a managed quota released by a change of the namespace's guarded
+labels (the chart's governance-labels policy: docs/tenants.md)."""
+
 
 class QuotaWriter(KillSwitch):
     """Writes (or holds) one decision."""
 
-    def hold_reason(self, decision: Decision) -> str | None:
-        """Why writing ``decision`` must wait (one of :data:`HOLD_REASONS`), or ``None``.
+    after_check: Callable[[str, Decision], Awaitable[None]] | None = None
+    """Test hook: awaited with the namespace and the decision after every client-side check
+    passed (:meth:`hold_reason`), just before the request is sent — where a replica paused by
+    SIGSTOP or a VM pause would stop. ``None`` in production."""
 
-        Every write needs the policies and the budgets listed, the kill switch read (a
-        release seen in a watch event confirmed by a consistent read before anything is
-        created), the informers synced and the Lease valid for :data:`WRITE_TIMEOUT`
-        seconds; a write that shrinks also needs the informers healthy now. A kill-switch
-        delete needs only the Lease (the switch itself was read: it must work in the
-        incident it exists for).
-        """
-        if decision.action == "delete" and self.kill_switch:
-            return None if self.gate.can_write(WRITE_TIMEOUT) else HELD_LEASE
-        if not self.policies_listed:
-            return HELD_POLICIES
-        if not self.budgets.listed:
-            return HELD_BUDGETS
-        if self.kill_switch is None:
-            return HELD_KILL_SWITCH
-        if decision.action == "create" and not self._release_confirmed:
-            return HELD_RELEASE
-        if self.usage is None or not self.usage.synced:
-            return HELD_INFORMERS
-        margin = float(self.settings.liveness_margin_seconds)
-        if decision.shrinks and not self.usage.healthy(margin=margin):
-            return HELD_STALE
-        if not self.gate.can_write(WRITE_TIMEOUT):
-            return HELD_LEASE
-        return None
+    def hold_reason(self, decision: Decision) -> str | None:
+        """Why writing ``decision`` must wait (one of :data:`HOLD_REASONS`), or ``None``: the
+        write gate's answer (:mod:`dynquota.operator.write_gate`) for this quota write."""
+        return self.write_gate.hold(
+            Write(
+                "quota",
+                creates=decision.action == "create",
+                shrinks=decision.shrinks,
+                kill_switch_delete=decision.action == "delete" and bool(self.kill_switch),
+            )
+        )
 
     def _hold(self, namespace: str, decision: Decision, why: str) -> Applied:
         """Count and log (at most once a minute per reason) a held write."""
@@ -102,6 +93,10 @@ class QuotaWriter(KillSwitch):
     ) -> Applied:
         """Write ``decision`` (conditionally on what was read: the patch carries
         ``current``'s resourceVersion, a delete its uid), or hold it (:meth:`hold_reason`)."""
+        if decision.action != "delete":
+            self.brake.settle(namespace)  # e.g. the policies returned
+            if governance.kind == "managed" and not governance.dry_run:
+                self.brake.returned(namespace)  # its passed delete pre-approves nothing
         if decision.action == "nothing":
             return Applied(current)
         if not self.gate.is_leader:
@@ -112,6 +107,16 @@ class QuotaWriter(KillSwitch):
         why = self.hold_reason(decision)
         if why is not None:
             return self._hold(namespace, decision, why)
+        if (
+            decision.action == "delete"
+            and not self.kill_switch
+            and self._unmanaging(governance)
+            and not self._brake_admits(namespace)
+        ):
+            await self._report_brake(namespace)
+            return self._hold(namespace, decision, HELD_BRAKE)
+        if self.after_check is not None:
+            await self.after_check(namespace, decision)
         try:
             if decision.action == "create":
                 created = await self.quotas.create(
@@ -170,12 +175,24 @@ class QuotaWriter(KillSwitch):
             else f"it would manage no quota here ({governance.reason})"
         )
         why = f"{who}: dynquota enforces nothing in this namespace"
+        # Governed by another policy before (its name on the quota): a change of the
+        # namespace's labels (or of the policies) released it: a Warning naming who can undo it.
+        was = current.annotations.get(POLICY)
+        moved = not self.settings.dry_run and was is not None and was != governance.policy
         release = Decision("delete", notes=(why,))
         if not self.gate.is_leader:
             return Applied(outcome=Outcome(), result="standby")
         held = self.hold_reason(release)
         if held is not None:
             return self._hold(namespace, release, held)
+        if (
+            not self.kill_switch
+            and not self.settings.dry_run
+            and self._unmanaging(governance)
+            and not self._brake_admits(namespace)
+        ):
+            await self._report_brake(namespace)
+            return self._hold(namespace, release, HELD_BRAKE)
         try:
             deleted = await self._delete_managed(namespace, current.uid, "dry-run", why)
         except ConflictError:
@@ -188,12 +205,20 @@ class QuotaWriter(KillSwitch):
             )
         if deleted is not Deletion.DELETED:
             return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
+        message = (
+            f"{why}: the managed ResourceQuota {MANAGED_QUOTA_NAME} was released (deleted); "
+            f"{would}. Leaving dry run creates it again from current usage"
+        )
+        if moved:
+            message += (
+                f"; policy {was} governed this namespace until its labels (or the policies) "
+                f"changed: {RESTORER} can restore it"
+            )
         await self._emit(
             ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid),
-            "Normal",
+            "Warning" if moved else "Normal",
             EventReason.QUOTA_RELEASED,
-            f"{why}: the managed ResourceQuota {MANAGED_QUOTA_NAME} was released (deleted); "
-            f"{would}. Leaving dry run creates it again from current usage",
+            message,
         )
         return Applied(None)
 
@@ -212,13 +237,58 @@ class QuotaWriter(KillSwitch):
         if await self._delete_managed(namespace, uid, "unmanaged", why) is not Deletion.DELETED:
             # gone or replaced meanwhile: decide again
             return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
+        restore = (
+            f"; {RESTORER} can restore it (the namespace's labels, or a policy selecting it)"
+            if governance.label_change
+            else ""
+        )
         await self._warn(
             ObjectRef.namespace_object(namespace, self._namespace_uid.get(namespace, "")),
             EventReason.QUOTA_REMOVED,
-            f"the managed ResourceQuota {MANAGED_QUOTA_NAME} was deleted: {why}",
+            f"the managed ResourceQuota {MANAGED_QUOTA_NAME} was deleted: {why}{restore}",
             logged=True,
         )
         return Applied(None)
+
+    def _unmanaging(self, governance: Governance) -> bool:
+        """Whether a delete takes a namespace out of management by a change to the policies:
+        none governs it any more, or its policy was switched to dry run (a GitOps commit can
+        flip many at once). The operator-wide dry run is an admin's restart with a new
+        setting, like the kill switch: not braked."""
+        if governance.kind == "unmanaged":
+            return True
+        return governance.kind == "managed" and governance.dry_run and not self.settings.dry_run
+
+    def _brake_admits(self, namespace: str) -> bool:
+        """Whether the brake lets the un-managing delete of ``namespace`` go now."""
+        return self.brake.admit(
+            namespace,
+            self._status_used.keys(),  # every managed quota the watch or a GET delivered
+            self.monotonic(),
+            self.clock(),
+            self.unmanage_confirmed_at,
+        )
+
+    async def _report_brake(self, namespace: str) -> None:
+        """Say (once an hour while it lasts, and again for each new hold: the time to confirm
+        with changes) that the brake holds un-managing deletes."""
+        since = self.brake.held_since
+        stamp = format_time(since) if since is not None else "now"
+        await self._warn_once(
+            ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
+            EventReason.UNMANAGE_HELD,
+            f"holding the deletion of managed quotas ({len(self.brake.held)} so far, e.g. in "
+            f"{namespace}; dynquota plan lists them): no policy enforces them any more, more than "
+            f"{self.settings.unmanage_brake_share:.0%} of the managed namespaces within "
+            f"{self.settings.unmanage_brake_window_seconds:.0f} s (policies deleted, their "
+            f"selectors edited, switched to dry run, or the CRD removed). Restore the "
+            f"policies, or confirm with: "
+            f"kubectl annotate namespace kube-system {CONFIRM}=<RFC 3339 time not before "
+            f"{stamp}> --overwrite. The kill switch removes every quota at once",
+            key=KUBE_SYSTEM,
+            cause=stamp,
+            logged=True,
+        )
 
     async def _refused(
         self,

@@ -2,16 +2,15 @@
 
 :class:`BudgetReporter` turns one pass (:class:`PassResult`) into the budget's status (a JSON
 merge-patch of the status subresource, only when it changed): ``used``, ``granted`` (the sum of
-commitments after the pass), ``free``, the slices per namespace, ``frozenNamespaces`` and the
-conditions ``Valid``, ``OverBudget``, ``AtRisk``, ``Rebalancing``; the Events ``Rebalanced``,
-``OverBudget`` (when a key goes over), ``BudgetConflict`` and ``BudgetInvalid``; and the
+commitments after the pass), ``free``, the slices per namespace and the
+conditions ``Valid``, ``OverBudget``, ``AtRisk``, ``Rebalancing``, ``Guarded``; the Events
+``Rebalanced``, ``OverBudget`` (when a key goes over) and ``BudgetInvalid``; and the
 ``dynquota_budget_*`` metrics. :class:`BudgetTaskHost` is what the budget's task and this
 reporter use of the operator.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import time
@@ -26,12 +25,12 @@ from dynquota.metrics import Metrics
 from dynquota.names import API_VERSION, BUDGET_KIND, EventReason
 from dynquota.operator.budgets import BudgetRecord, Budgets
 from dynquota.operator.ports import (
-    BudgetAdmissionStore,
     BudgetStatusSink,
     LeaderView,
     QuotaStore,
     UsageView,
 )
+from dynquota.operator.write_gate import STATUS, WriteGate
 from dynquota.policy import hard_text, unit_for
 from dynquota.policy.budget import Allocation
 from dynquota.policy.status import now_rfc3339, set_condition
@@ -61,15 +60,9 @@ class BudgetTaskHost(Protocol):
     @property
     def budget_status(self) -> BudgetStatusSink | None: ...
     @property
-    def budget_admission(self) -> BudgetAdmissionStore | None: ...
-    @property
-    def admission_lock(self) -> asyncio.Lock: ...
-    @property
-    def policies_listed(self) -> bool: ...
-    @property
     def kill_switch(self) -> bool | None: ...
     @property
-    def _release_confirmed(self) -> bool: ...
+    def write_gate(self) -> WriteGate: ...
     def clock(self) -> float: ...
     async def _emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None: ...
     async def _warn_once(
@@ -122,9 +115,13 @@ class BudgetReporter:
         record: BudgetRecord,
         result: PassResult,
         members: list[str],
-        frozen: list[str],
+        unguarded: Mapping[str, str],
         listed: Mapping[str, QuotaSnapshot] | None = None,
     ) -> None:
+        """Write the status, Events and metrics of one pass of ``record`` over ``members``;
+        ``unguarded``: its keys (-> kind) whose kind the chart's budget guard does not hold
+        back (:func:`~dynquota.policy.budget_guard.unguarded_keys`); ``listed``: the pass's
+        LIST (namespace -> quota)."""
         o = self.owner
         ref = ObjectRef(API_VERSION, BUDGET_KIND, record.name, "", record.uid)
         conditions = [dict(c) for c in record.status.get("conditions") or []]
@@ -134,25 +131,28 @@ class BudgetReporter:
         if record.spec is None:
             set_condition(conditions, "Valid", "False", "Invalid", record.error, gen, stamp)
             await o._warn_once(
-                ref, EventReason.BUDGET_INVALID, f"{record.error}; "
-                + ("its namespaces are frozen" if record.selector else "it holds no namespace"),
+                ref, EventReason.BUDGET_INVALID, f"{record.error}; it has no members: namespaces "
+                "labelled with it are sized by their own policy",
                 key=f"budget/{record.name}", cause=str(gen),
             )  # fmt: skip
             status["conditions"] = conditions
             await self._patch_status(record, status)
             return
-        if frozen:
-            message = (
-                f"namespaces {', '.join(frozen)} are selected by another budget too: their "
-                "budgeted keys are frozen (left as they are) until only one budget selects them"
-            )
-            set_condition(conditions, "Valid", "False", "NamespaceConflict", message, gen, stamp)
-            await o._warn_once(
-                ref, EventReason.BUDGET_CONFLICT, message,
-                key=f"budget/{record.name}", cause=",".join(frozen),
+        set_condition(conditions, "Valid", "True", "Valid", "the spec is valid", gen, stamp)
+        if unguarded:
+            set_condition(
+                conditions, "Guarded", "False", "KindNotGuarded",
+                "the chart's budget guard does not hold back creates of "
+                + ", ".join(f"{kind} (charged by {key})" for key, kind in unguarded.items())
+                + " until a member's slice is enforced: add the kinds to the chart value "
+                "budgetGuard.kinds", gen, stamp,
             )  # fmt: skip
         else:
-            set_condition(conditions, "Valid", "True", "Valid", "the spec is valid", gen, stamp)
+            set_condition(
+                conditions, "Guarded", "True", "Guarded",
+                "the chart's budget guard holds back creates of every budgeted kind until a "
+                "member's slice is enforced", gen, stamp,
+            )  # fmt: skip
         allocations = result.allocations
         unsized = {
             ns: sorted(keys)
@@ -184,7 +184,7 @@ class BudgetReporter:
             "nothing is granted meanwhile" if at_risk else "every slice is enforced", gen, stamp,
         )  # fmt: skip
         held = (
-            f"; holding the slices of {', '.join(result.leaving)} (no members now: left, frozen "
+            f"; holding the slices of {', '.join(result.leaving)} (no members now: relabelled "
             "or without a policy) until their quota is re-sized under their own policy"
             if result.leaving
             else ""
@@ -270,7 +270,6 @@ class BudgetReporter:
             granted={k: _text(k, a.committed_after) for k, a in allocations.items()},
             free={k: _text(k, a.free) for k, a in allocations.items()},
             namespaces=namespaces,
-            frozenNamespaces=frozen,
             conditions=conditions,
         )
         if await self._patch_status(record, status) and result.again is None:
@@ -290,7 +289,7 @@ class BudgetReporter:
         same = same and {k: v for k, v in (status.get("namespaces") or {}).items() if v} == (
             old.get("namespaces") or {}
         )
-        if same or self.owner.budget_status is None or not self.owner.gate.is_leader:
+        if same or self.owner.budget_status is None or not self.owner.write_gate.may(STATUS):
             return False
         now = time.monotonic()
         if same_conditions and now - self._written.get(record.name, -math.inf) < STATUS_INTERVAL:

@@ -31,29 +31,20 @@ from typing import Any
 from dynquota._k8s.errors import (
     ApiError,
     ConflictError,
-    ForbiddenError,
     KubeError,
     NotFoundError,
 )
-from dynquota.kube.budget_admission import binding_for, object_name, policy_for, resource_rules
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import BUDGET_LABEL, TRACKED_RESOURCES
 from dynquota.operator.budget_report import BudgetReporter, BudgetTaskHost, PassResult
 from dynquota.operator.budgets import Budgets, leaving, member_slice, reserved
 from dynquota.operator.ports import (
-    HELD_BUDGETS,
-    HELD_INFORMERS,
-    HELD_KILL_SWITCH,
-    HELD_LEASE,
-    HELD_POLICIES,
-    HELD_RELEASE,
-    HELD_STALE,
     RECONCILE_TIMEOUT,
-    WRITE_TIMEOUT,
 )
+from dynquota.operator.write_gate import BUDGET_SLICES
 from dynquota.policy import hard_text
 from dynquota.policy.budget import Slice, allocate
-from dynquota.policy.selection import SYSTEM_NAMESPACES
+from dynquota.policy.budget_guard import unguarded_keys
 from dynquota.policy.state import (
     BUDGET,
     format_time,
@@ -87,13 +78,6 @@ class BudgetTasks:
         self.running = False
         self.last: dict[str, PassResult] = {}
         """Budget -> its last pass (for tests and ``plan``)."""
-        self.admission: dict[str, tuple[Any, Any] | None] = {}
-        """Budget -> the (policy, binding) last written for it (``docs/budgets.md``, "The
-        admission policy"); forgotten when a write fails or the kill switch removes them."""
-        self._orphans_checked = False
-        self.admission_forbidden = False
-        """The operator may not write admission policies (403): none are written."""
-        self._removals: dict[str, asyncio.Task[None]] = {}
         self._labelled: dict[str, set[str]] = {}
         """Budget -> the namespaces whose quota carries its label, as last listed or written
         (absent: not listed since the start, so the first pass LISTs every managed quota)."""
@@ -121,12 +105,6 @@ class BudgetTasks:
             self._wakes.pop(name, None)
             self.last.pop(name, None)
             self.reporter.forget(name)
-        # a deleted budget's binding goes (it selects by a selector nobody maintains now)
-        for name in [n for n in self.admission if n not in self.budgets.records]:
-            if name not in self._removals:
-                self._removals[name] = asyncio.create_task(
-                    self._remove_admission(name), name=f"dynquota-budget-{name}-removal"
-                )
 
     def wake(self, name: str) -> None:
         """Ask ``name``'s task for a pass (coalesced: one pass for many wake-ups)."""
@@ -142,9 +120,8 @@ class BudgetTasks:
     async def stop(self) -> None:
         """Cancel every task (idempotent)."""
         self.running = False
-        tasks = list(self._tasks.values()) + list(self._removals.values())
+        tasks = list(self._tasks.values())
         self._tasks.clear()
-        self._removals.clear()
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -179,23 +156,9 @@ class BudgetTasks:
     # -- one pass -------------------------------------------------------------------------------
 
     def hold_reason(self) -> str | None:
-        """Why no pass may write now (a ``dynquota_writes_held_total`` reason), or ``None``."""
-        o = self.owner
-        if not o.policies_listed:
-            return HELD_POLICIES
-        if not self.budgets.listed:
-            return HELD_BUDGETS
-        if o.kill_switch is not False:
-            return HELD_KILL_SWITCH
-        if not o._release_confirmed:
-            return HELD_RELEASE
-        if o.usage is None or not o.usage.synced:
-            return HELD_INFORMERS
-        if not o.usage.healthy(margin=float(o.settings.liveness_margin_seconds)):
-            return HELD_STALE  # a pass may shrink
-        if not o.gate.can_write(WRITE_TIMEOUT):
-            return HELD_LEASE
-        return None
+        """Why no pass may write now (a ``dynquota_writes_held_total`` reason), or ``None``:
+        the write gate's answer for budget slices (a pass may shrink)."""
+        return self.owner.write_gate.hold(BUDGET_SLICES)
 
     async def run_pass(self, name: str) -> PassResult:
         """One pass for budget ``name`` (see the module docs). Raises ``KubeError`` (the LIST
@@ -209,7 +172,7 @@ class BudgetTasks:
             result.again = 1.0  # a standby looks again (cheap: no API call)
             return result
         if record.spec is None:
-            await self.reporter.report(record, result, [], [])
+            await self.reporter.report(record, result, [], {})
             return result
         why = self.hold_reason()
         if why is not None:
@@ -221,7 +184,6 @@ class BudgetTasks:
             result.again = 1.0
             return result
         members = self.budgets.members(name)
-        await self.ensure_admission(name, members)
         listed = await self.list_quotas(name, members)
         now = o.clock()
         # quotas this budget last wrote whose namespace is no member now: their slices stay
@@ -245,9 +207,10 @@ class BudgetTasks:
                     old = quota.hard_int(key)
                     if value is not None and (old is not None and value > old) == grows:
                         values[key] = value
-                # The admission policy admits creates only where the quota carries the budget's
-                # mark, so a member is marked only once its slice is enforced: status.hard shows
-                # no key above spec.hard (a joiner's own, larger quota is not in force any more).
+                # The chart's budget guard admits creates only where the quota's mark equals
+                # the namespace's label, so a member is marked only once its slice is
+                # enforced: status.hard shows no key above spec.hard (a joiner's own, larger
+                # quota is not in force any more).
                 # Slice writes to a marked member keep the mark; an unmarked one gets its slices
                 # first and, once the quota controller copied them, the mark alone.
                 marked = quota.annotations.get(BUDGET) == name
@@ -261,7 +224,7 @@ class BudgetTasks:
                 )  # a label alone where an earlier version marked without it (one write)
                 if not values and not mark_only:
                     continue
-                if o.kill_switch is not False or not o.gate.can_write(WRITE_TIMEOUT):
+                if not o.write_gate.may(BUDGET_SLICES):  # asked again before each patch
                     result.again = 1.0
                     break
                 try:
@@ -296,7 +259,8 @@ class BudgetTasks:
             "budget %s: pass over %s: %s", name, members,
             {k: (a.writes, a.targets, a.committed) for k, a in result.allocations.items()},
         )  # fmt: skip
-        await self.reporter.report(record, result, members, self.budgets.frozen(name), listed)
+        unguarded = unguarded_keys(record.spec.hard, o.settings.budget_guard_kinds)
+        await self.reporter.report(record, result, members, unguarded, listed)
         self.last[name] = result
         return result
 
@@ -324,148 +288,6 @@ class BudgetTasks:
             ns for ns, q in listed.items() if q.labels.get(BUDGET_LABEL) == name
         }
         return listed
-
-    # -- the admission policy (docs/budgets.md, "The admission policy") -----------------------
-
-    def desired_admission(self, name: str, members: list[str]) -> tuple[Any, Any] | None:
-        """The (policy, binding) budget ``name`` should have with these ``members``, or
-        ``None`` (invalid budget, no guarded key, dry run). The binding selects by the budget's
-        selector minus every namespace it selects that is not a member (no policy, opted out,
-        frozen, system or the operator's own), so it denies only where a slice is owed."""
-        record = self.budgets.records.get(name)
-        if record is None or record.spec is None or record.selector is None:
-            return None
-        if self.owner.settings.dry_run or not resource_rules(record.spec.hard):
-            return None
-        namespaces = self.budgets.owner.namespaces
-        chosen = set(members)
-        excluded = {
-            ns
-            for ns, info in namespaces.items()
-            if ns not in chosen and record.selector.matches(info.labels)
-        }
-        excluded.update(SYSTEM_NAMESPACES)
-        if self.owner.settings.namespace:
-            excluded.add(self.owner.settings.namespace)
-        selector = record.selector.model_dump(by_alias=True, mode="json", exclude_defaults=True)
-        return (
-            policy_for(name, record.spec.hard),
-            binding_for(name, selector, excluded),
-        )
-
-    async def ensure_admission(self, name: str, members: list[str]) -> None:
-        """Write budget ``name``'s policy and binding if they differ from the last written
-        (two GETs, then a CREATE or a conditional PATCH of each that differs; nothing at rest),
-        or remove them when the budget should have none. Only while the kill switch is released
-        (checked under :attr:`admission_lock`, which the kill switch's removal holds too).
-        Raises ``KubeError`` (the pass fails and is retried)."""
-        o = self.owner
-        if o.budget_admission is None or self.admission_forbidden:
-            return
-        try:
-            await self._ensure_admission(name, members)
-        except ForbiddenError as exc:
-            # RBAC without the rule (rbac.budgetAdmissionPolicies=false): budgets work on,
-            # with the window before a slice is enforced open (docs/budgets.md)
-            self.admission_forbidden = True
-            log.warning(
-                "budget admission policies not written (%s): creates in a budgeted namespace "
-                "are admitted until its slice is enforced",
-                exc,
-            )
-        except ApiError as exc:
-            if exc.retryable:
-                raise
-            # refused for good (e.g. a budget name too long for the prefix): the slices are
-            # still written; this budget's window stays open
-            log.error("budget %s: its admission policy or binding was refused: %s", name, exc)
-            # not tried again until what it should be changes (no error on every pass)
-            self.admission[name] = self.desired_admission(name, members)
-
-    async def _ensure_admission(self, name: str, members: list[str]) -> None:
-        o = self.owner
-        assert o.budget_admission is not None
-        if not self._orphans_checked:
-            await self._remove_orphans()
-        desired = self.desired_admission(name, members)
-        if name in self.admission and desired == self.admission[name]:
-            return
-        async with o.admission_lock:
-            if o.kill_switch is not False or not o.gate.can_write(WRITE_TIMEOUT):
-                return
-            self.admission.pop(name, None)
-            if desired is None:
-                left = await o.budget_admission.remove(object_name(name))
-                log.info("budget %s: admission policy and binding removed%s", name, _kept(left))
-                self.admission[name] = None
-                return
-            await o.budget_admission.apply(*desired)
-            self.admission[name] = desired
-            log.info(
-                "budget %s: admission binding %s written (excludes %s)",
-                name,
-                object_name(name),
-                desired[1]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][-1],
-            )
-
-    async def exclude_namespace(self, namespace: str) -> None:
-        """Before the managed quota of ``namespace`` is deleted (no longer managed): every
-        binding that could select it is rewritten to exclude it first (it is no member now).
-        Raises ``KubeError`` (then the delete is not made)."""
-        for name in sorted(self.admission):
-            if self.admission.get(name) is not None:
-                await self.ensure_admission(name, self.budgets.members(name))
-
-    async def remove_all_admission(self) -> int:
-        """Remove every owned policy and binding (the kill switch, before any quota is
-        deleted); the caller holds :attr:`admission_lock`. Raises ``KubeError``."""
-        if self.owner.budget_admission is None:
-            return 0
-        self.admission.clear()
-        try:
-            return await self.owner.budget_admission.remove_all()
-        except ForbiddenError as exc:
-            # the chart grants list, create and delete together: refused, none was written
-            # (and the kill switch must not wait for a right it will never get)
-            self.admission_forbidden = True
-            log.warning("budget admission policies not listed (%s): none to remove", exc)
-            return 0
-
-    async def _remove_orphans(self) -> None:
-        """Once per leadership of the tasks: remove owned objects of budgets that no longer
-        exist (deleted while no operator ran)."""
-        store = self.owner.budget_admission
-        assert store is not None
-        wanted = {object_name(n) for n in self.budgets.records}
-        for found in await store.list_owned():
-            if found not in wanted:
-                left = await store.remove(found)
-                log.info("removed the admission policy and binding %s (no such budget)%s", found,
-                         _kept(left))  # fmt: skip
-        self._orphans_checked = True
-
-    async def _remove_admission(self, name: str) -> None:
-        """Budget ``name`` was deleted: its binding, then its policy, are removed (retried with
-        backoff while this replica leads)."""
-        failures = 0
-        while self.owner.budget_admission is not None and name not in self.budgets.records:
-            if not self.owner.gate.is_leader:
-                self._orphans_checked = False  # the next leader's first pass removes it
-                break
-            try:
-                async with self.owner.admission_lock:
-                    left = await self.owner.budget_admission.remove(object_name(name))
-                self.admission.pop(name, None)
-                log.info("budget %s deleted: its admission policy and binding removed%s", name,
-                         _kept(left))  # fmt: skip
-                break
-            except KubeError as exc:
-                failures += 1
-                delay = min(30.0, 2.0**failures)
-                log.warning("budget %s: removing its binding failed (%s); again in %.0f s",
-                            name, exc, delay)  # fmt: skip
-                await asyncio.sleep(delay)
-        self._removals.pop(name, None)
 
     def _slice(
         self, ns: str, key: str, quota: QuotaSnapshot | None, now: float, hard: int, members: int
@@ -517,8 +339,3 @@ def _enforced(quota: QuotaSnapshot, keys: Mapping[str, object]) -> bool:
         if spec is None or enforced is None or enforced > spec:
             return False
     return True
-
-
-def _kept(left: list[str]) -> str:
-    """A log suffix naming the kinds :meth:`AdmissionClient.remove` left to their owner."""
-    return f"; kept, owned by someone else: {', '.join(left)}" if left else ""

@@ -1,18 +1,25 @@
-"""Tenant budgets in the operator (issue #13, ``docs/budgets.md``): which namespace belongs to
-which QuotaBudget, and what the per-namespace reconcile may write.
+"""Tenant budgets in the operator (issues #13 and #22, ``docs/budgets.md``): which namespace
+belongs to which QuotaBudget, what the per-namespace reconcile may write, and the budget mark.
 
-A namespace that exactly one valid budget selects (and that a DynamicQuotaPolicy manages, not
-in dry run) is a *member*: its budgeted keys are written only by that budget's serialized task
+Membership is one namespace label: a namespace labelled ``dynquota.io/budget=<B>`` is a
+*member* of B when B exists and is valid and a DynamicQuotaPolicy manages the namespace (not in
+dry run). A member's budgeted keys are written only by B's serialized task
 (:mod:`dynquota.operator.budget_task`), which decides from one LIST of the quotas. The
 per-namespace reconcile still decides the whole quota; :meth:`Budgets.shape` then hands the
 hard it would set for each budgeted key to the budget as the namespace's *demand* and takes
-those keys out of the write (the reconcile keeps writing the other keys). A namespace selected
-by two budgets, or by an invalid one, is *frozen* for those budgets' keys: nobody writes them.
+those keys out of the write (the reconcile keeps writing the other keys).
+
+The *mark* (annotation ``dynquota.io/budget`` on the managed quota) is what the chart's budget
+guard compares with the namespace's label. The reconcile never writes a mark other than the
+label (:func:`mark_as_label`): a namespace labelled with a budget that does not exist (or is
+invalid) is sized by its own policy and marked with the label's value (no slice: the guard
+admits); an unlabelled one loses its mark. A member's mark is written by its budget's task
+only, once its slice is enforced, so a namespace relabelled B -> C keeps B's mark (B holds its
+room, the guard refuses creates) until C's slice is in force.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -22,16 +29,13 @@ from pydantic import ValidationError
 
 from dynquota._k8s.workqueue import WorkQueue
 from dynquota.kube.quotas import QuotaSnapshot
-from dynquota.names import TRACKED_RESOURCES, EventReason
-from dynquota.policy import Action, Decision, Governance, LabelSelector, NamespaceInfo
+from dynquota.names import BUDGET_LABEL, TRACKED_RESOURCES
+from dynquota.operator.budget_shape import mark_as_label, strip_keys
+from dynquota.policy import Decision, Governance, NamespaceInfo
 from dynquota.policy.budget import Slice, commitment
 from dynquota.policy.budget_spec import QuotaBudgetSpec
 from dynquota.policy.state import (
     BUDGET,
-    hard_key,
-    last_change_key,
-    last_upscale_key,
-    resource_keys,
 )
 from dynquota.settings import Settings
 
@@ -66,10 +70,9 @@ class BudgetHost(Protocol):
 class BudgetRecord:
     """One stored QuotaBudget as the operator read it.
 
-    ``spec``: the validated spec, ``None`` if invalid (``error`` says why). ``selector`` and
-    ``keys``: its selector and the keys of its ``hard`` as stored, kept even when the spec is
-    invalid (so the namespaces it would hold are frozen, not released); ``selector`` is
-    ``None`` when it cannot be read at all. ``status``: its stored status.
+    ``spec``: the validated spec, ``None`` if invalid (``error`` says why; an invalid budget
+    has no members). ``keys``: the keys of its ``hard`` as stored, kept even when the spec is
+    invalid. ``status``: its stored status.
     """
 
     name: str
@@ -77,19 +80,17 @@ class BudgetRecord:
     generation: int
     spec: QuotaBudgetSpec | None
     error: str
-    selector: LabelSelector | None
     keys: frozenset[str]
     status: Mapping[str, Any]
 
 
-_KUBE_SYSTEM_LABELS: Mapping[str, str] = {"kubernetes.io/metadata.name": "kube-system"}
-"""The labels every kube-system Namespace has (the apiserver sets the name label)."""
-
-
 def read_budget(obj: Mapping[str, Any]) -> BudgetRecord:
-    """A QuotaBudget (decoded JSON) as a :class:`BudgetRecord`. Pure; never raises."""
+    """A QuotaBudget (decoded JSON) as a :class:`BudgetRecord`. A ``spec.namespaceSelector``
+    (v0.2 builds from main; the CRD of a Helm upgrade that did not apply ``crds/`` still stores
+    it) is ignored: the namespace label says which budget a namespace is in. Pure; never
+    raises."""
     meta = obj.get("metadata") or {}
-    raw = obj.get("spec") or {}
+    raw = {k: v for k, v in (obj.get("spec") or {}).items() if k != "namespaceSelector"}
     spec: QuotaBudgetSpec | None = None
     error = ""
     try:
@@ -97,24 +98,6 @@ def read_budget(obj: Mapping[str, Any]) -> BudgetRecord:
     except ValidationError as exc:
         error = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()
-        )
-    selector: LabelSelector | None = spec.namespace_selector if spec is not None else None
-    if selector is None:
-        try:
-            selector = LabelSelector.model_validate(raw.get("namespaceSelector") or {})
-        except ValidationError:
-            selector = None
-        if selector is not None and not selector.match_labels and not selector.match_expressions:
-            selector = None  # an empty selector would freeze every namespace: ignored
-    if selector is not None and selector.matches(_KUBE_SYSTEM_LABELS):
-        # matchExpressions such as `kubernetes.io/metadata.name Exists` or `x DoesNotExist`
-        # pass the CRD's "not empty" rule yet select every namespace: refused, and its
-        # selector ignored (frozen, every namespace's keys would stop being sized)
-        spec, selector = None, None
-        error = (
-            "spec.namespaceSelector selects kube-system, so it would take in every namespace "
-            "(e.g. an Exists on kubernetes.io/metadata.name, or a DoesNotExist): select the "
-            "tenant's namespaces by a label of theirs"
         )
     hard = raw.get("hard")
     keys = frozenset(str(k) for k in hard) if isinstance(hard, Mapping) else frozenset()
@@ -124,7 +107,6 @@ def read_budget(obj: Mapping[str, Any]) -> BudgetRecord:
         generation=int(meta.get("generation") or 0),
         spec=spec,
         error=error,
-        selector=selector,
         keys=keys,
         status=dict(obj.get("status") or {}),
     )
@@ -161,8 +143,9 @@ def leaving(
 ) -> list[str]:
     """The namespaces whose managed quota in ``quotas`` (namespace -> quota, one LIST) still
     carries ``budget``'s mark (:data:`~dynquota.policy.state.BUDGET`) but which are not in
-    ``members``: they left it (labels, policy, frozen) and their reconcile has not re-sized
-    them yet, so the budget still holds their slices. Sorted. Pure."""
+    ``members``: they left it (label, policy) and neither their reconcile nor their new
+    budget's task has rewritten the mark yet, so the budget still holds their slices.
+    Sorted. Pure."""
     return sorted(
         ns for ns, q in quotas.items() if q.annotations.get(BUDGET) == budget and ns not in members
     )
@@ -179,14 +162,14 @@ class Slicing:
     """How budgets bear on one namespace.
 
     ``budget``: the budget it is a member of (``None``: none). ``keys``: the quota keys the
-    per-namespace reconcile must not write (the member's budgeted keys, or the frozen ones).
-    ``frozen``: selected by two budgets or an invalid one (``conflicts``: their names, sorted).
+    per-namespace reconcile must not write (the member's budgeted keys). ``label``: the value
+    of its ``dynquota.io/budget`` label (``None``: unlabelled), which the reconcile's mark
+    follows when it is no member.
     """
 
     budget: str | None = None
     keys: frozenset[str] = frozenset()
-    frozen: bool = False
-    conflicts: tuple[str, ...] = ()
+    label: str | None = None
 
 
 NOT_BUDGETED = Slicing()
@@ -198,7 +181,8 @@ class Budgets:
     Args:
         owner: the operator (its namespaces, governance, quotas, gate and settings).
 
-    Feed it with :meth:`on_budget` / :meth:`on_budget_list`; the reconcile calls
+    Feed it with :meth:`on_budget` and :meth:`on_budgets_synced` (an informer) or
+    :meth:`on_budget_list`; the reconcile calls
     :meth:`shape`; :class:`~dynquota.operator.budget_task.BudgetTasks` runs the passes.
     """
 
@@ -233,11 +217,7 @@ class Budgets:
             return
         record = read_budget(obj)
         self.records[name] = record
-        if old is None or (old.spec, old.selector, old.keys) != (
-            record.spec,
-            record.selector,
-            record.keys,
-        ):
+        if old is None or (old.spec, old.keys) != (record.spec, record.keys):
             if record.spec is None:
                 log.warning("QuotaBudget %s is invalid: %s", name, record.error)
             self._changed(name)
@@ -253,6 +233,11 @@ class Budgets:
             if name not in seen:
                 del self.records[name]
                 self._changed(name)
+        self.on_budgets_synced()
+
+    def on_budgets_synced(self) -> None:
+        """The budget informer applied a full list (or found their CRD not served): from now
+        on writes may proceed."""
         if not self.listed:
             self.listed = True
             self.owner.queue.add_all(list(self.owner.namespaces))
@@ -278,18 +263,14 @@ class Budgets:
         for budget in {self._member_of.get(namespace), *marks}:
             self.wake(budget)
 
-    def wake_selecting(
+    def wake_labelled(
         self, before: Mapping[str, str] | None, after: Mapping[str, str] | None
     ) -> None:
         """A namespace's labels changed from ``before`` to ``after`` (``None``: it did not
-        exist): wake every budget whose selector matches either."""
-        for record in self.records.values():
-            if record.selector is None:
-                continue
-            if any(
-                labels is not None and record.selector.matches(labels) for labels in (before, after)
-            ):
-                self.wake(record.name)
+        exist): wake the budgets its ``dynquota.io/budget`` label named before and after."""
+        for labels in (before, after):
+            if labels is not None and labels.get(BUDGET_LABEL) in self.records:
+                self.wake(labels[BUDGET_LABEL])
 
     def demand_for(self, namespace: str, key: str, hard: int, members: int) -> int | None:
         """What member ``namespace`` asks of budgeted ``key``: its policy's hard
@@ -312,25 +293,22 @@ class Budgets:
     # -- membership -----------------------------------------------------------------------------
 
     def slicing(self, namespace: str) -> Slicing:
-        """How budgets bear on ``namespace`` now (see :class:`Slicing`)."""
+        """How budgets bear on ``namespace`` now (see :class:`Slicing`): a member of the
+        budget its label names when that budget exists and is valid and a policy manages the
+        namespace (not in dry run)."""
         info = self.owner.namespaces.get(namespace)
-        if info is None or not self.records:
+        if info is None:
             return NOT_BUDGETED
+        label = info.labels.get(BUDGET_LABEL) or None
         governance = self.owner.governance(namespace)
         if governance is None or governance.kind != "managed":
-            return NOT_BUDGETED
+            return Slicing(label=label)
         if governance.dry_run or self.owner.settings.dry_run:
-            return NOT_BUDGETED
-        picked = sorted(
-            (r for r in self.records.values() if r.selector and r.selector.matches(info.labels)),
-            key=lambda r: r.name,
-        )
-        if not picked:
-            return NOT_BUDGETED
-        if len(picked) == 1 and picked[0].spec is not None:
-            return Slicing(picked[0].name, frozenset(picked[0].spec.hard))
-        keys = frozenset().union(*(r.keys for r in picked))
-        return Slicing(None, keys, frozen=True, conflicts=tuple(r.name for r in picked))
+            return Slicing(label=label)
+        record = self.records.get(label) if label is not None else None
+        if record is None or record.spec is None:
+            return Slicing(label=label)
+        return Slicing(label, frozenset(record.spec.hard), label)
 
     def budgeted(self, namespace: str) -> dict[str, str]:
         """Key -> the budget whose slice it is in ``namespace`` (empty: no member)."""
@@ -341,14 +319,10 @@ class Budgets:
 
     def members(self, budget: str) -> list[str]:
         """The member namespaces of ``budget``, sorted."""
-        return sorted(ns for ns in self.owner.namespaces if self.slicing(ns).budget == budget)
-
-    def frozen(self, budget: str) -> list[str]:
-        """Namespaces ``budget`` selects that are frozen (another or an invalid budget too)."""
         return sorted(
             ns
-            for ns in self.owner.namespaces
-            if budget in (s := self.slicing(ns)).conflicts and s.frozen
+            for ns, info in self.owner.namespaces.items()
+            if info.labels.get(BUDGET_LABEL) == budget and self.slicing(ns).budget == budget
         )
 
     # -- the reconcile's hook -------------------------------------------------------------------
@@ -368,104 +342,25 @@ class Budgets:
             if slicing.budget is None:
                 self.demand.pop(namespace, None)
                 self.unsized.pop(namespace, None)
-        if slicing.budget is None and not slicing.frozen:
-            return release_mark(decision, current)
+        if slicing.budget is None:
+            return mark_as_label(decision, current, slicing.label)
         if not slicing.keys or decision.action == "delete":
             return decision
-        if slicing.budget is not None:
-            governance = self.owner.governance(namespace)
-            profiles = governance.profiles if governance is not None else {}
-            unsized = frozenset(k for k in slicing.keys if k not in profiles)
-            if self.unsized.get(namespace, frozenset()) != unsized:
-                self.unsized[namespace] = unsized
-                self.wake(slicing.budget)
-            demand: dict[str, int] = {}
-            for key in slicing.keys:
-                if key in decision.hard:
-                    demand[key] = decision.hard[key]
-                elif decision.action == "nothing" and current is not None:
-                    units = current.hard_int(key)
-                    if units is not None:
-                        demand[key] = units
-            if self.demand.get(namespace) != demand:
-                self.demand[namespace] = demand
-                self.wake(slicing.budget)
+        governance = self.owner.governance(namespace)
+        profiles = governance.profiles if governance is not None else {}
+        unsized = frozenset(k for k in slicing.keys if k not in profiles)
+        if self.unsized.get(namespace, frozenset()) != unsized:
+            self.unsized[namespace] = unsized
+            self.wake(slicing.budget)
+        demand: dict[str, int] = {}
+        for key in slicing.keys:
+            if key in decision.hard:
+                demand[key] = decision.hard[key]
+            elif decision.action == "nothing" and current is not None:
+                units = current.hard_int(key)
+                if units is not None:
+                    demand[key] = units
+        if self.demand.get(namespace) != demand:
+            self.demand[namespace] = demand
+            self.wake(slicing.budget)
         return strip_keys(decision, slicing.keys, current)
-
-
-def release_mark(decision: Decision, current: QuotaSnapshot | None) -> Decision:
-    """``decision`` for a namespace in no budget, also removing the budget mark
-    (:data:`~dynquota.policy.state.BUDGET`) its quota still carries: the namespace left that
-    budget (labels, policy, budget deleted), and the budget holds its slice until this write,
-    which re-sizes the quota under its own policy, lands (``docs/budgets.md``). ``nothing``
-    becomes a patch of that annotation only; deletes and creates pass unchanged. Pure."""
-    if current is None or BUDGET not in current.annotations:
-        return decision
-    left = current.annotations[BUDGET]
-    note = f"left QuotaBudget {left}: its slice is released with this write"
-    if decision.action == "patch":
-        return dataclasses.replace(
-            decision,
-            remove_annotations=decision.remove_annotations | {BUDGET},
-            notes=(*decision.notes, note),
-        )
-    if decision.action == "nothing":
-        return dataclasses.replace(
-            decision,
-            action="patch",
-            hard={},
-            set_annotations={},
-            remove_annotations=frozenset({BUDGET}),
-            null_hard=frozenset(),
-            notes=(*decision.notes, note),
-        )
-    return decision
-
-
-def strip_keys(decision: Decision, keys: frozenset[str], current: QuotaSnapshot | None) -> Decision:
-    """``decision`` writing nothing of ``keys``: a create leaves them out; a patch writes their
-    current ``spec.hard`` (a no-op under the patch's resourceVersion precondition) and none of
-    their state records; ``Resized``/``ManualEditReverted`` Events about them only are
-    dropped. A patch left with nothing to write becomes ``nothing``. Pure."""
-    if decision.action not in ("create", "patch") or not keys & (
-        set(decision.hard) | decision.null_hard | {c.resource for c in decision.changes}
-    ):
-        return decision
-    hard = dict(decision.hard)
-    for key in keys:
-        hard.pop(key, None)
-        if decision.action == "patch" and current is not None:
-            units = current.hard_int(key)
-            if units is not None:
-                hard[key] = units
-    written = {
-        k for key in keys for k in (hard_key(key), last_upscale_key(key), last_change_key(key))
-    }
-    state = {k for key in keys for k in resource_keys(key)}
-    set_annotations = {k: v for k, v in decision.set_annotations.items() if k not in written}
-    remove_annotations = frozenset(k for k in decision.remove_annotations if k not in state)
-    changes = tuple(c for c in decision.changes if c.resource not in keys)
-    dropped = [c for c in decision.changes if c.resource in keys]
-    events = decision.events
-    if dropped:
-        resized = any(c.kind != "revert" for c in changes)
-        reverted = any(c.kind == "revert" for c in changes)
-        events = tuple(
-            e
-            for e in events
-            if not (e.reason == EventReason.RESIZED and not resized)
-            and not (e.reason == EventReason.MANUAL_EDIT_REVERTED and not reverted)
-        )
-    action: Action = decision.action
-    if action == "patch" and not (set_annotations or remove_annotations or changes):
-        action = "nothing"
-    return dataclasses.replace(
-        decision,
-        action=action,
-        hard=hard if action != "nothing" else {},
-        set_annotations=set_annotations if action != "nothing" else {},
-        remove_annotations=remove_annotations if action != "nothing" else frozenset(),
-        null_hard=decision.null_hard - keys if action != "nothing" else frozenset(),
-        changes=changes,
-        events=events,
-    )

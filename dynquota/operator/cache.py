@@ -15,8 +15,9 @@ import abc
 import asyncio
 import contextlib
 import logging
+import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiolimiter import AsyncLimiter
@@ -26,13 +27,13 @@ from dynquota._k8s.workqueue import Outcome, WorkQueue
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.metrics import Metrics
 from dynquota.names import MANAGED_LIMIT_RANGE_NAME
+from dynquota.operator.brake import CONFIRM, UnmanageBrake
 from dynquota.operator.budgets import Budgets
 from dynquota.operator.decision import governance_of
 from dynquota.operator.ports import (
     KUBE_SYSTEM,
     WARNING_TTL,
     AlwaysLeading,
-    BudgetAdmissionStore,
     BudgetStatusSink,
     EventSink,
     LeaderView,
@@ -45,6 +46,7 @@ from dynquota.operator.ports import (
     UsageView,
     resource_version_of,
 )
+from dynquota.operator.wake import Waker
 from dynquota.policy import (
     KILL_SWITCH,
     TRACKED_RESOURCES,
@@ -54,10 +56,11 @@ from dynquota.policy import (
     NamespaceInfo,
     PolicyInfo,
     QuotaState,
+    format_time,
     observed_usage,
     validate_policy,
 )
-from dynquota.policy.state import BUDGET
+from dynquota.policy.state import BUDGET, parse_time
 from dynquota.settings import Settings
 from dynquota.usage import PeakWindows
 
@@ -80,7 +83,11 @@ class OperatorCache(abc.ABC):
         quotas, events, policy_status: the I/O ports (see :mod:`dynquota.operator.ports`).
         metrics: where to report (a fresh :class:`~dynquota.metrics.Metrics` if omitted).
         gate: leadership (always leading if omitted).
-        clock: wall clock, seconds since the epoch.
+        clock: the cluster's time, seconds since the epoch, against which persisted stamps are
+            judged (the runtime passes a :class:`~dynquota._k8s.clock.ServerClock`: a local
+            wall-clock step does not move it).
+        monotonic: seconds on a clock that never steps, for in-memory windows (the peak
+            windows); default ``clock`` (unit tests move one fake clock).
 
     Set :attr:`usage` (a :class:`UsageView`) before the queue runs; feed the watches with
     :meth:`on_namespace`, :meth:`on_quota`, :meth:`on_policy`, :meth:`on_usage_change`.
@@ -96,10 +103,10 @@ class OperatorCache(abc.ABC):
         metrics: Metrics | None = None,
         gate: LeaderView | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
         namespace_reader: NamespaceReader | None = None,
         limit_ranges: LimitRangeReader | None = None,
         budget_status: BudgetStatusSink | None = None,
-        budget_admission: BudgetAdmissionStore | None = None,
     ) -> None:
         self.settings = settings
         self.quotas = quotas
@@ -111,13 +118,6 @@ class OperatorCache(abc.ABC):
         unit tests only)."""
         self.limit_ranges = limit_ranges
         self.budget_status = budget_status
-        self.budget_admission = budget_admission
-        """The budgets' admission policies and bindings (``None``: none are written; unit
-        tests only). Written by the budget tasks, removed first by the kill switch."""
-        self.admission_lock = asyncio.Lock()
-        """Held around every write of a budget binding and around the kill switch's removal
-        of them, so a binding written by a pass that began before the switch engaged cannot
-        land after the removal."""
         """QuotaBudget status writes (``None``: not reported; unit tests only)."""
         """LimitRange defaults per namespace, read before a compute key (the compute trap) is
         added to a quota, and the companion LimitRange's writes (``None``: no defaults known,
@@ -128,15 +128,18 @@ class OperatorCache(abc.ABC):
         self.metrics = metrics if metrics is not None else Metrics()
         self.gate: LeaderView = gate if gate is not None else AlwaysLeading()
         self.clock = clock
+        self.monotonic = monotonic if monotonic is not None else clock
         self.usage: UsageView | None = None
+        self.waker: Waker | None = None
+        """Wakes the controllers a raise made room for (the runtime sets it)."""
         self.started_at = clock()
         self.namespaces: dict[str, NamespaceInfo] = {}
         self._namespace_rv: dict[str, int] = {}
         self._deleted: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=3600)
         self._policies: dict[str, PolicyRecord] = {}
         self.policies_listed = False
-        """Whether a consistent LIST of the policies succeeded since start
-        (:meth:`on_policy_list`); until then every managed-quota write is held."""
+        """Whether the policy informer applied a full (consistent) list since start
+        (:meth:`on_policies_synced`); until then every managed-quota write is held."""
         self._release_confirmed = True
         """``False`` from a watch event releasing the kill switch until a consistent read of
         ``kube-system`` confirms it: creates are held meanwhile."""
@@ -179,12 +182,21 @@ class OperatorCache(abc.ABC):
         # one token per 1/qps seconds: deletes evenly spaced, never a burst
         self._delete_limiter = AsyncLimiter(1, 1.0 / settings.kill_switch_delete_qps)
         self._overrides: set[str] = set()
+        self.brake = UnmanageBrake(
+            settings.unmanage_brake_share, settings.unmanage_brake_window_seconds
+        )
+        """The brake on mass un-management (:mod:`dynquota.operator.brake`)."""
+        self.unmanage_confirmed_at: float | None = None
+        """The time in ``kube-system``'s :data:`~dynquota.operator.brake.CONFIRM`, if valid."""
         self._kill_task: asyncio.Task[None] | None = None
         self._sweeping = False
         """Whether a kill-switch sweep is deleting (reconciles then leave deletes to it)."""
         self._status_dirty = asyncio.Event()
         self.queue = WorkQueue(
-            self.reconcile, workers=settings.workers, coalesce=settings.coalesce_seconds
+            self.reconcile,
+            workers=settings.workers,
+            coalesce=settings.coalesce_seconds,
+            clock=clock,  # requeue instants are the cluster's time (Outcome.requeue_at)
         )
         self.budgets = Budgets(self)
         """The QuotaBudgets and their members' demands (issue #13)."""
@@ -225,6 +237,7 @@ class OperatorCache(abc.ABC):
         self._namespace_uid[name] = str(meta.get("uid") or "")
         if name == KUBE_SYSTEM:
             self._kube_system_uid = str(meta.get("uid") or "")
+            self._observe_confirmation((meta.get("annotations") or {}).get(CONFIRM))
             self.observe_kill_switch(
                 (meta.get("annotations") or {}).get(KILL_SWITCH), consistent=event_type is None
             )
@@ -238,9 +251,27 @@ class OperatorCache(abc.ABC):
             self.namespaces[name] = info
             self.queue.add(name)
             self.mark_policy_status_dirty()
-            # a budget whose selector matches it now or matched it before looks again: its
-            # binding excludes non-members by name (one without a policy never reaches shape)
-            self.budgets.wake_selecting(before.labels if before else None, info.labels)
+            # the budgets its dynquota.io/budget label names now and named before look again
+            # (a namespace without a policy never reaches shape)
+            self.budgets.wake_labelled(before.labels if before else None, info.labels)
+
+    def _observe_confirmation(self, value: str | None) -> None:
+        """``kube-system``'s :data:`CONFIRM` annotation: a valid time releases the holds begun
+        at or before it (every namespace is decided again); anything else confirms nothing."""
+        try:
+            confirmed: float | None = float(parse_time(value)) if value else None
+        except ValueError:
+            confirmed = None
+        if confirmed != self.unmanage_confirmed_at:
+            self.unmanage_confirmed_at = confirmed
+            if confirmed is not None:
+                self.queue.add_all(list(self.brake.held))
+                since = self.brake.held_since
+                if since is not None and confirmed < math.floor(since):
+                    log.warning(
+                        "%s=%s confirms nothing: the hold began at %s (use a time not before it)",
+                        CONFIRM, value, format_time(since),
+                    )  # fmt: skip
 
     def on_quota(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
         """An event of a ResourceQuota named ``dynquota`` (managed or not)."""
@@ -257,6 +288,11 @@ class OperatorCache(abc.ABC):
         else:
             self._status_used[snapshot.namespace] = snapshot.used_counts()
             self._watched[snapshot.namespace] = snapshot
+            if self.waker is not None and self.gate.is_leader:
+                old = before.status_hard if before is not None else None
+                self.waker.observe(
+                    snapshot.namespace, old, snapshot.status_hard, snapshot.resource_version
+                )
         self.queue.add(snapshot.namespace)
         # the budget it is a member of, and a budget whose mark it carries or just dropped
         # (that budget holds the slice of a namespace that left it until the mark goes)
@@ -300,12 +336,9 @@ class OperatorCache(abc.ABC):
         elif old.status != self._policies[name].status or old.generation != generation:
             self.mark_policy_status_dirty()
 
-    def on_policy_list(self, items: Iterable[Mapping[str, Any]]) -> None:
-        """The policies as returned by a consistent LIST: each is applied as
-        :meth:`on_policy` does, and the policies count as known from now on, so writes held
-        on them proceed (every namespace is queued again)."""
-        for obj in items:
-            self.on_policy(None, obj)
+    def on_policies_synced(self) -> None:
+        """The policy informer applied a full list: the policies count as known from now on,
+        so writes held on them proceed (every namespace is queued again)."""
         if not self.policies_listed:
             self.policies_listed = True
             log.debug("policies listed: %d; writes may proceed", len(self._policies))
@@ -331,7 +364,7 @@ class OperatorCache(abc.ABC):
             now = self.clock()
             tally = {resource: self.usage.usage(namespace, resource, now)}
             used = observed_usage(tally, self._status_used.get(namespace, {}), tally)
-            self.peaks.observe(namespace, resource, used[resource], now)
+            self.peaks.observe(namespace, resource, used[resource], self.monotonic())
         self.queue.add(namespace)
 
     @property
@@ -341,7 +374,7 @@ class OperatorCache(abc.ABC):
 
     def _policies_changed(self) -> None:
         # a shorter horizon is held for the longer one's length (never shortened early)
-        self.peaks.set_horizon(self._peak_horizon(), self.clock())
+        self.peaks.set_horizon(self._peak_horizon(), self.monotonic())
         self.queue.add_all(list(self.namespaces))
         self.mark_policy_status_dirty()
 
@@ -359,6 +392,8 @@ class OperatorCache(abc.ABC):
         self.queue.forget(namespace)
         self.budgets.forget(namespace)
         self.peaks.forget(namespace)
+        if self.waker is not None:
+            self.waker.forget(namespace)
         self._deleted_by_others.discard(namespace)
         self._own_deletes.pop(namespace, None)
         if namespace != KUBE_SYSTEM:

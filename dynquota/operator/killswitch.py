@@ -20,10 +20,9 @@ from dynquota.kube.events import ObjectRef
 from dynquota.names import EventReason
 from dynquota.operator.policy_status import PolicyStatusWriter
 from dynquota.operator.ports import (
-    HELD_LEASE,
     KUBE_SYSTEM,
-    WRITE_TIMEOUT,
 )
+from dynquota.operator.write_gate import KILL_SWITCH_DELETE, UNMANAGING_DELETE
 from dynquota.policy import (
     KILL_SWITCH,
     TRACKED_RESOURCES,
@@ -199,20 +198,6 @@ class KillSwitch(PolicyStatusWriter):
         deleted = gone = held = 0
         complete = False
         try:
-            # the budgets' admission bindings deny creates where a quota is missing: they go
-            # first, so none outlives the quotas it guards (docs/budgets.md)
-            while self.kill_switch and self.gate.is_leader:
-                try:
-                    async with self.admission_lock:
-                        removed = await self._remove_budget_admission()
-                except KubeError as exc:
-                    log.warning("kill switch: removing the budget bindings failed: %s; retrying",
-                                exc)  # fmt: skip
-                    await asyncio.sleep(2)
-                    continue
-                if removed:
-                    log.warning("kill switch: removed %d budget admission bindings", removed)
-                break
             while self.kill_switch and self.gate.is_leader:
                 try:
                     found = await self.quotas.list_managed()
@@ -227,10 +212,11 @@ class KillSwitch(PolicyStatusWriter):
                 for quota in found:
                     if not self.kill_switch:
                         break
-                    if not self.gate.can_write(WRITE_TIMEOUT):
+                    why = self.write_gate.hold(KILL_SWITCH_DELETE)
+                    if why is not None:
                         # the Lease could lapse during the delete: wait for a renew (or for
                         # leadership to be lost, which ends the sweep)
-                        self.metrics.writes_held.labels(HELD_LEASE).inc()
+                        self.metrics.writes_held.labels(why).inc()
                         failed += 1
                         break
                     try:
@@ -270,26 +256,14 @@ class KillSwitch(PolicyStatusWriter):
             )
         return deleted
 
-    async def _remove_budget_admission(self) -> int:
-        """Remove every budget admission policy and binding (the caller holds
-        :attr:`admission_lock`); returns how many. Raises ``KubeError``. Overridden by the
-        operator (its budget tasks keep what they wrote)."""
-        if self.budget_admission is None:
-            return 0
-        return await self.budget_admission.remove_all()
-
-    async def _before_unmanaged_delete(self, namespace: str) -> None:
-        """Before the quota of ``namespace`` is deleted because it is no longer managed: no
-        budget binding may still select it. Raises ``KubeError``. Overridden by the operator."""
-
     async def _delete_managed(
         self, namespace: str, uid: str | None, cause: str, why: str
     ) -> Deletion:
         """Delete the managed quota of ``namespace`` (the object ``uid``) for ``cause``
         (``kill-switch``, ``unmanaged`` or ``dry-run``): waits for the shared client-side rate
-        limit (``KILL_SWITCH_DELETE_QPS``), then checks again that the Lease covers the request
-        (and, for ``kill-switch``, that the switch is still engaged), logs the deletion with
-        ``why`` at WARNING, counts it in ``dynquota_quota_deletions_total{cause}``. Returns
+        limit (``KILL_SWITCH_DELETE_QPS``), then asks the write gate again (for ``kill-switch``
+        also that the switch is still engaged), logs the deletion with ``why`` at WARNING,
+        counts it in ``dynquota_quota_deletions_total{cause}``. Returns
         :attr:`Deletion.DELETED`; :attr:`Deletion.GONE` if the quota was already gone or
         replaced; :attr:`Deletion.HELD` if the check after the wait failed (nothing was sent;
         the caller decides again). Raises :class:`~dynquota._k8s.errors.KubeError`.
@@ -297,7 +271,8 @@ class KillSwitch(PolicyStatusWriter):
         await self._delete_limiter.acquire()
         # The wait can be long (a sweep shares the rate): what allowed this delete — the Lease
         # for the whole request, the kill switch for its deletes — is checked again after it.
-        if not self.gate.can_write(WRITE_TIMEOUT) or (
+        write = KILL_SWITCH_DELETE if cause == "kill-switch" else UNMANAGING_DELETE
+        if not self.write_gate.may(write) or (
             cause == "kill-switch" and self.kill_switch is not True
         ):
             log.info(
@@ -307,8 +282,6 @@ class KillSwitch(PolicyStatusWriter):
                 cause,
             )
             return Deletion.HELD
-        if cause != "kill-switch":
-            await self._before_unmanaged_delete(namespace)
         self._own_deletes[namespace] = True
         try:
             deleted = await self.quotas.delete(namespace, uid)
@@ -344,6 +317,11 @@ class KillSwitch(PolicyStatusWriter):
     async def on_leadership(self, leading: bool) -> None:
         """Leadership changed: report it; a new leader catches up on everything."""
         self.metrics.leader.set(1 if leading else 0)
+        if self.waker is not None:
+            if leading:
+                self.waker.sweep(self._watched.values())  # raises made while standing by
+            else:
+                self.waker.reset()
         if leading:
             if self.kill_switch:
                 self._start_sweep()

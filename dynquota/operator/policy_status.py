@@ -21,8 +21,10 @@ from dynquota.operator.ports import (
     PolicyRecord,
 )
 from dynquota.operator.reporting import Reporting
+from dynquota.operator.write_gate import STATUS
 from dynquota.policy.status import (
     PolicyTally,
+    guarded_condition,
     now_rfc3339,
     set_condition,
     shadowed_condition,
@@ -107,13 +109,18 @@ class PolicyStatusWriter(Reporting):
 
         Status: ``observedGeneration``, ``namespaces`` (governed), ``frozenNamespaces``
         (frozen by this policy being invalid), conditions ``Valid`` and, for a valid policy,
-        ``Shadowed`` (it matches managed namespaces another policy governs). An invalid
+        ``Shadowed`` (it matches managed namespaces another policy governs) and ``Guarded``
+        (its selector uses only label keys the chart's governance-labels policy guards:
+        :func:`~dynquota.policy.status.guarded_condition`). An invalid
         policy also gets a ``PolicyInvalid`` Warning Event, once per generation.
         """
         tallies, managed, frozen = self.policy_tallies()
         self.metrics.managed.set(managed)
         self.metrics.frozen.set(frozen)
         if not self.gate.is_leader:
+            return 0  # a standby; leadership gained marks the status dirty again
+        if not self.write_gate.may(STATUS):
+            self._status_dirty.set()  # leading, but the Lease could lapse within a write
             return 0
         for name in list(self._invalid_reported):
             if name not in self._policies or self._policies[name].info.valid:
@@ -132,8 +139,15 @@ class PolicyStatusWriter(Reporting):
             if info.valid:
                 priorities = {n: r.info.priority for n, r in self._policies.items()}
                 wanted.append(("Shadowed", *shadowed_condition(name, tally, priorities)))
+            if info.spec is not None:
+                guarded = guarded_condition(
+                    info.spec.namespace_selector,
+                    self.settings.guarded_label_prefixes,
+                    self.settings.guarded_label_keys,
+                )
+                wanted.append(("Guarded", *guarded))
             # the stored conditions of other types first, as stored; then ours, in order
-            known = {type_ for type_, *_ in wanted} | {"Shadowed"}
+            known = {type_ for type_, *_ in wanted} | {"Shadowed", "Guarded"}
             kept = [c for t, c in old_conditions.items() if t not in known]
             ours: list[dict[str, Any]] = [
                 dict(old_conditions[t]) for t, *_ in wanted if t in old_conditions

@@ -27,7 +27,6 @@ from dynquota.policy import (
 
 __all__ = [
     "Applied",
-    "BudgetAdmissionStore",
     "BudgetStatusSink",
     "EventSink",
     "LeaderView",
@@ -58,6 +57,7 @@ HELD_STALE = "informers-stale"
 HELD_KILL_SWITCH = "kill-switch-unknown"
 HELD_RELEASE = "kill-switch-release-unconfirmed"
 HELD_LEASE = "lease-not-held"
+HELD_BRAKE = "unmanage-brake"
 HOLD_REASONS = (
     HELD_POLICIES,
     HELD_BUDGETS,
@@ -66,6 +66,7 @@ HOLD_REASONS = (
     HELD_KILL_SWITCH,
     HELD_RELEASE,
     HELD_LEASE,
+    HELD_BRAKE,
 )
 """Why a managed-quota write is held (label of ``dynquota_writes_held_total``)."""
 
@@ -123,21 +124,6 @@ class BudgetStatusSink(Protocol):
     merge-patch of the status subresource)."""
 
     async def patch_budget_status(self, name: str, status: Mapping[str, Any]) -> None: ...
-
-
-class BudgetAdmissionStore(Protocol):
-    """The budgets' admission policies and bindings
-    (:class:`dynquota.kube.budget_admission.AdmissionClient`), only ever dynquota's own
-    (labelled) objects: ``apply`` reads both, then creates the policy, then its binding, or
-    patches one that differs on the resourceVersion read (``NotOwnedError`` when one of that
-    name is someone else's); ``remove`` deletes a binding, then its policy, with uid and
-    resourceVersion preconditions (404: done; a foreign one is left alone, its kind returned);
-    ``list_owned`` names the owned ones; ``remove_all`` deletes every owned one."""
-
-    async def apply(self, policy: Mapping[str, Any], binding: Mapping[str, Any]) -> None: ...
-    async def remove(self, name: str) -> list[str]: ...
-    async def list_owned(self) -> list[str]: ...
-    async def remove_all(self) -> int: ...
 
 
 class NamespaceReader(Protocol):

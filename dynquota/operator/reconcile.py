@@ -9,13 +9,15 @@ create, JSON merge-patch or delete. It talks to the cluster only through the sma
 below (:class:`QuotaStore`, :class:`EventSink`, :class:`UsageView`, :class:`PolicyStatusSink`),
 so unit tests fake them at that boundary.
 
-Writes (quotas, Events, policy status) happen only while ``gate.is_leader``.
+Every write (quotas, companion LimitRanges, Events, statuses) asks the one client-side write
+gate first (:mod:`dynquota.operator.write_gate`); the chart's Lease fence refuses, server-side,
+any write from a replica that does not hold the Lease.
 
 Fault safety (``docs/operator.md``): a managed-quota write needs positive knowledge — the
-policies listed once since start (:meth:`Operator.on_policy_list`), the informers synced, the
-kill switch read, and the Lease valid for the whole write (``gate.can_write``); a write that
-shrinks (:attr:`~dynquota.policy.Decision.shrinks`) also needs the informers healthy now.
-Otherwise the decision is *held*: nothing is written, the reason is logged and counted in
+policies and budgets listed since start, the usage informers synced, the kill switch read, and
+the Lease valid for the whole write (``gate.can_write``); a write that shrinks
+(:attr:`~dynquota.policy.Decision.shrinks`) also needs every informer fresh now. Otherwise the
+decision is *held*: nothing is written, the reason is logged and counted in
 ``dynquota_writes_held_total{reason}``, and the namespace is retried with backoff. The kill
 switch is the exception on purpose: its sweep needs only a consistent read of ``kube-system``
 showing it engaged, and the Lease.
@@ -45,9 +47,9 @@ from dynquota.operator.decision import decide_args
 from dynquota.operator.ports import (
     CONFLICT_RETRIES,
     RECONCILE_TIMEOUT,
-    WRITE_TIMEOUT,
     ReconcileResult,
 )
+from dynquota.operator.write_gate import LIMIT_RANGE
 from dynquota.policy import (
     OVERRIDE,
     TRACKED_RESOURCES,
@@ -82,12 +84,6 @@ class Operator(QuotaWriter):
         super().__init__(*args, **kwargs)
         self.budget_tasks = BudgetTasks(self, self.budgets)
         """One serialized task per QuotaBudget (started by the runtime with the queue)."""
-
-    async def _remove_budget_admission(self) -> int:
-        return await self.budget_tasks.remove_all_admission()
-
-    async def _before_unmanaged_delete(self, namespace: str) -> None:
-        await self.budget_tasks.exclude_namespace(namespace)
 
     async def reconcile(self, namespace: str) -> Outcome:
         """Decide and apply the managed quota of ``namespace`` (the workqueue's handler).
@@ -138,6 +134,13 @@ class Operator(QuotaWriter):
         for attempt in range(CONFLICT_RETRIES + 1 + (watched is not None)):
             from_watch = attempt == 0 and watched is not None
             current = watched if from_watch else await self.quotas.get(namespace)
+            # Decide on what is known now: the policies may have been listed (or changed)
+            # during the read (CI: an operator starting deleted three quotas as "no policy
+            # matches", decided before its policy list landed, written after it).
+            latest = self.governance(namespace)
+            if latest is None or latest.kind == "excluded":
+                return Outcome(requeue_at=self.clock()), "retry"
+            governance, dry_run = latest, self.settings.dry_run or latest.dry_run
             if current is not None and not current.managed:
                 await self._report_foreign(current)
                 return Outcome(), "ok"
@@ -210,13 +213,14 @@ class Operator(QuotaWriter):
         keys = resource_order(set(TRACKED_RESOURCES) | set(governance.profiles))
         usage = observed_usage(tally, status_used, keys)
         peak: dict[str, int] = {}
+        steady = self.monotonic()  # peak windows: in memory, on a clock that never steps
         for resource in keys:
             if resource not in usage:
                 continue  # usage unknown: held, no peak sample
-            self.peaks.observe(namespace, resource, usage[resource], now)
+            self.peaks.observe(namespace, resource, usage[resource], steady)
             profile = governance.profiles.get(resource)
             if profile is not None:
-                found = self.peaks.peak(namespace, resource, now, profile.downscale_cooldown)
+                found = self.peaks.peak(namespace, resource, steady, profile.downscale_cooldown)
                 peak[resource] = usage[resource] if found is None else found
         decision = decide(
             governance=governance,
@@ -348,14 +352,8 @@ class Operator(QuotaWriter):
         return True
 
     def _may_write_companion(self) -> bool:
-        """A companion LimitRange write needs what a quota create needs, except the
-        informers (its content does not depend on usage)."""
-        return (
-            self.policies_listed
-            and self.kill_switch is False
-            and self._release_confirmed
-            and self.gate.can_write(WRITE_TIMEOUT)
-        )
+        """Whether the write gate lets a companion LimitRange be written now."""
+        return self.write_gate.may(LIMIT_RANGE)
 
     def _deleted_unseen(self, namespace: str) -> bool:
         """Whether the managed quota of ``namespace``, which a read just found absent, was
@@ -403,9 +401,12 @@ class Operator(QuotaWriter):
                 expiry = self.usage.next_expiry(namespace, now)
                 if expiry is not None:
                     candidates.append(math.floor(expiry) + 1.0)
+            steady = self.monotonic()
             for resource, profile in governance.profiles.items():
-                drop = self.peaks.peak_expiry(namespace, resource, now, profile.downscale_cooldown)
-                if drop is not None:
-                    candidates.append(drop)
+                drop = self.peaks.peak_expiry(
+                    namespace, resource, steady, profile.downscale_cooldown
+                )
+                if drop is not None:  # monotonic instant -> the cluster's time
+                    candidates.append(now + (drop - steady))
         future = [c for c in candidates if c > now]
         return min(future) if future else (now + 1.0 if candidates else None)

@@ -8,8 +8,9 @@ hour per ``(namespace or object, reason, cause)`` (:meth:`Reporting._warn_once`)
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
@@ -18,6 +19,7 @@ from dynquota.operator.cache import OperatorCache
 from dynquota.operator.ports import (
     NamespaceView,
 )
+from dynquota.operator.write_gate import EVENT, WriteGate
 from dynquota.policy import (
     OVERRIDE,
     OVERRIDE_GRANTED_AT,
@@ -40,7 +42,37 @@ log = logging.getLogger("dynquota.operator")
 
 
 class Reporting(OperatorCache):
-    """Metrics, Events and the per-namespace view."""
+    """Metrics, Events and the per-namespace view; what the write gate asks."""
+
+    objects_fresh: Callable[[float], bool] | None = None
+    """Whether the object informers (namespaces, quotas, LimitRanges, policies, budgets)
+    completed a watch cycle within their timeout plus ``margin`` seconds
+    (:meth:`dynquota.kube.objects.ObjectInformers.healthy`; the runtime sets it)."""
+
+    # -- what the write gate asks (operator/write_gate.py) --------------------------------------
+
+    @functools.cached_property
+    def write_gate(self) -> WriteGate:
+        """The one client-side gate every write of this operator asks first."""
+        return WriteGate(self)
+
+    @property
+    def budgets_listed(self) -> bool:
+        return self.budgets.listed
+
+    @property
+    def release_confirmed(self) -> bool:
+        return self._release_confirmed
+
+    def usage_synced(self) -> bool:
+        return self.usage is not None and self.usage.synced
+
+    def informers_fresh(self) -> bool:
+        """Every informer fresh enough to shrink on (the liveness margin)."""
+        margin = float(self.settings.liveness_margin_seconds)
+        if self.usage is None or not self.usage.healthy(margin=margin):
+            return False
+        return self.objects_fresh is None or self.objects_fresh(margin)
 
     # -- reporting -------------------------------------------------------------------------------
 
@@ -197,8 +229,22 @@ class Reporting(OperatorCache):
             event = reject_unmanaged_override(quota.name, request)
             await self._warn_once(ref, event.reason, event.message, key=quota.namespace)
 
+    async def report_woken(self, namespace: str, names: list[str], why: str) -> None:
+        """The waker's Event (:mod:`dynquota.operator.wake`): a Normal ``Woken`` on the managed
+        quota naming the ReplicaSets marked and the raise."""
+        quota = self._watched.get(namespace)
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        await self._emit(
+            ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, quota.uid if quota else ""),
+            "Normal",
+            EventReason.WOKEN,
+            f"woke {len(names)} ReplicaSet(s) whose pod creates this quota refused ({shown}): "
+            f"the raise {why} made room, so they retry now instead of at the end of their "
+            "controller's backoff",
+        )
+
     async def _emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None:
-        if not self.gate.is_leader:
+        if not self.write_gate.may(EVENT):
             return
         if await self.events.emit(ref, type_, reason, message):
             self.metrics.events.labels(reason).inc()
@@ -208,7 +254,7 @@ class Reporting(OperatorCache):
     ) -> None:
         """Log a Warning at WARNING (unless the caller ``logged`` it already) and post it as
         an Event (leader only)."""
-        if not self.gate.is_leader:
+        if not self.write_gate.may(EVENT):
             return
         if not logged:
             where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
@@ -231,7 +277,7 @@ class Reporting(OperatorCache):
         Keyed on ``(key, reason, cause)``, never on ``message``: a message changes with usage
         and with what a tenant writes, and a tenant-chosen key would let the cache grow.
         """
-        if not self.gate.is_leader:
+        if not self.write_gate.may(EVENT):
             return
         cache_key = (key, reason, cause)
         if cache_key in self._warned:

@@ -1,26 +1,26 @@
-"""One operator process: kopf wiring, start-up order, background tasks, probes.
+"""One operator process: start-up order, background tasks, probes, and kopf as plumbing.
 
 :func:`run` builds a :class:`Runtime` and runs kopf (``standalone``, cluster-wide) with a
-private registry holding only event handlers — never changing handlers, timers or daemons, so
-kopf writes nothing on Namespaces, pods or ConfigMaps:
+private registry of activities only — no event or changing handlers, timers or daemons, so
+kopf neither watches nor writes anything: ``@kopf.on.startup``/``cleanup`` start and stop
+:class:`Runtime`; ``@kopf.on.probe`` is the liveness check; ``@kopf.on.login`` hands kopf the
+same credentials as our own client.
 
-- ``@kopf.on.event`` Namespaces -> :meth:`Operator.on_namespace` (labels, termination, and
-  the kill switch on ``kube-system``);
-- ``@kopf.on.event`` ResourceQuotas, server-side field selector ``metadata.name=dynquota``
-  -> :meth:`Operator.on_quota` (deleted -> re-created, edits reverted, override requests);
-- ``@kopf.on.event`` LimitRanges, field selector ``metadata.name=dynquota`` ->
-  :meth:`Operator.on_limit_range` (a companion deleted or edited by hand is restored at once);
-- ``@kopf.on.event`` DynamicQuotaPolicies -> :meth:`Operator.on_policy`;
-- ``@kopf.on.event`` QuotaBudgets -> :meth:`Budgets.on_budget` (issue #13);
-- ``@kopf.on.startup``/``cleanup`` start and stop :class:`Runtime`; ``@kopf.on.probe`` is the
-  liveness check; ``@kopf.on.login`` hands kopf the same credentials as our own client.
+Every watched kind is dynquota's own informer, with client-go's semantics (replace on relist,
+resourceVersion ordered, tombstones, a synced signal; :mod:`dynquota._k8s.store`):
+:class:`~dynquota.kube.objects.ObjectInformers` for Namespaces (-> :meth:`Operator.on_namespace`:
+labels, termination, the kill switch on ``kube-system``), the ResourceQuotas and LimitRanges
+named ``dynquota`` (server-side field selector; -> :meth:`Operator.on_quota`,
+:meth:`Operator.on_limit_range`), DynamicQuotaPolicies and QuotaBudgets; the metadata
+informers of :class:`~dynquota.kube.informer.UsageWatcher` for what quotas count.
 
 Start-up order (:meth:`Runtime.start`): read ``kube-system`` (a consistent GET, retried
-until it succeeds; nothing is written before), list namespaces, start the metadata informers
-and leader election (or lead at once: the kill switch needs only the read and the Lease);
-then in the background: list the policies (a consistent LIST, retried with backoff until it
-succeeds — until then every managed-quota write is held), wait for the informers' first list,
-start the workqueue and queue every namespace.
+until it succeeds; nothing is written before), start the metadata informers and leader
+election (or lead at once: the kill switch needs only the read and the Lease); start the
+object informers (until the policies' and budgets' first full lists every managed-quota write
+is held; a list never overwrites a newer event: one stream lists, then watches); then in the
+background wait for the metadata informers' and the Namespace, quota and LimitRange informers'
+first lists, start the workqueue and queue every namespace.
 """
 
 from __future__ import annotations
@@ -44,18 +44,20 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from dynquota._k8s.errors import KubeError, NotFoundError
-from dynquota.kube.budget_admission import AdmissionClient
+from dynquota._k8s.clock import ServerClock
+from dynquota._k8s.errors import KubeError
 from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.events import EventRecorder
 from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.leader import AlwaysLeader, LeaderGate
-from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaClient
+from dynquota.kube.objects import LIMIT_RANGES, NAMESPACES, QUOTAS, ObjectInformers, Stream
+from dynquota.kube.quotas import QuotaClient
+from dynquota.kube.workloads import WorkloadClient
 from dynquota.metrics import InformerCollector, Metrics, MetricsServer
-from dynquota.names import BUDGET_PLURAL, GROUP, MANAGED_LIMIT_RANGE_NAME, PLURAL, VERSION
 from dynquota.operator.ports import KUBE_SYSTEM
 from dynquota.operator.reconcile import Operator
+from dynquota.operator.wake import Waker
 from dynquota.policy import KILL_SWITCH, parse_kill_switch
 from dynquota.settings import Settings
 
@@ -84,25 +86,6 @@ def _until_it_succeeds(
         before_sleep=before_sleep,
         sleep=sleep,
     )
-
-
-def _log_policy_list_failure(error: KubeError, delay: float) -> None:
-    if isinstance(error, NotFoundError):
-        log.error(
-            "the DynamicQuotaPolicy CRD (%s.%s) is not served (not installed, or the "
-            "apiserver is restarting): no quota is written until the policies can be "
-            "listed; retrying in %.1f s",
-            PLURAL,
-            GROUP,
-            delay,
-        )
-    else:
-        log.warning(
-            "listing policies failed (%s): no quota is written until it succeeds; "
-            "retrying in %.1f s",
-            error,
-            delay,
-        )
 
 
 class Runtime:
@@ -139,8 +122,16 @@ class Runtime:
             )
         else:
             self.gate = AlwaysLeader()
+        self.clock = ServerClock()
+        """The cluster's time on the monotonic clock, re-anchored to the apiserver's ``Date``."""
+        self.informer_clock = ServerClock(monotonic=self.clock.monotonic)
+        """The informers' freshness clock: epoch seconds (their stats are timestamps) that only
+        advance with the monotonic clock, never re-anchored: a re-anchoring step of
+        :attr:`clock` would make a dead watch look fresh (a shrink on stale usage)."""
         self.operator = Operator(
             settings,
+            clock=self.clock,
+            monotonic=self.clock.monotonic,
             quotas=QuotaClient(api_client, observer),
             events=EventRecorder(api_client, instance=settings.pod_name, observer=observer),
             policy_status=self.cluster,
@@ -149,7 +140,6 @@ class Runtime:
             namespace_reader=self.cluster,
             limit_ranges=self.cluster,
             budget_status=self.cluster,
-            budget_admission=AdmissionClient(api_client, observer),
         )
         if isinstance(self.gate, LeaderGate):
             self.gate.on_change = self.operator.on_leadership
@@ -159,9 +149,38 @@ class Runtime:
             api_client,
             on_change=self.operator.on_usage_change,
             watch_timeout=settings.watch_timeout_seconds,
+            clock=self.informer_clock,
         )
         self.operator.usage = self.watcher
-        self.metrics.registry.register(InformerCollector(self.watcher.stats))
+        self.objects = ObjectInformers(
+            api_client,
+            namespaces=Stream(self.operator.on_namespace),
+            quotas=Stream(self.operator.on_quota),
+            limit_ranges=Stream(self.operator.on_limit_range),
+            policies=Stream(self.operator.on_policy, self.operator.on_policies_synced),
+            budgets=Stream(
+                self.operator.budgets.on_budget, self.operator.budgets.on_budgets_synced
+            ),
+            budgets_absent_ok=lambda: self.operator.policies_listed,
+            watch_timeout=settings.watch_timeout_seconds,
+            clock=self.informer_clock,
+            on_date=self.clock.observe_date,
+        )
+        """Namespaces, the quotas and LimitRanges named dynquota, policies and budgets (replace
+        on relist); the workqueue starts once the first three listed, and the policies' and
+        budgets' first lists hold every write."""
+        self.operator.objects_fresh = lambda margin: self.objects.healthy(margin)
+        self.operator.waker = Waker(
+            WorkloadClient(api_client, observer),
+            self.operator.write_gate,
+            self.metrics,
+            self.operator.report_woken,
+            enabled=settings.wake,
+            qps=settings.wake_qps,
+        )
+        self.metrics.registry.register(
+            InformerCollector(lambda: {**self.watcher.stats(), **self.objects.stats()})
+        )
         self.metrics_server: MetricsServer | None = None
         self.ready = asyncio.Event()
         """Set once the workqueue runs (informers synced, leadership settled)."""
@@ -184,8 +203,7 @@ class Runtime:
             self._tasks.append(self._leader_task)
         else:
             await self.operator.on_leadership(True)
-        self._tasks.append(asyncio.create_task(self._list_policies(), name="dynquota-policies"))
-        self._tasks.append(asyncio.create_task(self._list_budgets(), name="dynquota-budgets"))
+        self.objects.start()
         self._tasks.append(asyncio.create_task(self._finish_start(), name="dynquota-start"))
 
     async def _prime(self) -> None:
@@ -212,59 +230,19 @@ class Runtime:
         self.operator.on_namespace(None, kube_system)
         state = {True: "ENGAGED", False: "released", None: "UNKNOWN (nothing is written)"}
         log.info("kill switch is %s", state[self.operator.kill_switch])
-        async for attempt in _until_it_succeeds(
-            lambda exc, delay: log.warning(
-                "listing namespaces failed (%s); retrying in %.1f s", exc, delay
-            )
-        ):
-            with attempt:
-                namespaces = await self.cluster.list_namespaces()
-        for namespace in namespaces:
-            self.operator.on_namespace(None, namespace)
-        log.info("primed: %d namespaces", len(self.operator.namespaces))
-
-    async def _list_policies(self) -> None:
-        """List the policies (consistent LIST) until it succeeds, then hand them to the
-        operator (:meth:`Operator.on_policy_list`); until then writes are held."""
-        async for attempt in _until_it_succeeds(_log_policy_list_failure):
-            with attempt:
-                policies = await self.cluster.list_policies()
-        log.info("policies listed: %d; quota writes may proceed", len(policies))
-        self.operator.on_policy_list(policies)
-
-    async def _list_budgets(self) -> None:
-        """List the QuotaBudgets (consistent LIST) until it succeeds; until then writes are
-        held. Their CRD not served while the policies' (same group) is, i.e. not installed (an
-        upgrade: Helm installs crds/ only on install), counts as no budgets, logged."""
-        async for attempt in _until_it_succeeds(
-            lambda exc, delay: log.warning(
-                "listing QuotaBudgets failed (%s): no quota is written until it succeeds; "
-                "retrying in %.1f s",
-                exc,
-                delay,
-            )
-        ):
-            with attempt:
-                try:
-                    budgets = await self.cluster.list_budgets()
-                except NotFoundError:
-                    if not self.operator.policies_listed:
-                        raise  # maybe an apiserver not serving its CRDs yet: ask again
-                    log.warning(
-                        "the QuotaBudget CRD (%s.%s) is not served: no namespace is budgeted",
-                        BUDGET_PLURAL,
-                        GROUP,
-                    )
-                    budgets = []
-        log.info("QuotaBudgets listed: %d", len(budgets))
-        self.operator.budgets.on_budget_list(budgets)
 
     async def _finish_start(self) -> None:
         started = time.monotonic()
         await self.watcher.wait_synced()
-        log.info("informers synced in %.1f s", time.monotonic() - started)
+        await self.objects.wait_synced(NAMESPACES, QUOTAS, LIMIT_RANGES)
+        log.info(
+            "informers synced in %.1f s: %d namespaces",
+            time.monotonic() - started,
+            len(self.operator.namespaces),
+        )
         self.operator.queue.start()
         self.operator.queue.add_all(list(self.operator.namespaces))
+        self._wake_sweep()
         self.operator.budget_tasks.start()
         self.operator.mark_policy_status_dirty()
         self._tasks.append(
@@ -277,6 +255,13 @@ class Runtime:
         while True:
             await asyncio.sleep(self.settings.resync_seconds)
             self.operator.queue.add_all(list(self.operator.namespaces))
+            self._wake_sweep()
+
+    def _wake_sweep(self) -> None:
+        """Wake passes for the managed quotas not seen since this replica leads."""
+        waker = self.operator.waker
+        if waker is not None and self.gate.is_leader:
+            waker.sweep(self.operator._watched.values())
 
     async def stop(self) -> None:
         """Stop everything started here (idempotent); a leader gives its Lease up."""
@@ -289,8 +274,14 @@ class Runtime:
         await self.operator.queue.stop()
         await self.operator.budget_tasks.stop()
         await self.operator.stop_background()
-        await self.watcher.stop()
+        if self.operator.waker is not None:
+            await self.operator.waker.stop()
+        # nothing writes any more: give the Lease up before the informers stop, so a rolling
+        # update hands over at the standby's next retry whatever their shutdown takes (CI:
+        # 14 s, a whole lease duration, with seven informers to stop first)
         await self.gate.release()
+        await self.watcher.stop()
+        await self.objects.stop()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
             self.metrics_server = None
@@ -302,7 +293,8 @@ class Runtime:
         not help and would lose the in-memory peak history."""
         if self._leader_task is not None and (self._leader_task.done() or not self.gate.healthy()):
             return False  # a dead or stuck elector: no replica may ever write again
-        return self.watcher.alive(margin=float(self.settings.liveness_margin_seconds))
+        margin = float(self.settings.liveness_margin_seconds)
+        return self.watcher.alive(margin=margin) and self.objects.alive(margin=margin)
 
 
 # -- kopf ------------------------------------------------------------------------------------
@@ -330,15 +322,13 @@ async def connection_info(api_client: client.ApiClient) -> kopf.ConnectionInfo:
 
 
 def kopf_settings(settings: Settings) -> kopf.OperatorSettings:
-    """kopf settings for dynquota: no Event posting from kopf's loggers, server-side field
-    selector on quotas, kopf's watch timeout equal to ours."""
+    """kopf settings for dynquota: no Event posting from kopf's loggers, standalone (no
+    peering), request timeouts and backoffs like ours (kopf watches nothing: the registry holds
+    activities only)."""
     ks = kopf.OperatorSettings()
     ks.posting.enabled = False
     ks.watching.server_timeout = settings.watch_timeout_seconds
     ks.watching.client_timeout = settings.watch_timeout_seconds + 30
-    ks.watching.field_selectors["v1", "resourcequotas"] = f"metadata.name={MANAGED_QUOTA_NAME}"
-    # only the companions (RBAC: watch limitranges with resourceNames [dynquota])
-    ks.watching.field_selectors["v1", "limitranges"] = f"metadata.name={MANAGED_LIMIT_RANGE_NAME}"
     ks.peering.standalone = True
     ks.networking.error_backoffs = [1, 2, 5, 10, 20]
     # kopf's own requests (its lists, Events) get the same bounds as ours: 10 s / 3 s
@@ -371,28 +361,11 @@ def build_registry(runtime_of: Callable[[Any], Runtime]) -> kopf.OperatorRegistr
                 "an informer or the elector is stuck: no list/watch attempt ended within the "
                 "watch timeout plus margin, or a task died"
             )
-        return {r: s.get("watch_cycles") for r, s in runtime.watcher.stats().items()}
+        stats = {**runtime.watcher.stats(), **runtime.objects.stats()}
+        return {r: s.get("watch_cycles") for r, s in stats.items()}
 
-    @kopf.on.event("", "v1", "namespaces", registry=registry)
-    async def namespaces(event: Any, memo: Any, **_: Any) -> None:
-        runtime_of(memo).operator.on_namespace(event.get("type"), event.get("object") or {})
-
-    @kopf.on.event("", "v1", "resourcequotas", registry=registry)
-    async def quotas(event: Any, memo: Any, **_: Any) -> None:
-        runtime_of(memo).operator.on_quota(event.get("type"), event.get("object") or {})
-
-    @kopf.on.event("", "v1", "limitranges", registry=registry)
-    async def limit_ranges(event: Any, memo: Any, **_: Any) -> None:
-        runtime_of(memo).operator.on_limit_range(event.get("type"), event.get("object") or {})
-
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def policies(event: Any, memo: Any, **_: Any) -> None:
-        runtime_of(memo).operator.on_policy(event.get("type"), event.get("object") or {})
-
-    @kopf.on.event(GROUP, VERSION, BUDGET_PLURAL, registry=registry)
-    async def budgets(event: Any, memo: Any, **_: Any) -> None:
-        runtime_of(memo).operator.budgets.on_budget(event.get("type"), event.get("object") or {})
-
+    # Namespaces, quotas and LimitRanges come from dynquota's own informers (ObjectInformers),
+    # not from kopf: its watcher re-lists without DELETED for what vanished and keeps no store.
     return registry
 
 

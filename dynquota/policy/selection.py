@@ -49,6 +49,9 @@ __all__ = [
     "policy_rank",
 ]
 
+EXCLUDED_BY_SETTINGS: Final = "excluded by the operator's settings"
+"""The reason of a namespace excluded by ``operator.excludeNamespaces``/``includeNamespaces``."""
+
 MANAGED_LABEL: Final = "dynquota.io/managed"
 """Namespace label; ``false`` (any case) opts the namespace out."""
 
@@ -89,7 +92,7 @@ def namespace_exclusion(
     if operator_namespace and namespace.name == operator_namespace:
         return Exclusion("the operator's own namespace", remove_quota=False)
     if excluded_by_settings:
-        return Exclusion("excluded by the operator's settings", remove_quota=True)
+        return Exclusion(EXCLUDED_BY_SETTINGS, remove_quota=True)
     if namespace.labels.get(MANAGED_LABEL, "").lower() == "false":
         return Exclusion(f"namespace labelled {MANAGED_LABEL}=false", remove_quota=True)
     return None
@@ -140,6 +143,12 @@ class Governance:
     override: OverrideSettings = field(default_factory=OverrideSettings)
     container_defaults: ContainerDefaults = field(default_factory=ContainerDefaults)
     """The companion LimitRange the governing policy asks for (empty: none)."""
+
+    @property
+    def label_change(self) -> bool:
+        """Unmanaged because of the namespace's labels (opted out, or no policy selects it),
+        not the operator's settings: who may update policies can undo it (issue 23)."""
+        return self.kind == "unmanaged" and self.reason != EXCLUDED_BY_SETTINGS
 
     @classmethod
     def managed(

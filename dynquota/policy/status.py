@@ -1,8 +1,8 @@
 """A DynamicQuotaPolicy's status conditions, computed (Pure: no I/O, ``now`` passed in).
 
 - :class:`PolicyTally`: what one policy does to the known namespaces (counts);
-- :func:`valid_condition` and :func:`shadowed_condition`: ``(status, reason, message)`` of the
-  ``Valid`` and ``Shadowed`` conditions;
+- :func:`valid_condition`, :func:`shadowed_condition` and :func:`guarded_condition`:
+  ``(status, reason, message)`` of the ``Valid``, ``Shadowed`` and ``Guarded`` conditions;
 - :func:`set_condition`: put one condition into a list of conditions, as apimachinery's
   ``meta.SetStatusCondition`` does (``staging/src/k8s.io/apimachinery/pkg/api/meta/
   conditions.go``): ``lastTransitionTime`` changes only when ``status`` changes.
@@ -13,13 +13,17 @@ The operator writes them (:mod:`dynquota.operator.policy_status`).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, MutableSequence
+from collections.abc import Mapping, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dynquota.policy.labels import LabelSelector
+
 __all__ = [
     "MAX_MESSAGE_LENGTH",
+    "METADATA_NAME_LABEL",
     "PolicyTally",
+    "guarded_condition",
     "now_rfc3339",
     "set_condition",
     "shadowed_condition",
@@ -57,6 +61,39 @@ def valid_condition(valid: bool, reason: str | None) -> tuple[str, str, str]:
     if valid:
         return "True", "Valid", "the policy passed validation"
     return "False", "InvalidSpec", f"{reason}; the namespaces it may govern are frozen"
+
+
+METADATA_NAME_LABEL = "kubernetes.io/metadata.name"
+"""Set by the apiserver to the namespace's name on every Namespace: nobody can change it, so a
+selector on it is guarded by Kubernetes itself."""
+
+
+def guarded_condition(
+    selector: LabelSelector, prefixes: Sequence[str], keys: Sequence[str]
+) -> tuple[str, str, str]:
+    """``(status, reason, message)`` of the ``Guarded`` condition: whether every label key the
+    policy's ``selector`` uses is guarded (a key with one of ``prefixes``, one of ``keys``, or
+    :data:`METADATA_NAME_LABEL`), so who may not update policies cannot move a namespace into
+    or out of it (the chart's governance-labels policy). Informational: an unguarded policy
+    still governs (nothing frozen or deleted). Pure."""
+    used = [*selector.match_labels, *(e.key for e in selector.match_expressions)]
+    unguarded = sorted(
+        {
+            k
+            for k in used
+            if k != METADATA_NAME_LABEL and k not in keys and not k.startswith(tuple(prefixes))
+        }
+    )
+    if not unguarded:
+        return "True", "Guarded", "its namespaceSelector uses guarded label keys only"
+    return (
+        "False",
+        "UnguardedSelector",
+        f"namespaceSelector uses the label {', '.join(unguarded)}, which is not guarded: "
+        "whoever may patch a Namespace can move it into or out of this policy. Add the key to "
+        "the chart value governanceLabels.guardedKeys, or select on dynquota.io/ labels (the "
+        "policy still governs; nothing is frozen)",
+    )
 
 
 def shadowed_condition(

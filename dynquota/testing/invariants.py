@@ -42,6 +42,7 @@ Invariants (the names used in :class:`Violation`):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -54,16 +55,18 @@ from kubernetes.client.exceptions import ApiException
 from dynquota.names import GROUP, MANAGED_BY_SELECTOR, PLURAL, VERSION
 from dynquota.testing.audit import AuditLog, AuditRecord
 from dynquota.testing.convergence import unconverged
+from dynquota.testing.invariant_audit import (
+    OPERATOR_USER,
+    audit_no_delete,
+    is_operator_write,
+    single_writer,
+)
 from dynquota.testing.invariant_rules import (
     INVARIANTS,
-    OPERATOR_USER,
     ClusterSample,
     Violation,
-    audit_no_delete,
     expected_hard,
-    is_operator_write,
     sample_of,
-    single_writer,
     transitions,
 )
 from dynquota.testing.operator import OPERATOR_NS
@@ -253,7 +256,10 @@ class InvariantChecker:
             label_selector=MANAGED_BY_SELECTOR, field_selector="metadata.name=dynquota",
             _request_timeout=timeout,
         ).items  # fmt: skip
-        return sample_of(t, namespaces, raw, quotas, self.operator_namespace)
+        # t (taken first) orders samples; a change is judged by when the LISTs answered: at
+        # load 30 they took 2 s, and a write in them looked early by that much (the soak)
+        sample = sample_of(t, namespaces, raw, quotas, self.operator_namespace)
+        return dataclasses.replace(sample, read_until=time.time())
 
     def _add(self, violation: Violation) -> None:
         with self._lock:
@@ -273,7 +279,8 @@ class InvariantChecker:
                         now,
                         "process",
                         "",
-                        f"replica {replica.name} exited with {code} (log {replica.log})",
+                        f"replica {replica.name} exited with {code} (log {replica.log}); its "
+                        f"last lines:\n{_tail(replica.log)}",
                         key=f"exit|{replica.name}|{replica.started_at}",
                     )
                 )
@@ -405,3 +412,13 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(q * len(ordered)))
     return ordered[rank - 1]
+
+
+def _tail(path: Any, lines: int = 25) -> str:
+    """The last ``lines`` lines of a replica's log (a CI run keeps no files: the violation
+    must carry the cause), or why they cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"

@@ -4,10 +4,10 @@ Used by the operator's integration tests, its benchmarks and ``dynquota demo``; 
 operator itself.
 
 - :func:`install_operator` applies the CRD, the operator's namespace and the chart's RBAC
-  (ServiceAccount, ClusterRole and binding, leader-election Role, rendered with
-  ``helm template`` from ``helm/dynquota``), and returns a kubeconfig holding a TokenRequest
-  token of that ServiceAccount: the operator runs with the chart's least privilege, never as
-  cluster admin.
+  (ServiceAccount, ClusterRole and binding, leader-election Role) and its operator-confinement
+  admission policy (rendered with ``helm template`` from ``helm/dynquota``), and returns a
+  kubeconfig holding a TokenRequest token of that ServiceAccount: the operator runs with the
+  chart's least privilege and under its confinement policy, never as cluster admin.
 - :class:`OperatorCluster`: admin-side helpers over the official sync ``kubernetes`` client
   (an independent path from the code under test).
 - :class:`OperatorThread`: :func:`dynquota.operator.runtime.run` in a thread with its own
@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import subprocess
 import threading
 import uuid
 import warnings
@@ -31,8 +30,8 @@ from typing import Any
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.kube.budget_admission import NAME_PREFIX
 from dynquota.names import (
+    BUDGET_KIND,
     BUDGET_PLURAL,
     GROUP,
     MANAGED_BY_LABEL,
@@ -42,54 +41,17 @@ from dynquota.names import (
 )
 from dynquota.operator.runtime import Runtime, run
 from dynquota.settings import Settings
-from dynquota.testing.controlplane import ControlPlaneError, LocalControlPlane
+from dynquota.testing.chart import BUDGET_CRD, BUDGET_GUARD, CRD, render_rbac
+from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.credentials import write_kubeconfig
+from dynquota.testing.podtoken import PAUSE as PAUSE  # re-exported: the tests' pod image
+from dynquota.testing.podtoken import pod_kubeconfig, service_account_token
 from dynquota.testing.quotaaudit import upstream_race_explains
 from dynquota.testing.wait import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "dynquota"
-CRD = ROOT / "crds" / "dynamicquotapolicies.yaml"
-BUDGET_CRD = ROOT / "crds" / "quotabudgets.yaml"
 OPERATOR_NS = "dynquota-system"
 OPERATOR_SA = "dynquota"
-PAUSE = "registry.k8s.io/pause:3.10"
 MANAGED_LABELS = {MANAGED_BY_LABEL: MANAGED_BY_VALUE}
-
-
-def render_rbac(cp: LocalControlPlane) -> str:
-    """The chart's ServiceAccount, ClusterRole(+Binding) and leader-election Role, as YAML.
-
-    Raises:
-        ControlPlaneError: the chart or the CRD is not there (not a source checkout).
-        subprocess.CalledProcessError: helm failed.
-    """
-    assert cp.bin_dir is not None
-    for needed in (CHART, CRD):
-        if not needed.exists():
-            raise ControlPlaneError(
-                f"{needed} not found: the demo and the tests run from a dynquota source checkout"
-            )
-    done = subprocess.run(
-        [
-            str(cp.bin_dir / "helm"),
-            "template",
-            "dynquota",
-            str(CHART),
-            "--namespace",
-            OPERATOR_NS,
-            "--set",
-            "leaderElection.enabled=true",  # the default; renders the leader-election Role
-            "--show-only",
-            "templates/serviceaccount.yaml",
-            "--show-only",
-            "templates/clusterrole.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout
 
 
 @dataclass
@@ -113,6 +75,17 @@ class OperatorCluster:
     def new_namespace(self, labels: dict[str, str] | None = None) -> str:
         name = f"t-{uuid.uuid4().hex[:8]}"
         self.core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+        # a pod created before the serviceaccount controller made `default` is refused (CI
+        # under load: "serviceaccount \"default\" not found")
+        wait_until(
+            lambda: _try(
+                lambda: self.core.read_namespaced_service_account(
+                    "default", name, _request_timeout=10
+                )
+            ),
+            f"the default ServiceAccount of {name}",
+            timeout=60,
+        )
         return name
 
     def delete_namespace(self, name: str) -> None:
@@ -151,6 +124,21 @@ class OperatorCluster:
     def delete_policy(self, name: str) -> None:
         with contextlib.suppress(ApiException):
             self.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+
+    def budget(self, name: str, hard: dict[str, Any]) -> str:
+        """Create the QuotaBudget ``name`` with ``spec.hard`` = ``hard``; returns ``name``."""
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": BUDGET_KIND,
+            "metadata": {"name": name},
+            "spec": {"hard": hard},
+        }
+        self.custom.create_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, body)
+        return name
+
+    def delete_budget(self, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, name)
 
     def get_policy(self, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self.custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
@@ -212,6 +200,7 @@ class OperatorCluster:
                 "metadata": {"name": name or f"p-{uuid.uuid4().hex[:8]}"},
                 "spec": {"containers": [{"name": "c", "image": PAUSE}]},
             },
+            _request_timeout=30,
         )
 
     def race_explains(self, ns: str, *keys: str) -> contextlib.AbstractContextManager[None]:
@@ -255,7 +244,7 @@ def install_operator(cp: LocalControlPlane, workdir: Path, crd: Path = CRD) -> s
             cp.kubectl("apply", "-f", str(BUDGET_CRD))
         if not _try(lambda: core.read_namespace(OPERATOR_NS)):
             cp.kubectl("create", "namespace", OPERATOR_NS)
-        cp.kubectl("apply", "-f", "-", input=render_rbac(cp))
+        cp.kubectl("apply", "-f", "-", input=render_rbac(cp, OPERATOR_NS))
         cp.kubectl("wait", "--for=condition=Established", f"crd/{PLURAL}.{GROUP}", "--timeout=60s")
         if BUDGET_CRD.exists():
             cp.kubectl(
@@ -263,7 +252,11 @@ def install_operator(cp: LocalControlPlane, workdir: Path, crd: Path = CRD) -> s
                 "--timeout=60s",
             )  # fmt: skip
         wait_until(
-            lambda: _try(lambda: core.read_namespaced_service_account(OPERATOR_SA, OPERATOR_NS)),
+            lambda: _try(
+                lambda: core.read_namespaced_service_account(
+                    OPERATOR_SA, OPERATOR_NS, _request_timeout=10
+                )
+            ),
             "operator ServiceAccount",
         )
         return _kubeconfig(cp, _token(core), workdir / "operator.kubeconfig")
@@ -272,11 +265,7 @@ def install_operator(cp: LocalControlPlane, workdir: Path, crd: Path = CRD) -> s
 
 
 def _token(core: Any) -> str:
-    answer = core.create_namespaced_service_account_token(
-        OPERATOR_SA, OPERATOR_NS, {"spec": {"expirationSeconds": 6 * 3600}}
-    )
-    token: str = answer.status.token
-    return token
+    return service_account_token(core, OPERATOR_SA, OPERATOR_NS)
 
 
 def _kubeconfig(cp: LocalControlPlane, token: str, path: Path) -> str:
@@ -389,7 +378,7 @@ QUOTA_CONFLICT_RETRIES = 20
 
 def fill(create: Callable[[], object], limit: int = 10_000) -> int:
     """Call ``create`` (one create of an object charged to a quota) until quota admission
-    refuses one (403 ``exceeded quota``), or a budget's slice policy does (docs/budgets.md);
+    refuses one (403 ``exceeded quota``), or the chart's budget guard does (docs/budgets.md);
     returns how many were created, at most ``limit``.
 
     A 409 Conflict on ``resourcequotas`` is retried, up to :data:`QUOTA_CONFLICT_RETRIES` times
@@ -405,8 +394,8 @@ def fill(create: Callable[[], object], limit: int = 10_000) -> int:
             except ApiException as exc:
                 if exc.status == 403 and "exceeded quota" in str(exc.body):
                     return created
-                if exc.status in (403, 422) and NAME_PREFIX in str(exc.body):
-                    return created  # a budget's slice policy: the slice not enforced yet
+                if exc.status in (403, 422) and f"'{BUDGET_GUARD}'" in str(exc.body):
+                    return created  # the budget guard: the slice not enforced yet
                 if exc.status != 409 or "resourcequotas" not in str(exc.body):
                     raise
                 if attempt == QUOTA_CONFLICT_RETRIES:
@@ -415,7 +404,9 @@ def fill(create: Callable[[], object], limit: int = 10_000) -> int:
 
 
 def operator_settings(op_cluster: OperatorCluster, **overrides: Any) -> Settings:
-    """Short settings for tests (cooldowns come from each test's policy)."""
+    """Short settings for tests (cooldowns come from each test's policy); unless
+    ``kubeconfig`` is given, the operator authenticates with a token bound to a Pod named
+    after its ``pod_name`` (:func:`~dynquota.testing.podtoken.pod_kubeconfig`)."""
     values: dict[str, Any] = {
         "kubeconfig": op_cluster.sa_kubeconfig,
         "namespace": OPERATOR_NS,
@@ -427,7 +418,18 @@ def operator_settings(op_cluster: OperatorCluster, **overrides: Any) -> Settings
         "override_ttl": "8s",
         "quota_sync_period": 10,  # the test bed's kube-controller-manager (controlplane.py)
         "kill_switch_delete_qps": 50,
+        # tests delete policies to un-manage namespaces: the brake is off unless a test sets it
+        "unmanage_brake_share": 1.0,
         "pod_name": f"test-{uuid.uuid4().hex[:6]}",
     }
     values.update(overrides)
+    if "kubeconfig" not in overrides:
+        # a token bound to a Pod of that name, so the Lease fence applies (when installed)
+        values["kubeconfig"] = pod_kubeconfig(
+            op_cluster.cp,
+            op_cluster.core,
+            Path(op_cluster.sa_kubeconfig).parent,
+            (OPERATOR_NS, OPERATOR_SA),
+            values["pod_name"],
+        )
     return Settings(**values)

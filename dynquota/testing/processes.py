@@ -13,10 +13,12 @@ import concurrent.futures
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import ssl
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -56,12 +58,34 @@ def build_assets(
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+# Below Linux's ephemeral range (32768-60999): a port handed out there can be taken, before
+# the child binds it, as the local port of any outgoing connection (the 429 noise threads open
+# hundreds); a replica whose liveness port was taken exited with 1 in CI.
+_PORT_RANGE = (20000, 32767)
+_HANDED_OUT: set[int] = set()
+_PORT_LOCK = threading.Lock()
+# not the module's generator: a test that seeds it would make two workers pick alike
+_RANDOM = random.SystemRandom()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port free on every interface now, below the ephemeral range and not handed out
+    before by this process (so two children started together never get the same one).
+
+    Raises ``OSError`` when 200 random tries found none."""
+    with _PORT_LOCK:
+        for _ in range(200):
+            port = _RANDOM.randint(*_PORT_RANGE)
+            if port in _HANDED_OUT:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("0.0.0.0", port))
+                except OSError:
+                    continue
+            _HANDED_OUT.add(port)
+            return port
+    raise OSError(f"no free TCP port in {_PORT_RANGE} after 200 tries")
 
 
 def die_with_parent() -> None:

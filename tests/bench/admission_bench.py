@@ -22,7 +22,10 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+import kubernetes_asyncio
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from dynquota.admission import (
     AdmissionAttributes,
@@ -33,6 +36,7 @@ from dynquota.admission import (
     GroupResource,
     InMemoryQuotaAccessor,
     InMemoryQuotaServer,
+    KubernetesQuotaAccessor,
     QuotaConflictError,
     QuotaForbiddenError,
     QuotaTimeoutError,
@@ -143,6 +147,85 @@ class MemoryBackend:
         return self.server.get(namespace, "q").used[KEY].ceil()
 
 
+class ApiserverBackend:
+    """The real kube-apiserver through KubernetesQuotaAccessor, one client per instance."""
+
+    name = "apiserver"
+
+    def __init__(
+        self, clients: list[Any], namespaces: list[str], informer_lag: float = 0.0
+    ) -> None:
+        self.informer_lag = informer_lag
+        self.clients = clients
+        self.core = kubernetes_asyncio.client.CoreV1Api(clients[0])
+        self.namespaces = namespaces
+
+    def namespace_names(self, n: int) -> list[str]:
+        assert n <= len(self.namespaces)
+        return self.namespaces[:n]
+
+    async def prepare(self, namespaces: list[str], room: int) -> None:
+        await asyncio.gather(*(self._fresh_quota(ns, room) for ns in namespaces))
+
+    async def _fresh_quota(self, ns: str, room: int) -> None:
+        try:
+            await self.core.delete_namespaced_resource_quota("q", ns)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        hard = {KEY: str(room)}
+        await self.core.create_namespaced_resource_quota(
+            ns, {"metadata": {"name": "q"}, "spec": {"hard": hard}}
+        )
+        for _ in range(50):  # the quota controller may write status meanwhile
+            q = await self.core.read_namespaced_resource_quota("q", ns)
+            body = {
+                "metadata": {
+                    "name": "q",
+                    "namespace": ns,
+                    "resourceVersion": q.metadata.resource_version,
+                },
+                "spec": {"hard": hard},
+                "status": {"hard": hard, "used": {KEY: "0"}},
+            }
+            try:
+                await self.core.replace_namespaced_resource_quota_status("q", ns, body)
+                return
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+        raise AssertionError(f"could not initialise quota q in {ns}")
+
+    async def accessors(self, k: int, look_aside: bool) -> list[CachingQuotaAccessor]:
+        made = [
+            KubernetesQuotaAccessor(c, look_aside=look_aside, informer_lag=self.informer_lag)
+            for c in self.clients[:k]
+        ]
+        await asyncio.gather(*(a.start() for a in made))
+        return list(made)
+
+    async def release(self, accessors: list[CachingQuotaAccessor]) -> None:
+        for a in accessors:
+            assert isinstance(a, KubernetesQuotaAccessor)
+            await a.stop()
+
+    async def used(self, namespace: str) -> int:
+        q = await self.core.read_namespaced_resource_quota("q", namespace)
+        return int((q.status.used or {}).get(KEY, "0"))
+
+
+async def in_waves(one: Callable[[int], Awaitable[None]], s: Scenario) -> None:
+    """Starts ``one(i)`` for each of the ``s.requests``, pausing ``s.wave_interval`` after
+    each ``s.wave_size`` of them, and waits for all (this benchmark and
+    ``admission_replicas``)."""
+    tasks = []
+    for i in range(s.requests):
+        tasks.append(asyncio.ensure_future(one(i)))
+        if (i + 1) % s.wave_size == 0 and s.wave_interval:
+            await asyncio.sleep(s.wave_interval)
+    await asyncio.gather(*tasks)
+
+
 async def run(scenario: Scenario, backend: Backend) -> Result:
     """Run one scenario on a backend and measure it."""
     s = scenario
@@ -181,12 +264,7 @@ async def run(scenario: Scenario, backend: Backend) -> Result:
 
     started = time.monotonic()
     try:
-        tasks = []
-        for i in range(s.requests):
-            tasks.append(asyncio.ensure_future(one(i)))
-            if (i + 1) % s.wave_size == 0 and s.wave_interval:
-                await asyncio.sleep(s.wave_interval)
-        await asyncio.gather(*tasks)
+        await in_waves(one, s)
     finally:
         result.wall_s = time.monotonic() - started
         for ev in evaluators:

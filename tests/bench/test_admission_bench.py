@@ -8,7 +8,6 @@ upstream; the look-aside cache removes the conflicts of a lagging informer.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -18,8 +17,8 @@ import kubernetes_asyncio
 import pytest
 from admission_bench import (
     HEADER,
-    KEY,
     LOOK_ASIDE_HEADER,
+    ApiserverBackend,
     MemoryBackend,
     Result,
     Scenario,
@@ -27,14 +26,11 @@ from admission_bench import (
     row,
     run_all,
 )
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from dynquota.admission import (
     DYNQUOTA,
     NAIVE,
     UPSTREAM,
-    CachingQuotaAccessor,
-    KubernetesQuotaAccessor,
 )
 from dynquota.testing.controlplane import LocalControlPlane
 
@@ -122,73 +118,6 @@ async def test_admission_bench_memory() -> None:
     )
     check_targets(results)
     check_look_aside(look_aside)
-
-
-class ApiserverBackend:
-    """The real kube-apiserver through KubernetesQuotaAccessor, one client per instance."""
-
-    name = "apiserver"
-
-    def __init__(
-        self, clients: list[Any], namespaces: list[str], informer_lag: float = 0.0
-    ) -> None:
-        self.informer_lag = informer_lag
-        self.clients = clients
-        self.core = kubernetes_asyncio.client.CoreV1Api(clients[0])
-        self.namespaces = namespaces
-
-    def namespace_names(self, n: int) -> list[str]:
-        assert n <= len(self.namespaces)
-        return self.namespaces[:n]
-
-    async def prepare(self, namespaces: list[str], room: int) -> None:
-        await asyncio.gather(*(self._fresh_quota(ns, room) for ns in namespaces))
-
-    async def _fresh_quota(self, ns: str, room: int) -> None:
-        try:
-            await self.core.delete_namespaced_resource_quota("q", ns)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-        hard = {KEY: str(room)}
-        await self.core.create_namespaced_resource_quota(
-            ns, {"metadata": {"name": "q"}, "spec": {"hard": hard}}
-        )
-        for _ in range(50):  # the quota controller may write status meanwhile
-            q = await self.core.read_namespaced_resource_quota("q", ns)
-            body = {
-                "metadata": {
-                    "name": "q",
-                    "namespace": ns,
-                    "resourceVersion": q.metadata.resource_version,
-                },
-                "spec": {"hard": hard},
-                "status": {"hard": hard, "used": {KEY: "0"}},
-            }
-            try:
-                await self.core.replace_namespaced_resource_quota_status("q", ns, body)
-                return
-            except ApiException as e:
-                if e.status != 409:
-                    raise
-        raise AssertionError(f"could not initialise quota q in {ns}")
-
-    async def accessors(self, k: int, look_aside: bool) -> list[CachingQuotaAccessor]:
-        made = [
-            KubernetesQuotaAccessor(c, look_aside=look_aside, informer_lag=self.informer_lag)
-            for c in self.clients[:k]
-        ]
-        await asyncio.gather(*(a.start() for a in made))
-        return list(made)
-
-    async def release(self, accessors: list[CachingQuotaAccessor]) -> None:
-        for a in accessors:
-            assert isinstance(a, KubernetesQuotaAccessor)
-            await a.stop()
-
-    async def used(self, namespace: str) -> int:
-        q = await self.core.read_namespaced_resource_quota("q", namespace)
-        return int((q.status.used or {}).get(KEY, "0"))
 
 
 @pytest.fixture

@@ -182,8 +182,9 @@ def arm_dynquota(c: OperatorCluster) -> Arm:
     run = uuid.uuid4().hex[:8]
     team = {"bench": "budget", "team": run}
     c.policy(f"bench-budget-{run}", team, pods=POLICY)
-    namespaces = [c.new_namespace(team) for _ in range(3)]
     name = f"qb-{run}"
+    # members by the namespace label (issue #22)
+    namespaces = [c.new_namespace({**team, "dynquota.io/budget": name}) for _ in range(3)]
     c.custom.create_cluster_custom_object(
         GROUP,
         VERSION,
@@ -192,7 +193,7 @@ def arm_dynquota(c: OperatorCluster) -> Arm:
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": BUDGET_KIND,
             "metadata": {"name": name},
-            "spec": {"namespaceSelector": {"matchLabels": team}, "hard": {"pods": BUDGET}},
+            "spec": {"hard": {"pods": BUDGET}},
         },
     )
     op = OperatorThread(operator_settings(c)).start()

@@ -31,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from dynquota.settings import Settings
 from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.operator import PAUSE, OperatorThread
+from dynquota.testing.podtoken import pod_kubeconfig
 from dynquota.testing.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,23 +123,9 @@ def operator_settings(c: Cluster, workdir: Path) -> Settings:
     deployment = c.apps.read_namespaced_deployment(RELEASE, RELEASE_NS)
     (container,) = deployment.spec.template.spec.containers
     sa = deployment.spec.template.spec.service_account_name
-    token = c.cp.kubectl("create", "token", sa, "-n", RELEASE_NS, "--duration=1h").strip()
-    kubeconfig = workdir / "operator.kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {"name": "cp", "cluster": {"server": c.cp.server,
-                                               "certificate-authority": str(c.cp.ca_file)}}
-                ],
-                "users": [{"name": sa, "user": {"token": token}}],
-                "contexts": [{"name": "sa", "context": {"cluster": "cp", "user": sa}}],
-                "current-context": "sa",
-            }
-        )
-    )  # fmt: skip
+    # a token bound to a Pod named as the operator's pod (its holder identity), as a real
+    # replica's projected token is: the chart's Lease fence admits the Lease holder's writes
+    kubeconfig = pod_kubeconfig(c.cp, c.core, workdir, (RELEASE_NS, sa), f"{RELEASE}-adoption")
     downward = {"metadata.namespace": RELEASE_NS, "metadata.name": f"{RELEASE}-adoption"}
     with pytest.MonkeyPatch.context() as env:
         for item in container.env:

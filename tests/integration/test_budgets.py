@@ -1,5 +1,7 @@
 """Tenant budgets (issue #13) on the real control plane: the QuotaBudget CRD's validation, and
-the operator slicing a budget into managed quotas under concurrency (docs/budgets.md)."""
+the operator slicing a budget into managed quotas under concurrency (docs/budgets.md). A
+namespace is in budget B when labelled ``dynquota.io/budget=B`` (issue #22); the chart's budget
+guard is in force (installed with the RBAC, :func:`dynquota.testing.operator.render_rbac`)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.cli import main
-from dynquota.kube.budget_admission import object_name
-from dynquota.names import BUDGET_KIND, BUDGET_PLURAL, GROUP, VERSION
+from dynquota.names import BUDGET_KIND, BUDGET_LABEL, BUDGET_PLURAL, GROUP, VERSION
 from dynquota.operator.ports import HOLD_REASONS
 from dynquota.testing.budgetload import Load, Sampler, hard_of, pods_of
 from dynquota.testing.operator import OperatorCluster, OperatorThread
@@ -40,18 +40,11 @@ def budget_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"namespaceSelector": {}, "hard": {"pods": 5}}, "at least one label"),
-        ({"namespaceSelector": {"matchLabels": {"a": "b"}}, "hard": {}}, "should have at least 1"),
-        ({"namespaceSelector": {"matchLabels": {"a": "b"}}, "hard": {"pods": "5k"}}, "whole"),
-        ({"namespaceSelector": {"matchLabels": {"a": "b"}}, "hard": {"pods": -1}}, "non-negative"),
-        ({"namespaceSelector": {"matchLabels": {"a": "b"}}, "hard": {"count/nodes": 1}}, "key"),
-        (
-            {
-                "namespaceSelector": {"matchLabels": {"a": "b"}},
-                "hard": {"cpu": 1, "requests.cpu": 1},
-            },
-            "alias",
-        ),
+        ({"hard": {}}, "should have at least 1"),
+        ({"hard": {"pods": "5k"}}, "whole"),
+        ({"hard": {"pods": -1}}, "non-negative"),
+        ({"hard": {"count/nodes": 1}}, "key"),
+        ({"hard": {"cpu": 1, "requests.cpu": 1}}, "alias"),
     ],
 )
 def test_the_crd_refuses_a_bad_budget(
@@ -69,8 +62,8 @@ def test_the_crd_refuses_a_bad_budget(
 def test_the_crd_refuses_a_budget_name_longer_than_a_label_value(
     op_cluster: OperatorCluster,
 ) -> None:
-    name = "team-" + "a" * 59  # 64 characters: its admission objects could not be labelled
-    spec = {"namespaceSelector": {"matchLabels": {"a": "b"}}, "hard": {"pods": 5}}
+    name = "team-" + "a" * 59  # 64 characters: no namespace could be labelled with it
+    spec = {"hard": {"pods": 5}}
     with pytest.raises(ApiException) as caught:
         op_cluster.custom.create_cluster_custom_object(
             GROUP, VERSION, BUDGET_PLURAL, budget_body(name, spec)
@@ -81,12 +74,11 @@ def test_the_crd_refuses_a_budget_name_longer_than_a_label_value(
 
 def test_the_crd_stores_a_good_budget(op_cluster: OperatorCluster) -> None:
     name = f"crdtest-{uuid.uuid4().hex[:8]}"
-    spec = {
-        "namespaceSelector": {"matchLabels": {"a": "b"}},
-        "hard": {"pods": 60, "requests.cpu": "4"},
-    }
+    spec = {"hard": {"pods": 60, "requests.cpu": "4"}}
+    # a v0.2 selector is no field any more: pruned, not stored
+    old = {**spec, "namespaceSelector": {"matchLabels": {"a": "b"}}}
     stored = op_cluster.custom.create_cluster_custom_object(
-        GROUP, VERSION, BUDGET_PLURAL, budget_body(name, spec)
+        GROUP, VERSION, BUDGET_PLURAL, budget_body(name, old)
     )
     try:
         assert stored["spec"] == spec
@@ -113,20 +105,18 @@ POLICY = {"pods": PROFILE}
 
 @pytest.fixture
 def make_budget(op_cluster: OperatorCluster) -> Iterator[Callable[..., str]]:
-    """``make_budget(selector, hard)`` creates a QuotaBudget; all are deleted afterwards."""
+    """``make_budget(hard)`` creates a QuotaBudget and returns its name (the value of the
+    namespace label ``dynquota.io/budget`` of its members); all are deleted afterwards."""
     made: list[str] = []
 
-    def make(selector: dict[str, str], hard: dict[str, Any]) -> str:
+    def make(hard: dict[str, Any]) -> str:
         name = f"qb-{uuid.uuid4().hex[:8]}"
-        body = budget_body(name, {"namespaceSelector": {"matchLabels": selector}, "hard": hard})
-        op_cluster.custom.create_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, body)
-        made.append(name)
+        made.append(op_cluster.budget(name, hard))
         return name
 
     yield make
     for name in made:
-        with contextlib.suppress(ApiException):
-            op_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, name)
+        op_cluster.delete_budget(name)
 
 
 @pytest.fixture
@@ -186,7 +176,8 @@ def budgeted(
     """``budgeted(hard, namespaces=3, roles=None, operator=True, **resources)``: a team with
     its policy (``resources``, default :data:`POLICY`) and ``namespaces`` namespaces, or, with
     ``roles`` (role -> the resources of its own policy), one namespace per role labelled
-    ``role=<role>`` under that policy; a QuotaBudget ``hard`` over the team; with
+    ``role=<role>`` under that policy; a QuotaBudget ``hard`` over the team (its namespaces
+    labelled into it: the Tenant's ``labels`` include the budget label); with
     ``operator``, an in-process operator started and every budgeted slice enforced (waited
     for: until then admission limits nothing there)."""
 
@@ -198,6 +189,8 @@ def budgeted(
         **resources: dict[str, Any],
     ) -> Tenant:
         run, labels = team(policy=roles is None, **resources)
+        name = make_budget(hard)
+        labels = {**labels, BUDGET_LABEL: name}
         if roles is None:
             names = [op_cluster.new_namespace(labels) for _ in range(namespaces)]
         else:
@@ -205,7 +198,6 @@ def budgeted(
             for role, profiles in roles.items():
                 op_cluster.policy(f"p-{run}-{role}", {**labels, "role": role}, **profiles)
                 names.append(op_cluster.new_namespace({**labels, "role": role}))
-        name = make_budget(labels, hard)
         op = start_operator() if operator else None
         if operator:
             wait_until(
@@ -330,64 +322,6 @@ def wait_slice(op_cluster: OperatorCluster, op: OperatorThread, ns: str, pods: i
         ) from exc
 
 
-def test_a_namespace_in_two_budgets_is_frozen_and_a_deleted_budget_gives_it_back(
-    op_cluster: OperatorCluster,
-    team: Callable[..., tuple[str, dict[str, str]]],
-    start_operator: Callable[..., OperatorThread],
-    make_budget: Callable[..., str],
-) -> None:
-    run, labels = team()
-    x = op_cluster.new_namespace({**labels, "one": run, "two": run})
-    first = make_budget({"one": run}, {"pods": 4})
-    op = start_operator()
-    wait_until(
-        lambda: pods_of(op_cluster.quota(x), "status") is not None,
-        "x's slice enforced (until then admission limits nothing: the window issue #13's "
-        "admission policy closes)",
-    )
-    # in the first budget alone: the slice grows with usage up to the budget, no further
-    # (a fill can stop early at a denial from the slice policy while the apiserver's copy of
-    # the quota still lacks the key: filled until 4 pods are there)
-    wait_until(lambda: op_cluster.fill_pods(x) >= 0 and pods_of(op_cluster.quota(x), "spec") == 4
-               and len(op_cluster.core.list_namespaced_pod(x).items) == 4,
-               "x's slice grown to the whole budget (4), filled", timeout=60)  # fmt: skip
-    second = make_budget({"two": run}, {"pods": 30})
-
-    def frozen() -> bool:
-        budgets = [get_budget(op_cluster, n) for n in (first, second)]
-        return all(
-            condition(b, "Valid").get("reason") == "NamespaceConflict"
-            and b["status"].get("frozenNamespaces") == [x]
-            for b in budgets
-        )
-
-    wait_until(frozen, "both budgets report x frozen (Valid=False)", timeout=30)
-    assert budget_events(op_cluster, first, "BudgetConflict")
-    # frozen: the first budget raised to 30 would grow x's slice to 6 (4 pods, buffer 50%);
-    # while x is in two budgets nobody writes it
-    op_cluster.custom.patch_cluster_custom_object(
-        GROUP, VERSION, BUDGET_PLURAL, first, {"spec": {"hard": {"pods": 30}}}
-    )
-    wait_until(
-        lambda: get_budget(op_cluster, first)["status"].get("observedGeneration") == 2,
-        "the raised budget seen by the operator",
-    )
-    op.idle()
-    assert pods_of(op_cluster.quota(x), "spec") == 4
-    # the second budget deleted: x is the first's alone, whose 30 pods give it its demand
-    op_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, second)
-    wait_slice(op_cluster, op, x, 6)
-    wait_until(
-        lambda: condition(get_budget(op_cluster, first), "Valid").get("status") == "True",
-        "the first budget valid again",
-    )
-    # the first deleted too: plain dynamic sizing again (6 pods, buffer 50% -> 9)
-    op_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, first)
-    op_cluster.create_pods(x, 2)  # within the slice of 6; the policy sizes on from there
-    quota = wait_slice(op_cluster, op, x, 9)
-    assert quota.metadata.annotations["dynquota.io/hard.pods"] == "9"
-
-
 def test_a_namespace_joining_above_the_free_budget_is_over_budget_and_nothing_grows(
     op_cluster: OperatorCluster,
     team: Callable[..., tuple[str, dict[str, str]]],
@@ -395,17 +329,17 @@ def test_a_namespace_joining_above_the_free_budget_is_over_budget_and_nothing_gr
     make_budget: Callable[..., str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    run, labels = team()
-    a = op_cluster.new_namespace({**labels, "tenant": run})
+    _, labels = team()
+    name = make_budget({"pods": 10})
+    a = op_cluster.new_namespace({**labels, BUDGET_LABEL: name})
     joiner = op_cluster.new_namespace(labels)
-    op_cluster.create_pods(a, 6)  # before any quota: nothing refuses them
+    op_cluster.create_pods(a, 6)  # before any quota: nothing refuses them (the guard allows)
     op_cluster.create_pods(joiner, 8)
-    name = make_budget({"tenant": run}, {"pods": 10})
     op = start_operator()
     # a: target ceil(6 * 1.5) = 9, within the budget of 10; the joiner sized on its own: 12
     op_cluster.wait_hard(a, {"pods": "9", "configmaps": "50"}, timeout=60)
     op_cluster.wait_hard(joiner, {"pods": "12", "configmaps": "50"}, timeout=60)
-    op_cluster.core.patch_namespace(joiner, {"metadata": {"labels": {"tenant": run}}})
+    op_cluster.core.patch_namespace(joiner, {"metadata": {"labels": {BUDGET_LABEL: name}}})
     wait_until(
         lambda: condition(get_budget(op_cluster, name), "OverBudget").get("status") == "True",
         "OverBudget=True",
@@ -436,7 +370,7 @@ def test_a_namespace_joining_above_the_free_budget_is_over_budget_and_nothing_gr
     (planned,) = [b for b in json.loads(capsys.readouterr().out)["budgets"] if b["name"] == name]
     assert planned["keys"] == [
         {
-            "key": "pods", "hard": 10, "granted": 14, "granted_after": 14, "used": 14,
+            "key": "pods", "hard": 10, "granted": 14, "grantedAfter": 14, "used": 14,
             "free": -4, "state": "OverBudget",
             "members": sorted([
                 {"namespace": a, "grant": 6, "enforced": 6, "used": 6, "demand": 9,
@@ -455,106 +389,18 @@ def test_a_namespace_joining_above_the_free_budget_is_over_budget_and_nothing_gr
     )
 
 
-# -- the admission policy that closes the window before a slice is enforced ----------------------
-
-
-def slice_binding(op_cluster: OperatorCluster, budget: str) -> Any:
-    """The budget's ValidatingAdmissionPolicyBinding, or ``None``."""
-    api = kubernetes.client.AdmissionregistrationV1Api(op_cluster.core.api_client)
-    try:
-        return api.read_validating_admission_policy_binding(object_name(budget))
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-def refusal(create: Callable[[], object]) -> str:
-    """The message of the denial ``create`` got, or ``""`` if it was admitted: 403 from the
-    policy's validation (reason Forbidden), 422 from ``parameterNotFoundAction: Deny``."""
-    try:
-        create()
-    except ApiException as exc:
-        if exc.status not in (403, 422):
-            raise
-        return str(exc.body)
-    return ""
-
-
-def probe(op_cluster: OperatorCluster, ns: str) -> str:
-    """:func:`refusal` of a dry-run pod create in ``ns`` (admission runs, nothing is stored):
-    the apiserver applies a written binding, and sees its params, through its own informers,
-    so what it enforces is waited for, not assumed."""
-    body = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-    return refusal(lambda: op_cluster.core.create_namespaced_pod(ns, body, dry_run="All"))
-
-
-def test_the_admission_policy_denies_creates_until_the_slice_is_enforced(
-    op_cluster: OperatorCluster,
-    team: Callable[..., tuple[str, dict[str, str]]],
-    start_operator: Callable[..., OperatorThread],
-    make_budget: Callable[..., str],
-) -> None:
-    _, labels = team()
-    name = make_budget(labels, {"pods": 4})
-    op = start_operator()
-    wait_until(lambda: slice_binding(op_cluster, name), "the budget's binding written")
-    binding = slice_binding(op_cluster, name)
-    assert binding.spec.param_ref.name == "dynquota"
-    assert binding.spec.param_ref.parameter_not_found_action == "Deny"
-    # the operator stopped: nothing closes the window for it, so what admission does in it
-    # is the binding's alone (deterministic)
-    op.stop()
-    ns = op_cluster.new_namespace(labels)
-    # no managed quota yet: denied by parameterNotFoundAction; ConfigMaps are not budgeted here
-    wait_until(lambda: "no params found" in probe(op_cluster, ns), "the binding enforced in ns")
-    assert "no params found" in refusal(lambda: op_cluster.create_pod(ns))
-    op_cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "free"}})
-    # a managed quota without the budgeted key (as the reconcile creates it, before the
-    # budget's bounding write): denied by the expression, telling the tenant what to do
-    op_cluster.core.create_namespaced_resource_quota(
-        ns,
-        {
-            "metadata": {
-                "name": "dynquota",
-                "labels": {"app.kubernetes.io/managed-by": "dynquota"},
-            },
-            "spec": {"hard": {"configmaps": "50"}},
-        },
-    )
-    expected = f"is in QuotaBudget {name} and its slice of pods is not enforced yet"
-    wait_until(lambda: expected in probe(op_cluster, ns), "the quota seen as the binding's param")
-    assert expected in refusal(lambda: op_cluster.create_pod(ns))
-    assert op_cluster.core.list_namespaced_pod(ns).items == []
-    # the operator back: the slice is written and enforced, then creates are admitted
-    op = start_operator()
-    wait_until(lambda: pods_of(op_cluster.quota(ns), "status") is not None, "ns's slice enforced")
-    wait_until(lambda: probe(op_cluster, ns) == "", "creates admitted once the slice is enforced")
-    assert refusal(lambda: op_cluster.create_pod(ns)) == ""
-    # the kill switch: the binding goes before the quota; then creates are admitted (no
-    # quota, no denial)
-    op_cluster.kill_switch("true")
-    wait_until(
-        lambda: op_cluster.quota(ns) is None and slice_binding(op_cluster, name) is None,
-        "the quota and the binding removed by the kill switch",
-    )
-    wait_until(lambda: probe(op_cluster, ns) == "", "creates admitted with the kill switch engaged")
-    assert refusal(lambda: op_cluster.create_pod(ns)) == ""
-    assert len(op_cluster.core.list_namespaced_pod(ns).items) == 2
-
-
 def test_a_namespace_leaving_a_budget_is_released_only_once_its_quota_is_resized(
     op_cluster: OperatorCluster,
     team: Callable[..., tuple[str, dict[str, str]]],
     start_operator: Callable[..., OperatorThread],
     make_budget: Callable[..., str],
 ) -> None:
-    run, labels = team()
-    a = op_cluster.new_namespace({**labels, "tenant": run})
-    b = op_cluster.new_namespace({**labels, "tenant": run})
+    _, labels = team()
+    name = make_budget({"pods": 12})
+    a = op_cluster.new_namespace({**labels, BUDGET_LABEL: name})
+    b = op_cluster.new_namespace({**labels, BUDGET_LABEL: name})
     op_cluster.create_pods(a, 6)  # demand ceil(6 x 1.5) = 9
     op_cluster.create_pods(b, 2)  # demand 3: the budget of 12 is full
-    name = make_budget({"tenant": run}, {"pods": 12})
     op = start_operator()
     wait_slice(op_cluster, op, a, 9)
     wait_slice(op_cluster, op, b, 3)
@@ -590,7 +436,7 @@ def test_a_namespace_leaving_a_budget_is_released_only_once_its_quota_is_resized
     sampler.start()
     try:
         # a leaves; b asks for all the room the budget has (fills its slice as it grows)
-        op_cluster.core.patch_namespace(a, {"metadata": {"labels": {"tenant": None}}})
+        op_cluster.core.patch_namespace(a, {"metadata": {"labels": {BUDGET_LABEL: None}}})
         quota = wait_until(
             lambda: (
                 "dynquota.io/budget" not in ((q := op_cluster.quota(a)).metadata.annotations) and q

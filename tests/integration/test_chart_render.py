@@ -152,11 +152,21 @@ def test_default_render_objects(helm: Path) -> None:
         "Service/dq-dynquota-metrics",
         "ServiceAccount/dq-dynquota",
         "ServiceAccount/dq-dynquota-cleanup",
+        "ValidatingAdmissionPolicy/dq-dynquota-budget-guard",
+        "ValidatingAdmissionPolicy/dq-dynquota-governance-labels",
+        "ValidatingAdmissionPolicy/dq-dynquota-lease-fence",
+        "ValidatingAdmissionPolicy/dq-dynquota-lease-fence-wake",
         "ValidatingAdmissionPolicy/dq-dynquota-managed-quota",
-        "ValidatingAdmissionPolicy/dq-dynquota-namespace-opt-out",
+        "ValidatingAdmissionPolicy/dq-dynquota-operator-writes",
+        "ValidatingAdmissionPolicy/dq-dynquota-policy-selectors",
         "ValidatingAdmissionPolicy/dq-dynquota-unmanaged-quota",
+        "ValidatingAdmissionPolicyBinding/dq-dynquota-budget-guard",
+        "ValidatingAdmissionPolicyBinding/dq-dynquota-governance-labels",
+        "ValidatingAdmissionPolicyBinding/dq-dynquota-lease-fence",
+        "ValidatingAdmissionPolicyBinding/dq-dynquota-lease-fence-wake",
         "ValidatingAdmissionPolicyBinding/dq-dynquota-managed-quota",
-        "ValidatingAdmissionPolicyBinding/dq-dynquota-namespace-opt-out",
+        "ValidatingAdmissionPolicyBinding/dq-dynquota-operator-writes",
+        "ValidatingAdmissionPolicyBinding/dq-dynquota-policy-selectors",
         "ValidatingAdmissionPolicyBinding/dq-dynquota-unmanaged-quota",
     ]
 
@@ -220,8 +230,18 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
         "DYNQUOTA_WATCH_TIMEOUT_SECONDS": "300",
         "DYNQUOTA_LIVENESS_MARGIN_SECONDS": "60",
         "DYNQUOTA_KILL_SWITCH_DELETE_QPS": "20",
+        "DYNQUOTA_WAKE": "true",
+        "DYNQUOTA_WAKE_QPS": "20",
+        "DYNQUOTA_UNMANAGE_BRAKE_SHARE": "0.5",
+        "DYNQUOTA_UNMANAGE_BRAKE_WINDOW_SECONDS": "600",
         "DYNQUOTA_EXCLUDE_NAMESPACES": "",
         "DYNQUOTA_INCLUDE_NAMESPACES": "",
+        "DYNQUOTA_BUDGET_GUARD_KINDS": (
+            "pods,configmaps,secrets,services,persistentvolumeclaims,replicationcontrollers,"
+            "resourceclaims.resource.k8s.io"
+        ),
+        "DYNQUOTA_GUARDED_LABEL_PREFIXES": "dynquota.io/",
+        "DYNQUOTA_GUARDED_LABEL_KEYS": "",
         "DYNQUOTA_WORKERS": "4",
         "DYNQUOTA_RESYNC_SECONDS": "600",
         "DYNQUOTA_LOG_LEVEL": "INFO",
@@ -291,11 +311,13 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
             "verbs": ["patch"],
         },
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        # issue #23: Events are created, never patched (where: the operator-writes policy)
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        # issue #23: no get (the informers list and watch)
         {
             "apiGroups": ["dynquota.io"],
             "resources": ["dynamicquotapolicies"],
-            "verbs": ["get", "list", "watch"],
+            "verbs": ["list", "watch"],
         },
         {
             "apiGroups": ["dynquota.io"],
@@ -305,19 +327,16 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
         {
             "apiGroups": ["dynquota.io"],
             "resources": ["quotabudgets"],
-            "verbs": ["get", "list", "watch"],
+            "verbs": ["list", "watch"],
         },
         {
             "apiGroups": ["dynquota.io"],
             "resources": ["quotabudgets/status"],
             "verbs": ["patch"],
         },
-        # issue #13: each budget's admission policy and binding (names follow the budgets')
-        {
-            "apiGroups": ["admissionregistration.k8s.io"],
-            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
-            "verbs": ["get", "list", "create", "patch", "delete"],
-        },
+        # issue #26: the wake lists ReplicaSets and patches their wake mark (the policy pins it)
+        {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["list", "patch"]},
+        # issue #22: no rule on admission policies (the budget guard is the chart's)
         {
             "apiGroups": ["apiextensions.k8s.io"],
             "resources": ["customresourcedefinitions"],
@@ -341,6 +360,14 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
         "name": "dq-dynquota-leader-election",
     }
     assert lease_binding["subjects"] == binding["subjects"]
+    # the wake off drops its rule and its Lease fence, and nothing else
+    off = render(helm, "--set", "operator.wake.enabled=false")
+    rules = one(off, "ClusterRole", "dq-dynquota")
+    assert rules["rules"] == role["rules"][:-2] + role["rules"][-1:]
+    assert [k for k in kinds(off) if "lease-fence" in k] == [
+        "ValidatingAdmissionPolicy/dq-dynquota-lease-fence",
+        "ValidatingAdmissionPolicyBinding/dq-dynquota-lease-fence",
+    ]
     # crdScanning off drops the CRD rule and nothing else.
     rules = one(render(helm, "--set", "rbac.crdScanning=false"), "ClusterRole", "dq-dynquota")
     assert rules["rules"] == role["rules"][:-1]
@@ -349,18 +376,14 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
         render(helm, "--set", "rbac.companionLimitRanges=false"), "ClusterRole", "dq-dynquota"
     )
     assert rules["rules"] == role["rules"][:5] + role["rules"][7:]
-    # budgetAdmissionPolicies off drops the admission-policy rule and nothing else.
-    rules = one(
-        render(helm, "--set", "rbac.budgetAdmissionPolicies=false"), "ClusterRole", "dq-dynquota"
-    )
-    vap = role["rules"].index(
-        {
-            "apiGroups": ["admissionregistration.k8s.io"],
-            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
-            "verbs": ["get", "list", "create", "patch", "delete"],
-        }
-    )
-    assert rules["rules"] == role["rules"][:vap] + role["rules"][vap + 1 :]
+    # budgetAdmissionPolicies is accepted and ignored either way (issue #22)
+    for value in ("true", "false"):
+        rules = one(
+            render(helm, "--set", f"rbac.budgetAdmissionPolicies={value}"),
+            "ClusterRole",
+            "dq-dynquota",
+        )
+        assert rules["rules"] == role["rules"]
 
 
 def test_tenant_role_aggregates_to_admin_and_edit(helm: Path) -> None:
@@ -461,11 +484,6 @@ def test_cleanup_hook(helm: Path) -> None:
         assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
         assert hook["metadata"]["annotations"]["helm.sh/hook-weight"] == "-10"
     assert one(objs, "ClusterRole", "dq-dynquota-cleanup")["rules"] == [
-        {
-            "apiGroups": ["admissionregistration.k8s.io"],
-            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
-            "verbs": ["get", "list", "delete"],
-        },
         {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]},
         {
             "apiGroups": [""],
@@ -755,22 +773,237 @@ def test_alerts_without_a_service_monitor(helm: Path) -> None:
     assert "- at '/metrics/prometheusRule/selector': " in done.stderr, done.stderr
 
 
-def test_opt_out_policy_render(helm: Path) -> None:
-    vap = one(render(helm), "ValidatingAdmissionPolicy", "dq-dynquota-namespace-opt-out")
+def test_governance_labels_policy_render(helm: Path) -> None:
+    """Issue 23: the Namespace guard maps each guarded key to one right; the guarded keys come
+    from governanceLabels (prefixes, exact keys); policies may select only on them."""
+    objs = render(helm)
+    vap = one(objs, "ValidatingAdmissionPolicy", "dq-dynquota-governance-labels")
+    assert vap["spec"]["failurePolicy"] == "Fail"
     assert vap["spec"]["matchConstraints"]["resourceRules"] == [
         {
             "apiGroups": [""],
             "apiVersions": ["v1"],
-            "resources": ["namespaces"],
+            # label changes through these subresources are kept by the apiserver
+            "resources": ["namespaces", "namespaces/status", "namespaces/finalize"],
             "operations": ["CREATE", "UPDATE"],
         }
     ]
-    (validation,) = vap["spec"]["validations"]
-    assert validation["expression"] == (
-        "authorizer.group('dynquota.io').resource('dynamicquotapolicies').check('update').allowed()"
+    variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
+    assert variables["changed"] == (
+        'variables.new.filter(k, (k.startsWith("dynquota.io/"))\n'
+        "  && variables.old[?k].orValue('!absent') != variables.new[k])\n"
+        '+ variables.old.filter(k, (k.startsWith("dynquota.io/")) && !(k in variables.new))'
     )
-    off = render(helm, "--set", "optOut.admissionPolicy.enabled=false")
-    assert [k for k in kinds(off) if "opt-out" in k] == []
-    warn = render(helm, "--set", "optOut.admissionPolicy.validationActions={Warn,Audit}")
-    binding = one(warn, "ValidatingAdmissionPolicyBinding", "dq-dynquota-namespace-opt-out")
+    budget, policies = vap["spec"]["validations"]
+    assert budget["expression"] == (
+        "!variables.budgetChanged "
+        "|| authorizer.group('dynquota.io').resource('quotabudgets').check('update').allowed()"
+    )
+    assert policies["expression"] == (
+        "size(variables.policyKeys) == 0 || authorizer.group('dynquota.io')"
+        ".resource('dynamicquotapolicies').check('update').allowed()"
+    )
+    assert "dq-dynquota-tenant-budget" not in " ".join(kinds(objs))
+    selectors = one(objs, "ValidatingAdmissionPolicy", "dq-dynquota-policy-selectors")
+    assert selectors["spec"]["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["dynquota.io"],
+            "apiVersions": ["*"],
+            "resources": ["dynamicquotapolicies"],
+            "operations": ["CREATE", "UPDATE"],
+        }
+    ]
+    # Extra keys (the migration of a `team` selector) and the tenant label's mutation.
+    more = render(helm, "--set", "governanceLabels.guardedKeys={team}",
+                  "--set", "governanceLabels.tenantLabel=capsule.clastix.io/tenant")  # fmt: skip
+    vap = one(more, "ValidatingAdmissionPolicy", "dq-dynquota-governance-labels")
+    variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
+    assert '(k.startsWith("dynquota.io/") || k in ["team"])' in variables["changed"]
+    assert variables["tenantBudget"] == (
+        "request.operation == 'CREATE' "
+        "&& variables.new[?\"capsule.clastix.io/tenant\"].orValue('!absent')\n"
+        "  == variables.new[?'dynquota.io/budget'].orValue('!none')"
+    )
+    mutating = one(more, "MutatingAdmissionPolicy", "dq-dynquota-tenant-budget")
+    assert mutating["spec"]["failurePolicy"] == "Ignore"
+    assert mutating["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
+    one(more, "MutatingAdmissionPolicyBinding", "dq-dynquota-tenant-budget")
+    # Off, or observing only: no objects, or the binding's actions.
+    off = render(helm, "--set", "governanceLabels.admissionPolicy.enabled=false")
+    assert [k for k in kinds(off) if "governance" in k or "selectors" in k] == []
+    warn = render(helm, "--set", "governanceLabels.admissionPolicy.validationActions={Warn,Audit}")
+    binding = one(warn, "ValidatingAdmissionPolicyBinding", "dq-dynquota-governance-labels")
     assert binding["spec"]["validationActions"] == ["Warn", "Audit"]
+
+
+def test_budget_guard_render(helm: Path) -> None:
+    """The budget guard (issue #22): one policy and binding, failing open, CREATE of the
+    kinds in budgetGuard.kinds grouped by API group, the operator told the same list."""
+    objs = render(helm)
+    policy = one(objs, "ValidatingAdmissionPolicy", "dq-dynquota-budget-guard")["spec"]
+    assert policy["failurePolicy"] == "Ignore"
+    assert policy["paramKind"] == {"apiVersion": "v1", "kind": "ResourceQuota"}
+    assert policy["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["*"],
+            "resources": [
+                "configmaps", "persistentvolumeclaims", "pods", "replicationcontrollers",
+                "secrets", "services",
+            ],
+            "operations": ["CREATE"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "apiVersions": ["*"],
+            "resources": ["resourceclaims"],
+            "operations": ["CREATE"],
+        },
+        {
+            "apiGroups": [""],
+            "apiVersions": ["*"],
+            "resources": ["persistentvolumeclaims", "pods/resize", "services"],
+            "operations": ["UPDATE"],
+        },
+    ]  # fmt: skip
+    # only the updates that charge quota reach the validations
+    (condition,) = policy["matchConditions"]
+    assert condition["name"] == "create-or-charging-update"
+    assert condition["expression"].startswith("request.operation == 'CREATE' || (")
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", "dq-dynquota-budget-guard")["spec"]
+    assert binding["paramRef"] == {"name": "dynquota", "parameterNotFoundAction": "Allow"}
+    assert binding["validationActions"] == ["Deny"]
+    assert binding["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "dynquota.io/budget", "operator": "Exists"},
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "kube-public", "kube-node-lease", NS],
+        },
+    ]
+    env = {
+        e["name"]: e.get("value")
+        for e in one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["DYNQUOTA_BUDGET_GUARD_KINDS"] == (
+        "pods,configmaps,secrets,services,persistentvolumeclaims,replicationcontrollers,"
+        "resourceclaims.resource.k8s.io"
+    )
+    extra = render(helm, "--set", "budgetGuard.kinds={pods,deployments.apps}")
+    rules = one(extra, "ValidatingAdmissionPolicy", "dq-dynquota-budget-guard")["spec"][
+        "matchConstraints"
+    ]["resourceRules"]
+    assert [(r["apiGroups"], r["resources"], r["operations"]) for r in rules] == [
+        ([""], ["pods"], ["CREATE"]),
+        (["apps"], ["deployments"], ["CREATE"]),
+        ([""], ["pods/resize"], ["UPDATE"]),
+    ]
+    off = render(helm, "--set", "budgetGuard.enabled=false")
+    assert "ValidatingAdmissionPolicy/dq-dynquota-budget-guard" not in kinds(off)
+    env = {
+        e["name"]: e.get("value")
+        for e in one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["DYNQUOTA_BUDGET_GUARD_KINDS"] == ""
+
+
+def test_default_policy_on_an_unguarded_key_is_refused(helm: Path) -> None:
+    """The chart's own policy selecting on a key that is not guarded fails the render, with
+    the way out; guarding the key (the migration) renders."""
+    done = run_helm(helm, "template", "dq", str(CHART), "--namespace", NS,
+                    "--set", "defaultPolicy.namespaceSelector.matchLabels.team=a")  # fmt: skip
+    assert done.returncode == 1
+    assert (
+        "governanceLabels: DynamicQuotaPolicies (live, or the chart's defaultPolicy) select on "
+        "label keys that are not guarded: team (policy default). Whoever may patch a Namespace "
+        "could change which policy governs it. Add the keys to governanceLabels.guardedKeys"
+    ) in done.stderr, done.stderr
+    render(helm, "--set", "defaultPolicy.namespaceSelector.matchLabels.team=a",
+           "--set", "governanceLabels.guardedKeys={team}")  # fmt: skip
+    render(helm, "--set", "defaultPolicy.namespaceSelector.matchLabels.dynquota\\.io/tier=a")
+
+
+def test_operator_writes_policy_render(helm: Path) -> None:
+    """Issue 23: the operator-confinement policy matches only the operator's requests, fails
+    closed (only the operator can meet it), always denies, and lists every namespace the
+    operator never writes in: system, release and operator.excludeNamespaces."""
+    objs = render(helm, "--set", "operator.excludeNamespaces={legacy,kube-system}")
+    vap = one(objs, "ValidatingAdmissionPolicy", "dq-dynquota-operator-writes")
+    assert vap["spec"]["failurePolicy"] == "Fail"
+    assert vap["spec"]["matchConditions"] == [
+        {
+            "name": "operator-only",
+            "expression": f'request.userInfo.username == "system:serviceaccount:{NS}:dq-dynquota"',
+        }
+    ]
+    assert vap["spec"]["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["resourcequotas", "limitranges", "events"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+        },
+        {
+            "apiGroups": ["apps"],
+            "apiVersions": ["*"],
+            "resources": ["replicasets"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+        },
+    ]
+    variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
+    assert json.loads(variables["forbidden"]) == [
+        "kube-system", "kube-public", "kube-node-lease", NS, "legacy"
+    ]  # fmt: skip
+    assert json.loads(variables["included"]) == []
+    assert len(vap["spec"]["validations"]) == 7
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", "dq-dynquota-operator-writes")
+    assert binding["spec"] == {
+        "policyName": "dq-dynquota-operator-writes",
+        "validationActions": ["Deny"],
+    }
+    include = render(helm, "--set", "operator.includeNamespaces={a,b}")
+    vap = one(include, "ValidatingAdmissionPolicy", "dq-dynquota-operator-writes")
+    variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
+    assert json.loads(variables["included"]) == ["a", "b"]
+    off = render(helm, "--set", "operatorPolicy.enabled=false")
+    assert [k for k in kinds(off) if "operator-writes" in k] == []
+
+
+def test_lease_fence_rendered_with_leader_election_only(helm: Path) -> None:
+    objs = render(helm)
+    policy = one(objs, "ValidatingAdmissionPolicy", "dq-dynquota-lease-fence")
+    spec = policy["spec"]
+    assert spec["paramKind"] == {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
+    assert spec["failurePolicy"] == "Ignore"  # never refuses anyone when it cannot judge
+    assert spec["matchConstraints"]["objectSelector"] == {
+        "matchLabels": {"app.kubernetes.io/managed-by": "dynquota"}
+    }
+    excluded = [r["resources"] for r in spec["matchConstraints"]["excludeResourceRules"]]
+    assert excluded == [["leases"], ["resourcequotas/status"]]
+    assert spec["matchConditions"][0]["expression"] == (
+        f'request.userInfo.username == "system:serviceaccount:{NS}:dq-dynquota"'
+    )
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", "dq-dynquota-lease-fence")
+    assert binding["spec"]["paramRef"] == {
+        "name": "dynquota",
+        "namespace": NS,
+        "parameterNotFoundAction": "Allow",  # no Lease, no holder: never fail closed
+    }
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    off = render(helm, "--set", "leaderElection.enabled=false")
+    assert [o for o in off if "lease-fence" in o["metadata"]["name"]] == []
+
+
+def test_v0_2_opt_out_values_are_accepted_and_change_nothing(helm: Path) -> None:
+    """v0.2's `optOut.admissionPolicy.*` in a values file (or carried by --reuse-values)
+    renders exactly what the chart renders without them: governanceLabels guards the label."""
+    plain = render(helm)
+    old = render(
+        helm,
+        "--set", "optOut.admissionPolicy.enabled=false",
+        "--set-json", 'optOut.admissionPolicy.validationActions=["Warn","Audit"]',
+    )  # fmt: skip
+    assert old == plain
+    assert one(plain, "ValidatingAdmissionPolicyBinding", "dq-dynquota-governance-labels")["spec"][
+        "validationActions"
+    ] == ["Deny"]

@@ -11,6 +11,7 @@ the cluster-wide list holds exactly what the test made. The 5,000-namespace meas
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +25,6 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.cli import main
-from dynquota.kube.budget_admission import binding_for, object_name, policy_for
 from dynquota.kube.cleanup import (
     ListedQuota,
     delete_managed_quotas,
@@ -134,24 +134,9 @@ def test_cleanup_command_deletes_managed_quotas_until_none_is_listed(
     core.create_namespaced_resource_quota(c, quota("dynquota", "3"))  # unmanaged
     core.create_namespaced_resource_quota(b, quota("team", "1", MANAGED))
     c_before = quotas_in(core, c)
-    # a tenant budget's admission policy and binding (issue #13): they go first
-    admission = kubernetes.client.AdmissionregistrationV1Api(core.api_client)
-    policy, binding = (
-        policy_for("cleanup", ["pods"]),
-        binding_for(
-            "cleanup",
-            {"matchLabels": {"dq-cleanup": uuid.uuid4().hex}},
-            [],  # selects nothing
-        ),
-    )
-    admission.create_validating_admission_policy(policy)
-    admission.create_validating_admission_policy_binding(binding)
     # Without --yes: lists only.
     assert main(["cleanup", "--kubeconfig", controlplane.kubeconfig]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "would delete the budget admission binding and policy " + object_name(
-        "cleanup"
-    )
     assert f"would delete resourcequota {a}/dynquota" in out
     assert f"would delete resourcequota {b}/dynquota" in out
     assert f"would delete resourcequota {c}/dynquota" not in out
@@ -159,10 +144,7 @@ def test_cleanup_command_deletes_managed_quotas_until_none_is_listed(
 
     assert main(["cleanup", "--yes", "--verbose", "--kubeconfig", controlplane.kubeconfig]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "deleted 1 budget admission bindings and policies"
-    owned = "app.kubernetes.io/component=budget-slice"
-    assert admission.list_validating_admission_policy_binding(label_selector=owned).items == []
-    assert admission.list_validating_admission_policy(label_selector=owned).items == []
+    assert out[0].startswith("deleting ")  # after every delete was checked (dry run)
     assert quotas_in(core, a) == {}
     assert set(quotas_in(core, b)) == {"team"}
     assert quotas_in(core, c) == c_before
@@ -424,8 +406,8 @@ def test_a_delete_without_an_answer_is_tried_again(
 def test_a_refused_delete_stops_the_cleanup(
     private_cp: LocalControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A principal that may list managed quotas but not delete them: the first 403 ends the
-    command (exit 2, one line), nothing is deleted."""
+    """A principal that may list managed quotas but not delete them: the check before any
+    delete ends the command (exit 2, one line naming RBAC), nothing is deleted."""
     cp = private_cp
     api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
     core = kubernetes.client.CoreV1Api(api)
@@ -435,12 +417,7 @@ def test_a_refused_delete_stops_the_cleanup(
     core.create_namespaced_service_account("default", {"metadata": {"name": sa}})
     rbac.create_cluster_role(
         {"metadata": {"name": sa},
-         "rules": [{"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]},
-                   # the budgets' bindings go first (none here): listing them is allowed
-                   {"apiGroups": ["admissionregistration.k8s.io"],
-                    "resources": ["validatingadmissionpolicybindings",
-                                  "validatingadmissionpolicies"],
-                    "verbs": ["list", "delete"]}]}
+         "rules": [{"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]}]}
     )  # fmt: skip
     rbac.create_cluster_role_binding(
         {"metadata": {"name": sa},
@@ -458,16 +435,120 @@ def test_a_refused_delete_stops_the_cleanup(
         "the list-only ClusterRole in effect",
     )  # fmt: skip
     capsys.readouterr()
+    listed = len(asyncio.run(_list(cp.kubeconfig)))  # earlier tests' leftovers count too
     with pytest.raises(SystemExit) as exc:
         main(["cleanup", "--yes", "--concurrency", "1", "--kubeconfig", path])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(
-        "dynquota: error: deleting managed quotas: insufficient RBAC permissions (403): "
+        f"dynquota: error: nothing was deleted: checking the delete of {listed} managed quotas: "
+        "insufficient RBAC permissions (403): "
         f'resourcequotas "dynquota" is forbidden: User "{user}" cannot delete resource '
         '"resourcequotas" in API group "" in the namespace '
     ), err
     assert {q.namespace for q in asyncio.run(_list(cp.kubeconfig))} >= set(names)
     for ns in names:
         core.delete_namespaced_resource_quota("dynquota", ns)
+    api.close()
+
+
+# -- all or nothing with the chart's admission policies in force (issue #22) --------------------
+
+
+def _apply_chart_policies(cp: LocalControlPlane) -> None:
+    """The chart's managed- and unmanaged-quota policies (release ``dynquota`` in
+    ``dynquota-system``), as ``helm install`` renders them."""
+    assert cp.bin_dir is not None
+    chart = Path(__file__).resolve().parents[2] / "helm" / "dynquota"
+    rendered = subprocess.run(
+        [str(cp.bin_dir / "helm"), "template", "dynquota", str(chart), "--namespace",
+         "dynquota-system", "--show-only", "templates/admission-policy.yaml"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    cp.kubectl("apply", "-f", "-", input=rendered)
+
+
+def test_cleanup_is_all_or_nothing_and_a_cluster_admin_may_clean_up(
+    private_cp: LocalControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the chart's managed-quota policy in force: a principal whose RBAC allows every
+    delete (name-scoped) but who holds an unscoped delete in one namespace only is refused by
+    the policy in the others; `cleanup --yes` checks every delete first (dry run), names the
+    policy (not RBAC) in one line, and deletes nothing, not even where it was allowed. A cluster
+    admin then removes every managed quota (v0.2: the first delete refused after the budget
+    bindings were gone, reported as RBAC)."""
+    cp = private_cp
+    _apply_chart_policies(cp)
+    api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
+    core = kubernetes.client.CoreV1Api(api)
+    rbac = kubernetes.client.RbacAuthorizationV1Api(api)
+    names = managed_namespaces(core, "dq-aon", 3)
+    sa = f"scoped-{uuid.uuid4().hex[:4]}"
+    core.create_namespaced_service_account("default", {"metadata": {"name": sa}})
+    subject = [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}]
+    rbac.create_cluster_role(
+        {"metadata": {"name": sa},
+         "rules": [{"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list"]},
+                   {"apiGroups": [""], "resources": ["resourcequotas"],
+                    "resourceNames": ["dynquota"], "verbs": ["delete"]}]}
+    )  # fmt: skip
+    rbac.create_cluster_role_binding(
+        {"metadata": {"name": sa}, "subjects": subject,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": sa}}
+    )  # fmt: skip
+    rbac.create_namespaced_role(
+        names[0], {"metadata": {"name": sa}, "rules": [
+            {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["delete"]}]}
+    )  # fmt: skip
+    rbac.create_namespaced_role_binding(
+        names[0], {"metadata": {"name": sa}, "subjects": subject,
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa}}
+    )  # fmt: skip
+    token = core.create_namespaced_service_account_token(
+        sa, "default", {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    path = _kubeconfig_via(cp, cp.server, token, tmp_path / "scoped")
+    user = f"system:serviceaccount:default:{sa}"
+    wait_until(
+        lambda: cp.kubectl("auth", "can-i", "delete", "resourcequotas", "-n", names[0],
+                           f"--as={user}").strip() == "yes",
+        "the namespace Role in effect",
+    )  # fmt: skip
+    scoped = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(path))
+
+    def refused_by_the_policy() -> bool:
+        try:
+            scoped.delete_namespaced_resource_quota(
+                "dynquota", names[1], body={"dryRun": ["All"]}, _request_timeout=10
+            )
+        except ApiException as exc:
+            return exc.status == 403 and "ValidatingAdmissionPolicy" in str(exc.body)
+        return False
+
+    # the apiserver applies a new policy through its own informers, a moment later
+    wait_until(refused_by_the_policy, "the managed-quota policy in force")
+    before = {q.namespace: q.uid for q in asyncio.run(_list(cp.kubeconfig))}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["cleanup", "--yes", "--kubeconfig", path])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    prefix = (
+        f"dynquota: error: nothing was deleted: checking the delete of {len(before)} managed "
+        "quotas: refused by an admission policy, not RBAC (403): "
+    )
+    assert err.startswith(prefix), err
+    assert "ValidatingAdmissionPolicy 'dynquota-managed-quota'" in err
+    assert {q.namespace: q.uid for q in asyncio.run(_list(cp.kubeconfig))} == before
+    # a cluster admin: every managed quota removed, the unmanaged ones left
+    core.create_namespaced_resource_quota(names[1], quota("team", "1"))
+    assert main(["cleanup", "--yes", "--kubeconfig", cp.kubeconfig]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == (
+        f"deleted {len(before)} managed quotas (0 already gone, 0 replaced meanwhile and left "
+        "alone)"
+    )
+    assert asyncio.run(_list(cp.kubeconfig)) == []
+    assert set(quotas_in(core, names[1])) == {"team"}
     api.close()

@@ -110,3 +110,17 @@ def test_policy_is_accepted_by_the_crd_and_the_operator(
     info = validate_policy(stored)
     assert info.reason is None
     assert info.spec is not None
+
+
+@pytest.mark.parametrize("policy_file", POLICY_FILES, ids=lambda p: p.name)
+def test_policy_selects_on_guarded_keys_only(policy_file: Path) -> None:
+    """The chart's `<fullname>-policy-selectors` refuses a selector on a key outside
+    governanceLabels (default: the prefix dynquota.io/, and kubernetes.io/metadata.name):
+    the examples select on guarded keys, so they apply where the chart runs (issue 23)."""
+    selector = yaml.safe_load(policy_file.read_text())["spec"].get("namespaceSelector") or {}
+    keys = [
+        *selector.get("matchLabels", {}),
+        *(e["key"] for e in selector.get("matchExpressions", [])),
+    ]
+    assert keys, "an example policy selects on something"
+    assert [k for k in keys if not k.startswith("dynquota.io/")] == []

@@ -70,6 +70,11 @@ def new_namespace(c: OperatorCluster, labels: dict[str, str]) -> str:
     return name
 
 
+def counted(c: OperatorCluster, ns: str, key: str, value: str) -> Callable[[], bool]:
+    """A check for :func:`wait_until`: ``status.used[key]`` of the quota in ``ns`` is ``value``."""
+    return lambda: (c.quota(ns).status.used or {}).get(key) == value
+
+
 def wait_in_force(c: OperatorCluster, ns: str) -> None:
     """The recipe of docs/install.md: wait for dynquota's quota, then for the quota controller
     to have synced it (status.hard filled): from then on admission enforces it."""
@@ -99,9 +104,13 @@ def test_creates_right_after_create_namespace(
         start = time.monotonic()
         ns = new_namespace(c, scope)
         assert burst(c, ns, 20, 5) == Counter()
-        quota = c.wait_hard(ns, {"configmaps": "50", "pods": "10"})
+        c.wait_hard(ns, {"configmaps": "50", "pods": "10"})
         synced.append(time.monotonic() - start)
-        assert quota.status.used["pods"] == "5"
+        # The quota controller counts every pod admitted before the quota synced; its first
+        # recount may come from an informer that has not seen the last pod yet (4 of 5 seen
+        # under load 28): the count is reached by its next sync, not at the instant status.hard
+        # is filled.
+        wait_until(counted(c, ns, "pods", "5"), f"status.used.pods == 5 in {ns}")
     print(f"measured: quota in force {min(synced):.2f}-{max(synced):.2f} s after the namespace")
 
     # 60 ConfigMaps with nothing done: refused from the one passing the minimum, only by
@@ -124,14 +133,18 @@ def test_creates_right_after_create_namespace(
     )
 
     # Waiting until the quota is in force (and kube-root-ca.crt is charged) makes it exact:
-    # 60 - (50 - 1) = 11 refused.
+    # 60 - (50 - 1) = 11 refused. Quota admission admits one more when the quota controller's
+    # recount from a lagging informer lowers status.used meanwhile (kubernetes#123434: seen
+    # under load, 10 refused): the audit log tells that race from a dynquota failure, and
+    # `make test` reruns only that (OperatorCluster.race_explains, docs/controlplane.md).
     ns = new_namespace(c, scope)
     wait_in_force(c, ns)
     wait_until(
         lambda: (c.quota(ns).status.used or {}).get("configmaps") == "1",
         f"kube-root-ca.crt charged in {ns}",
     )
-    assert burst(c, ns, BURST, 0) == Counter({"exceeded quota": BURST - 49})
+    with c.race_explains(ns, "configmaps"):
+        assert burst(c, ns, BURST, 0) == Counter({"exceeded quota": BURST - 49})
 
     # The documented way: the namespace created with the label of a policy whose minimum
     # covers the burst (its first quota is sized by that policy), then waited for.

@@ -367,7 +367,9 @@ def test_namespaces_labelled_managed_false_are_skipped(
     assert removed.type == "Warning"
     assert removed.message == (
         "the managed ResourceQuota dynquota was deleted: "
-        "namespace labelled dynquota.io/managed=false"
+        "namespace labelled dynquota.io/managed=false; who may update "
+        "dynamicquotapolicies.dynquota.io can restore it (the namespace's labels, or a policy "
+        "selecting it)"
     )
 
 

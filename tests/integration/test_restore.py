@@ -228,9 +228,10 @@ def test_overwriting_the_recreated_quota_needs_the_operators_identity(
         == DENIED.replace("(Forbidden): ", '(Forbidden): error when replacing "STDIN": ')
         + SPEC_MESSAGE
     )
-    done = kubectl(cp, "delete", "resourcequota", "dynquota", "-n", restore_ns)
-    assert done.returncode == 1
-    assert done.stderr.startswith(DENIED + "dynquota: the managed quota cannot be deleted.")
+    # Deleting is not refused to a cluster admin (unscoped delete on resourcequotas: issue 22,
+    # so `cleanup` and the runbook's by-hand path work); shown with a server-side dry run.
+    done = kubectl(cp, "delete", "resourcequota", "dynquota", "-n", restore_ns, "--dry-run=server")
+    assert (done.returncode, done.stderr) == (0, "")
     assert annotations_and_hard(api_client, restore_ns)[1] == {"pods": "10", "configmaps": "50"}
 
     # The documented restore: the same apply, impersonating the operator's ServiceAccount. (A

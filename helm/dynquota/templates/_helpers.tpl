@@ -154,3 +154,23 @@ true
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+Match conditions of the operator-confinement family (templates/operator-policy.yaml): the
+operator's ServiceAccount only, so a policy of the family never evaluates anyone else's request.
+*/}}
+{{- define "dynquota.operatorMatchConditions" -}}
+- name: operator-only
+  expression: {{ printf "request.userInfo.username == %s" (include "dynquota.operatorUser" . | toJson) | quote }}
+{{- end }}
+
+{{/*
+CEL: whether the label key `k` is guarded (governanceLabels: guardedKeyPrefixes, guardedKeys).
+*/}}
+{{- define "dynquota.guardedKeyCEL" -}}
+{{- $g := .Values.governanceLabels -}}
+{{- $terms := list -}}
+{{- range $g.guardedKeyPrefixes }}{{ $terms = append $terms (printf "k.startsWith(%s)" (toJson .)) }}{{ end -}}
+{{- if $g.guardedKeys }}{{ $terms = append $terms (printf "k in %s" (toJson $g.guardedKeys)) }}{{ end -}}
+{{- if $terms }}({{ join " || " $terms }}){{ else }}false{{ end -}}
+{{- end }}

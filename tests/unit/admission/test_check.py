@@ -12,18 +12,13 @@ from dynquota.admission import (
     InvalidObjectError,
     Operation,
     QuotaForbiddenError,
-    Registry,
     ResourceQuota,
     ScopedResourceSelectorRequirement,
-    check_request,
     pod_usage,
 )
 from dynquota.quantity import parse_quantity
 
-PODS = GroupResource("", "pods")
-CONFIGMAPS = GroupResource("", "configmaps")
-WIDGETS = GroupResource("example.com", "widgets")
-NOW = 1_800_000_000.0
+from ._upstream import CONFIGMAPS, NOW, PODS, WIDGETS, check, make_quota, used_text
 
 
 def rl(**kw: str) -> dict[str, Any]:
@@ -37,14 +32,14 @@ def quota(
     scopes: tuple[str, ...] = (),
     selector: tuple[ScopedResourceSelectorRequirement, ...] = (),
 ) -> ResourceQuota:
-    return ResourceQuota(
-        namespace="ns",
+    return make_quota(
+        hard,
+        used,
         name=name,
+        namespace="ns",
         resource_version="1",
-        hard={k: parse_quantity(v) for k, v in hard.items()},
-        used={k: parse_quantity(v) for k, v in (used if used is not None else {}).items()},
         scopes=scopes,
-        scope_selector=selector,
+        selector=selector,
     )
 
 
@@ -70,14 +65,6 @@ def pod(*containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 def attrs(gr: GroupResource, obj: dict[str, Any] | None = None, **kw: Any) -> AdmissionAttributes:
     return AdmissionAttributes(namespace="ns", resource=gr, object=obj or {}, name="obj", **kw)
-
-
-def check(quotas: list[ResourceQuota], a: AdmissionAttributes) -> list[ResourceQuota]:
-    return check_request(quotas, a, Registry().get(a.resource), NOW)
-
-
-def used_text(q: ResourceQuota) -> dict[str, str]:
-    return {k: str(v) for k, v in sorted(q.used.items())}
 
 
 # --- object counts ----------------------------------------------------------------------

@@ -16,7 +16,6 @@ from dynquota.admission import (
     ConflictPolicy,
     DefaultDenyError,
     Evaluator,
-    GroupResource,
     InMemoryQuotaAccessor,
     InMemoryQuotaServer,
     QuotaAccessError,
@@ -26,9 +25,8 @@ from dynquota.admission import (
 )
 from dynquota.testing.wait import async_wait_until
 
-WIDGETS = GroupResource("example.com", "widgets")
-PODS = GroupResource("", "pods")
-CONFIGMAPS = GroupResource("", "configmaps")
+from ._upstream import CONFIGMAPS, PODS, WIDGETS
+
 KEY = "count/widgets.example.com"
 
 

@@ -35,6 +35,7 @@ from dynquota.admission import (
     Registry,
     ResourceQuota,
 )
+from dynquota.admission.workqueue import NamespaceWork
 from dynquota.quantity import Quantity
 
 T = TypeVar("T")
@@ -293,13 +294,13 @@ def test_a_caller_preempted_right_after_queueing_gets_the_timeout_error(
     first, and its write was cut with ``QuotaAccessError('writing the status of quota ns/q
     did not finish before the request deadline')``. Both now use the request's deadline and
     deny with the same error."""
-    add_work = Evaluator._add_work
+    add_work = NamespaceWork.add
 
-    def preempted(self: Evaluator, waiter: Any) -> None:
+    def preempted(self: NamespaceWork, waiter: Any) -> None:
         add_work(self, waiter)
         stall(0.005)
 
-    monkeypatch.setattr(Evaluator, "_add_work", preempted)
+    monkeypatch.setattr(NamespaceWork, "add", preempted)
 
     async def main() -> tuple[Answer, InMemoryQuotaServer]:
         server = InMemoryQuotaServer(write_latency=0.016)

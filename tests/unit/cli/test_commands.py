@@ -58,13 +58,25 @@ def test_invalid_setting_exits_2_with_a_message(capsys: pytest.CaptureFixture[st
     assert "7d" in err
 
 
-def test_missing_kubeconfig(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_kubeconfig(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(SystemExit) as done:
         main(["plan", "--kubeconfig", str(tmp_path / "nope")])
     assert done.value.code == 2
-    err = capsys.readouterr().err
-    assert "no usable Kubernetes configuration" in err or "kubeconfig not found" in err
-    assert "KUBECONFIG" in err or "nope" in err
+    assert capsys.readouterr().err == f"dynquota: error: kubeconfig not found: {tmp_path}/nope\n"
+    # no $KUBECONFIG, no ~/.kube/config: one line, no stray `Config not found` before it
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for argv in (["plan"], ["kill-switch", "status"], ["override", "team-a"], ["cleanup"]):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 2
+        assert capsys.readouterr().err == (
+            f"dynquota: error: connecting: kubeconfig not found: {tmp_path}/.kube/config (the "
+            "default location); set KUBECONFIG or --kubeconfig\n"
+        ), argv
 
 
 def test_unreachable_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,12 +90,19 @@ def test_unreachable_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
+    expected = {
+        "plan": "listing deployments (to find the release's settings)",
+        "kill-switch": "reading namespace kube-system",
+        "override": "reading quota in team-a",
+    }
     for argv in (["plan"], ["kill-switch", "status"], ["override", "team-a"]):
         with pytest.raises(SystemExit) as done:
             main([*argv, "--kubeconfig", str(path)])
         assert done.value.code == 2
-        err = capsys.readouterr().err
-        assert "cannot reach the Kubernetes API" in err, (argv, err)
+        assert capsys.readouterr().err == (
+            f"dynquota: error: {expected[argv[0]]}: cannot reach the Kubernetes API at "
+            "127.0.0.1:1: connection refused\n"
+        ), argv
 
 
 def test_explain_rbac_crd_and_transport_errors() -> None:
@@ -219,8 +238,9 @@ async def test_run_waits_for_an_unreachable_apiserver_with_backoff(
         finally:
             await runner.cleanup()
     attempts = [r.getMessage() for r in caplog.records]
-    assert attempts[0].startswith(
-        "reading namespace kube-system: cannot reach the Kubernetes API: "
+    assert attempts[0] == (
+        f"reading namespace kube-system: cannot reach the Kubernetes API at 127.0.0.1:{port}: "
+        "connection refused (attempt 1); retrying in 0.0 s"
     )
     assert [m.split("(attempt ")[1].split(")")[0] for m in attempts[:3]] == ["1", "2", "3"]
     assert all(r.levelname == "WARNING" for r in caplog.records)

@@ -17,7 +17,7 @@ from dynquota.operator import reconcile as reconcile_module
 from dynquota.operator.killswitch import Deletion
 from dynquota.testing.wait import async_wait_until
 
-from .test_reconcile import T0, FakeQuotas, World, namespace, policy, setup_team
+from .test_reconcile import T0, FakeQuotas, World, namespace, policy, policy_list, setup_team
 
 H = 3600
 
@@ -55,7 +55,7 @@ async def test_case1_unlisted_policies_hold_the_delete_that_would_lose_an_overri
     assert world.events.posted == []
     assert held(world, "policies-unknown") == 1
     # the LIST succeeds: the quota is governed again, nothing was lost
-    world.op.on_policy_list([policy()])
+    policy_list(world.op, [policy()])
     await world.reconcile("team-a")
     assert "team-a" in world.quotas.objects
     assert world.quotas.annotations("team-a")["dynquota.io/override"] == "max"
@@ -67,7 +67,7 @@ async def test_case1_no_create_either_until_policies_are_listed() -> None:
     await setup_team(world, pods=14)  # a kopf event delivered the policy before the LIST
     assert (await world.reconcile("team-a")).retry is True
     assert world.quotas.writes == []
-    world.op.on_policy_list([policy()])
+    policy_list(world.op, [policy()])
     await world.reconcile("team-a")
     assert world.quotas.writes == [("create", "team-a")]
     assert world.quotas.hard("team-a")["pods"] == "20"
@@ -313,7 +313,6 @@ async def test_case7_a_vanished_namespace_backs_off_instead_of_spinning(error: A
     quotas = PhantomQuotas(error)
     world.quotas = quotas
     world.op = world.new_operator()
-    world.op.clock = time.time  # the workqueue's clock
     world.op.on_policy(None, policy())
     world.op.on_namespace(None, namespace("ghost"))
     queue = world.op.queue
@@ -321,7 +320,7 @@ async def test_case7_a_vanished_namespace_backs_off_instead_of_spinning(error: A
     queue.add("ghost")
     await async_wait_until(lambda: quotas.creates >= 3, "three failed creates", timeout=10)
     await async_wait_until(lambda: queue.scheduled("ghost") is not None, "a backoff timer")
-    wait = (queue.scheduled("ghost") or 0.0) - time.time()
+    wait = (queue.scheduled("ghost") or 0.0) - world.clock()  # the workqueue's clock
     creates = quotas.creates
     await queue.stop()
     # the third failure waits 0.5 * 2**2 s (exponential backoff), where it used to re-run at once
@@ -533,3 +532,18 @@ async def test_leaving_the_unknown_kill_switch_state_is_announced() -> None:
         lambda: "KillSwitchReleased" in world.events.reasons("kube-system"), "released Event"
     )
     await op.stop_background()
+
+
+# -- issue 24: knowledge that converges -------------------------------------------------------
+
+
+async def test_issue24_a_full_list_lacking_a_policy_deletes_it() -> None:
+    # v0.2 applied a list item by item: a policy deleted in a watch gap stayed known for good
+    world = World()
+    await setup_team(world, pods=14)
+    await world.reconcile("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "20"
+    policy_list(world.op, [])  # the relist after the gap lacks the policy
+    governance = world.op.governance("team-a")
+    assert governance is not None
+    assert governance.kind == "unmanaged"

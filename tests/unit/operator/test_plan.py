@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from dynquota.operator.plan import (
-    BudgetMember,
-    ClusterSnapshot,
-    build_plan,
-    compute_plan,
-    format_plan,
-    format_table,
-)
+from dynquota.cli.plan_text import format_plan, format_table
+from dynquota.operator.plan import build_plan, compute_plan
+from dynquota.operator.plan_model import BudgetMember
+from dynquota.operator.plan_snapshot import ClusterSnapshot
 from dynquota.settings import Settings
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -127,7 +123,8 @@ def test_table_format() -> None:
 
 
 def test_build_plan_says_why_a_namespace_is_not_managed() -> None:
-    from dynquota.operator.plan import NotManaged, OtherQuota, build_plan
+    from dynquota.operator.plan import build_plan
+    from dynquota.operator.plan_model import NotManaged, OtherQuota
     from dynquota.settings import Settings
 
     snap = snapshot()
@@ -246,7 +243,8 @@ def test_plan_holds_compute_keys_without_a_limit_range_default_as_the_operator_d
     LimitRange (type Container) gives a default is ``held`` (NeedsDefaultRequests), the
     companion LimitRange counts once in place or about to be written, and its state is
     listed."""
-    from dynquota.operator.plan import Companion, build_plan, format_plan
+    from dynquota.operator.plan import build_plan
+    from dynquota.operator.plan_model import Companion
     from dynquota.settings import Settings
 
     memory = {"defaultRequests": {"memory": "64Mi"}}
@@ -402,45 +400,49 @@ def budgeted_quota(namespace: str, hard: int, used: int) -> dict[str, object]:
     }
 
 
-def budget(name: str, selector: dict[str, str], pods: int) -> dict[str, object]:
+def budget(name: str, pods: int) -> dict[str, object]:
     return {
         "metadata": {"name": name, "uid": name, "generation": 1},
-        "spec": {"namespaceSelector": {"matchLabels": selector}, "hard": {"pods": pods}},
+        "spec": {"hard": {"pods": pods}},
     }
 
 
 def budget_snapshot() -> ClusterSnapshot:
+    marked = budgeted_quota("team-c", 12, 12)
+    marked["metadata"]["annotations"]["dynquota.io/budget"] = "tenant"  # type: ignore[index]
     return ClusterSnapshot(
         kube_system={"metadata": {"name": "kube-system", "annotations": {}}},
         namespaces=[
-            ns("team-a", tenant="t"),
-            ns("team-b", tenant="t"),
-            ns("team-c", tenant="t", extra="yes"),
+            ns("team-a", **{"dynquota.io/budget": "tenant"}),
+            ns("team-b", **{"dynquota.io/budget": "tenant"}),
+            ns("team-c", **{"dynquota.io/budget": "extra"}),  # relabelled tenant -> extra
         ],
         policies=[POLICY],
         quotas=[
             budgeted_quota("team-a", 20, 18),
             budgeted_quota("team-b", 10, 4),
-            budgeted_quota("team-c", 12, 12),
+            marked,
         ],
         tally={("team-a", "pods"): 18, ("team-b", "pods"): 4, ("team-c", "pods"): 12},
-        budgets=[budget("tenant", {"tenant": "t"}, 30), budget("extra", {"extra": "yes"}, 50)],
+        budgets=[budget("tenant", 42), budget("extra", 50)],
     )
 
 
 def test_plan_groups_namespaces_by_budget_with_the_operators_allocation() -> None:
     plan = build_plan(budget_snapshot(), Settings(), now=NOW)
     extra, tenant = plan.budgets
-    assert (extra.name, extra.frozen) == ("extra", ("team-c",))
-    assert [(k.key, k.granted, k.members) for k in extra.keys] == [("pods", 0, ())]
+    assert (extra.name, extra.leaving) == ("extra", ())
+    (extra_pods,) = extra.keys
+    # team-c, relabelled into extra, still carries tenant's mark: tenant holds its 12
+    assert [(m.namespace, m.grant, m.next) for m in extra_pods.members] == [("team-c", 12, 17)]
     (pods,) = tenant.keys
-    assert tenant.frozen == ("team-c",)
+    assert tenant.leaving == ("team-c",)
     # team-a: 18 used, its policy wants ceil(18 * 1.4) = 26; team-b: 4 used, keeps its minimum
-    # 10. Granted 20 + 10 = 30 = the budget: max-min fair targets above the usage (8 room:
-    # 4 each) are 22 and 8, so team-b is shrunk to 8 (never below its 4 used) and team-a
-    # waits until the controller shows the shrink (shrink, observe, grow)
+    # 10. Granted 20 + 10 + 12 held = 42 = the budget: max-min fair targets above the usage
+    # (8 room: 4 each) are 22 and 8, so team-b is shrunk to 8 (never below its 4 used) and
+    # team-a waits until the controller shows the shrink (shrink, observe, grow)
     assert (pods.key, pods.hard, pods.granted, pods.granted_after, pods.used, pods.free) == (
-        "pods", 30, 30, 30, 22, 0,
+        "pods", 42, 42, 42, 22, 0,
     )  # fmt: skip
     assert pods.state == "Rebalancing"
     assert pods.members == (
@@ -452,19 +454,19 @@ def test_plan_groups_namespaces_by_budget_with_the_operators_allocation() -> Non
     # the reconcile's patch adds configmaps only: the budget's task writes the pods slice
     assert rows[("team-a", "configmaps")].next == "patch"
     assert rows[("team-a", "pods")].why.startswith("sliced by budget tenant: ")
-    assert rows[("team-c", "pods")].why == "frozen: selected by budgets extra, tenant; not written"
+    assert rows[("team-c", "pods")].why.startswith("sliced by budget extra: ")
     text = format_plan(plan)
     budgets = text[text.index("budgets (") :].splitlines()
     assert budgets[1:] == [
-        "budget extra pods: hard 50, granted 0, used 0, free 50; Settled",
-        "budget extra: frozen (selected by another or an invalid budget too; nobody writes "
-        "their budgeted keys): team-c",
-        "budget tenant pods: hard 30, granted 30, used 22, free 0; Rebalancing",
+        "budget extra pods: hard 50, granted 12, used 12, free 38; Rebalancing",
+        "  NAMESPACE  GRANT  ENFORCED  USED  DEMAND  NEXT  NOTE",
+        "  team-c     12     12        12    17      17",
+        "budget tenant pods: hard 42, granted 42, used 22, free 0; Rebalancing",
         "  NAMESPACE  GRANT  ENFORCED  USED  DEMAND  NEXT  NOTE",
         "  team-a     20     20        18    26      -     waiting for 6",
         "  team-b     10     10        4     10      8     waiting for 2",
-        "budget tenant: frozen (selected by another or an invalid budget too; nobody writes "
-        "their budgeted keys): team-c",
+        "budget tenant: holding the slices of team-c (their quota still carries its mark; "
+        "released when the mark changes)",
     ]
     only = plan.only(["team-b"])
     assert [b.name for b in only.budgets] == ["tenant"]
@@ -491,3 +493,51 @@ def test_a_hard_not_yet_enforced_is_named_with_what_admission_enforces() -> None
     )
     settled = {(r.namespace, r.resource): r for r in compute_plan(snapshot(), now=NOW + 300)}
     assert "enforced" not in settled[("team-a", "pods")].why
+
+
+def test_plan_says_which_unmanaging_deletes_the_brake_would_hold() -> None:
+    """Four managed quotas and no policy left (the CRD deleted): an operator starting now
+    lets two deletes pass (share 0.5) and holds the other two; the plan says so."""
+    teams = [f"team-{i}" for i in range(4)]
+    snap = ClusterSnapshot(
+        kube_system={"metadata": {"name": "kube-system", "annotations": {}}},
+        namespaces=[ns(t) for t in teams],
+        policies=[],
+        quotas=[quota(t, {"pods": "20"}, **{"dynquota.io/policy": "p"}) for t in teams],
+        tally={},
+    )
+    settings, _ = Settings.from_environment({"DYNQUOTA_UNMANAGE_BRAKE_SHARE": "0.5"})
+    rows = build_plan(snap, settings, now=NOW).rows
+    nexts = {r.namespace: r.next for r in rows if r.resource == "pods"}
+    assert nexts == {"team-0": "delete", "team-1": "delete", "team-2": "held", "team-3": "held"}
+    (held,) = [r for r in rows if (r.namespace, r.resource) == ("team-2", "pods")]
+    assert held.why.startswith("held by the brake on mass un-management (")
+    assert "more than 50% of the managed namespaces would lose their quota; confirm with " in (
+        held.why
+    )
+    off, _ = Settings.from_environment({"DYNQUOTA_UNMANAGE_BRAKE_SHARE": "1"})
+    rows = build_plan(snap, off, now=NOW).rows
+    assert {r.next for r in rows if r.resource == "pods"} == {"delete"}
+
+
+def test_plan_shows_the_releases_of_a_policy_switched_to_dry_run() -> None:
+    """README-only attack: the policy switched to dryRun, plan said `nothing` while the
+    operator then deleted half of the quotas and held the rest. Now: the releases are deletes,
+    braked like any un-management (the operator-wide dry run is not)."""
+    teams = [f"team-{i}" for i in range(4)]
+    dry_policy = {**POLICY, "spec": {**POLICY["spec"], "dryRun": True}}  # type: ignore[dict-item]
+    snap = ClusterSnapshot(
+        kube_system={"metadata": {"name": "kube-system", "annotations": {}}},
+        namespaces=[ns(t) for t in teams],
+        policies=[dry_policy],
+        quotas=[quota(t, {"pods": "20"}, **{"dynquota.io/policy": "p"}) for t in teams],
+        tally={},
+    )
+    settings, _ = Settings.from_environment({})
+    rows = [r for r in build_plan(snap, settings, now=NOW).rows if r.resource == "pods"]
+    assert [r.next for r in rows] == ["delete", "delete", "held", "held"]
+    assert rows[0].why.startswith("released (policy p is in dry run: dynquota enforces nothing")
+    operator_dry, _ = Settings.from_environment({"DYNQUOTA_DRY_RUN": "true"})
+    rows = [r for r in build_plan(snap, operator_dry, now=NOW).rows if r.resource == "pods"]
+    assert [r.next for r in rows] == ["delete"] * 4
+    assert rows[0].why.startswith("released (operator.dryRun is in dry run")

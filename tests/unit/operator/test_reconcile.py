@@ -227,6 +227,17 @@ def namespace(
     }
 
 
+def policy_list(op: Any, items: list[dict[str, Any]]) -> None:
+    """The policies as a full list gives them (what the policy informer's relist does: each
+    applied, a stored policy the list lacks deleted, then the synced signal)."""
+    names = {str((obj.get("metadata") or {}).get("name") or "") for obj in items}
+    for obj in items:
+        op.on_policy(None, obj)
+    for name in [n for n in op._policies if n not in names]:
+        op.on_policy("DELETED", {"metadata": {"name": name}})
+    op.on_policies_synced()
+
+
 class World:
     def __init__(self, **settings: Any) -> None:
         self.clock = Clock()
@@ -235,6 +246,8 @@ class World:
         self.usage = FakeUsage()
         self.status = FakeStatus()
         self.leader = Leader()
+        # the brake on mass un-management is off unless a test sets it (test_brake.py)
+        settings.setdefault("unmanage_brake_share", 1.0)
         self.settings = Settings(metrics_port=0, probe_port=0, coalesce_seconds=0, **settings)
         self.op = self.new_operator()
 
@@ -249,7 +262,7 @@ class World:
         )
         op.usage = self.usage
         op.on_namespace(None, namespace("kube-system"))
-        op.on_policy_list([])  # the start-up LIST succeeded (tests of holds undo this)
+        policy_list(op, [])  # the start-up LIST succeeded (tests of holds undo this)
         op.budgets.on_budget_list([])  # as did the budgets' (no budget)
         return op
 
@@ -503,7 +516,9 @@ async def test_opted_out_namespace_loses_its_managed_quota(world: World) -> None
         "Warning",
         "QuotaRemoved",
         "the managed ResourceQuota dynquota was deleted: "
-        "namespace labelled dynquota.io/managed=false",
+        "namespace labelled dynquota.io/managed=false; who may update "
+        "dynamicquotapolicies.dynquota.io can restore it (the namespace's labels, or a policy "
+        "selecting it)",
     )
     assert world.op.metrics.quota_deletions.labels("unmanaged")._value.get() == 1
 
@@ -532,7 +547,9 @@ async def test_policy_deletion_removes_quotas_rate_limited_logged_and_reported(
             name,
             "Warning",
             "QuotaRemoved",
-            "the managed ResourceQuota dynquota was deleted: no policy matches this namespace",
+            "the managed ResourceQuota dynquota was deleted: no policy matches this namespace; "
+            "who may update dynamicquotapolicies.dynquota.io can restore it (the namespace's "
+            "labels, or a policy selecting it)",
         )
         for name in names
     ]
@@ -641,6 +658,22 @@ async def test_policy_status_counts_governed_namespaces(world: World) -> None:
     cond = status["conditions"][0]
     assert (cond["type"], cond["status"], cond["reason"]) == ("Valid", "True", "Valid")
     assert world.op.metrics.managed._value.get() == 2
+
+
+async def test_a_policy_selecting_on_an_unguarded_key_is_reported_not_frozen() -> None:
+    """Issue 23: a policy whose selector uses a key the chart does not guard keeps governing
+    (a quota is created) and reports ``Guarded=False`` naming the key."""
+    world = World(guarded_label_keys=["owner"])
+    world.op.on_policy(None, policy(selector={"matchLabels": {"team": "a", "owner": "b"}}))
+    world.op.on_namespace(None, namespace("team-a", {"team": "a", "owner": "b"}))
+    await world.reconcile("team-a")
+    assert world.quotas.hard("team-a") == {"pods": "10", "configmaps": "50"}
+    await world.op.write_policy_status()
+    ((_, status),) = world.status.patches
+    assert [c["type"] for c in status["conditions"]] == ["Valid", "Shadowed", "Guarded"]
+    guarded = status["conditions"][2]
+    assert (guarded["status"], guarded["reason"]) == ("False", "UnguardedSelector")
+    assert guarded["message"].startswith("namespaceSelector uses the label team, which is not")
 
 
 async def test_dry_run_writes_nothing_and_reports_a_simulated_quota() -> None:
@@ -918,7 +951,7 @@ def _world_with_invalid_switch(managed_quotas_exist: bool) -> World:
         clock=world.clock,
     )
     op.usage = world.usage
-    op.on_policy_list([])
+    policy_list(op, [])
     op.budgets.on_budget_list([])
     op.managed_quotas_exist = managed_quotas_exist
     op.on_namespace(None, namespace("kube-system", annotations={"dynquota.io/kill-switch": "yes"}))

@@ -76,6 +76,33 @@ async def test_policy_dry_run_releases_the_quota_then_enforcing_creates_it_again
     assert world.events.reasons("team-a")[-1] == "Resized"
 
 
+async def test_a_release_caused_by_a_label_change_is_a_warning_naming_who_can_restore_it(
+    world: World,
+) -> None:
+    """Issue 23: the namespace leaves its enforcing policy (its selector label removed) and
+    falls to an audit-only policy: the release is a Warning that says which policy governed
+    it and who can restore it, not a Normal Event."""
+    world.op.on_policy(None, policy("audit", dry_run=True))
+    world.op.on_policy(
+        None, policy("team", selector={"matchLabels": {"dynquota.io/tier": "a"}}, priority=10)
+    )
+    world.op.on_namespace(None, namespace("team-a", {"dynquota.io/tier": "a"}))
+    world.usage.counts[("team-a", "pods")] = 14
+    await world.reconcile("team-a")
+    assert world.quotas.hard("team-a") == {"pods": "20", "configmaps": "50"}
+    world.op.on_namespace("MODIFIED", namespace("team-a", {}, rv=2))
+    await world.reconcile("team-a")
+    assert "team-a" not in world.quotas.objects
+    assert world.events.posted[-1] == (
+        "team-a",
+        "Warning",
+        "QuotaReleased",
+        RELEASED.replace("policy p ", "policy audit ")
+        + "; policy team governed this namespace until its labels (or the policies) changed: "
+        "who may update dynamicquotapolicies.dynquota.io can restore it",
+    )
+
+
 async def test_global_dry_run_releases_with_its_own_words() -> None:
     world = World(dry_run=True)
     world.quotas.put("team-a", {"pods": "20", "configmaps": "50"})

@@ -1,17 +1,15 @@
-"""The QuotaBudget spec (dynquota.policy.budget_spec): validation in units, membership."""
+"""The QuotaBudget spec (dynquota.policy.budget_spec): validation in units."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from dynquota.policy.budget_spec import QuotaBudgetSpec, resolve_membership
-
-TEAM = {"matchLabels": {"team": "a"}}
+from dynquota.policy.budget_spec import QuotaBudgetSpec
 
 
-def spec(hard: object, selector: object = TEAM) -> QuotaBudgetSpec:
-    return QuotaBudgetSpec.model_validate({"namespaceSelector": selector, "hard": hard})
+def spec(hard: object) -> QuotaBudgetSpec:
+    return QuotaBudgetSpec.model_validate({"hard": hard})
 
 
 def test_amounts_become_whole_units_of_each_key() -> None:
@@ -45,25 +43,9 @@ def test_bad_amounts_are_refused_naming_the_key(hard: object, message: str) -> N
         spec(hard)
 
 
-def test_an_empty_selector_is_refused() -> None:
-    with pytest.raises(ValidationError, match="select by at least one label"):
-        spec({"pods": 1}, selector={})
-
-
-def test_a_namespace_in_two_budgets_belongs_to_neither() -> None:
-    budgets = {
-        "team-a": spec({"pods": 10}),
-        "gpu": spec({"pods": 5}, {"matchLabels": {"gpu": "yes"}}),
-    }
-    found = resolve_membership(
-        budgets,
-        [
-            ("a1", {"team": "a"}),
-            ("a2", {"team": "a", "gpu": "yes"}),
-            ("g1", {"gpu": "yes"}),
-            ("other", {"team": "b"}),
-        ],
-    )
-    assert found.budget_of == {"a1": "team-a", "g1": "gpu"}
-    assert found.conflicts == {"a2": ("gpu", "team-a")}
-    assert found.members("team-a") == ["a1"]
+def test_a_selector_is_no_field_any_more() -> None:
+    # issue #22: membership is the namespace label dynquota.io/budget, not a selector
+    with pytest.raises(ValidationError, match="namespaceSelector"):
+        QuotaBudgetSpec.model_validate(
+            {"namespaceSelector": {"matchLabels": {"a": "b"}}, "hard": {"pods": 1}}
+        )

@@ -248,7 +248,8 @@ def test_override_raises_every_key_to_its_maximum() -> None:
 
 
 def test_plan_table_shows_each_key_in_its_unit() -> None:
-    from dynquota.operator.plan import PlanRow, format_table
+    from dynquota.cli.plan_text import format_table
+    from dynquota.operator.plan_model import PlanRow
 
     rows = [
         PlanRow("a", "pods", 4, 4, 10, 10, "nothing", "x"),

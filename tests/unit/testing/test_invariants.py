@@ -155,3 +155,24 @@ def test_cooldown_allows_a_raise_to_usage_that_stamps_nothing() -> None:
     found = _too_early(cur, "ns", "pods", 40, 56, profile, before, above)
     assert found is not None
     assert found.invariant == "cooldown"
+
+
+def test_cooldown_judges_a_change_by_when_the_sample_was_read() -> None:
+    """A write made while the checker's LISTs ran is not early: the sample's start time is
+    before it, the time the quota LIST answered after it (a soak false positive at load 30)."""
+    from dynquota.testing.invariant_rules import ClusterSample, QuotaSample, _too_early
+
+    profile = ResourceProfile.of(40, 10, 60, 3, 12)
+    stamp = {"dynquota.io/last-upscale.pods": "2026-12-01T19:05:34Z"}
+    before = QuotaSample("u", {"pods": 20}, {"pods": 20}, dict(stamp))
+    # the raise stamped the end of the cooldown, as the operator does
+    raised = QuotaSample(
+        "u", {"pods": 28}, {"pods": 20}, {"dynquota.io/last-upscale.pods": "2026-12-01T19:05:37Z"}
+    )
+    began = 1796151934.0 + 1.5  # the sample began 1.5 s after the stamp (cooldown 3 s)
+    early = ClusterSample(began, False, {}, frozenset(), [], {})
+    found = _too_early(early, "ns", "pods", 20, 28, profile, before, raised)
+    assert found is not None
+    assert found.invariant == "cooldown"
+    read = ClusterSample(began, False, {}, frozenset(), [], {}, read_until=began + 2.0)
+    assert _too_early(read, "ns", "pods", 20, 28, profile, before, raised) is None

@@ -1,0 +1,98 @@
+"""How read commands print (pure): tabwriter-style tables and ``-o json|yaml|jsonpath=``.
+
+Tables are plain columns two spaces apart, padded with spaces only (no box drawing, no
+colour), as kubectl's ``printers.GetNewTabWriter`` prints them, so ``awk``, ``cut`` and
+``grep`` read them. ``-o jsonpath=TEMPLATE`` follows kubectl's template syntax
+(``k8s.io/client-go/util/jsonpath``) for what scripts use most: literal text, and
+``{EXPR}`` where ``EXPR`` is a JSONPath (``.rows[*].namespace``, ``.rows[0].target``;
+evaluated by jsonpath-ng, a maintained PyPI library), several matches printed space-separated;
+``{"\\n"}`` and ``{"\\t"}`` print a newline and a tab. kubectl's ``{range}``/``{end}`` and
+filter expressions are not supported (a template with them is refused with one line).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["OutputError", "columns", "render_document", "render_jsonpath"]
+
+
+class OutputError(ValueError):
+    """A ``-o`` value that cannot be applied (the message says why)."""
+
+
+def columns(table: Sequence[Sequence[str]]) -> str:
+    """Aligned columns two spaces apart (kubectl's tabwriter: minwidth 0, padding 2); the
+    last column is not padded, trailing spaces are stripped."""
+    if not table:
+        return ""
+    count = max(len(row) for row in table)
+    widths = [
+        max((len(row[i]) for row in table if i < len(row)), default=0) for i in range(count - 1)
+    ]
+    lines = []
+    for row in table:
+        cells = [c.ljust(widths[i]) if i < count - 1 else c for i, c in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def render_document(document: Any, output: str) -> str:
+    """``document`` (plain JSON values) as ``output``: ``json`` (2-space indent), ``yaml``
+    (block style, keys in document order) or ``jsonpath=TEMPLATE``.
+
+    Raises :class:`OutputError` for another format or a bad template."""
+    if output == "json":
+        return json.dumps(document, indent=2)
+    if output == "yaml":
+        import yaml
+
+        return str(yaml.safe_dump(document, sort_keys=False, default_flow_style=False)).rstrip("\n")
+    if output.startswith("jsonpath="):
+        return render_jsonpath(document, output.removeprefix("jsonpath="))
+    raise OutputError(f"output {output!r} is not a document format")
+
+
+_PART = re.compile(r"\{([^{}]*)\}")
+
+
+def render_jsonpath(document: Any, template: str) -> str:
+    """``template`` (kubectl's jsonpath template: text and ``{EXPR}``) applied to
+    ``document``. A template without braces is one expression, as kubectl reads it.
+
+    Raises :class:`OutputError` (``{range}``/``{end}``, a filter, a malformed expression)."""
+    from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
+    from jsonpath_ng.parser import parse
+
+    if "{" not in template:
+        template = "{" + template + "}"
+    out: list[str] = []
+    position = 0
+    for match in _PART.finditer(template):
+        out.append(template[position : match.start()])
+        position = match.end()
+        expr = match.group(1).strip()
+        if expr.startswith('"') and expr.endswith('"') and len(expr) >= 2:
+            out.append(expr[1:-1].replace("\\n", "\n").replace("\\t", "\t"))
+            continue
+        if expr.startswith(("range", "end")) or "?(" in expr:
+            raise OutputError(
+                f"jsonpath {{{expr}}}: range/end and filters are not supported; use -o json "
+                "with jq, or a plain path such as {.rows[*].namespace}"
+            )
+        path = "$" + expr if expr.startswith((".", "[")) else "$." + expr if expr else "$"
+        try:
+            found = [m.value for m in parse(path).find(document)]
+        except (JsonPathLexerError, JsonPathParserError, Exception) as exc:
+            raise OutputError(f"jsonpath {{{expr}}}: {exc}") from exc
+        out.append(" ".join(_scalar(v) for v in found))
+    out.append(template[position:])
+    return "".join(out)
+
+
+def _scalar(value: Any) -> str:
+    """A matched value as kubectl prints it: strings bare, the rest as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
