@@ -70,10 +70,12 @@ integration: setup controlplane kwok toxiproxy
 # tests/integration/test_image.py uses the image `make image` built (.ci/run builds it first)
 # and skips, saying why, where buildah is not installed.
 # Two pytest-xdist workers, one xdist group per integration file (tests/conftest.py says why).
-# A test is rerun only when the audit log shows an upstream quota race (docs/controlplane.md).
+# A test is rerun only when the audit log shows an upstream quota race (docs/controlplane.md)
+# or when the ReplicaSet controller's own backoff ended first (tests/integration/test_wake.py).
 test: lint controlplane kwok promtool toxiproxy
 	$(PY) -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -m 'not bench' --durations=25 \
-		--reruns 2 --only-rerun UpstreamQuotaRaceError tests
+		--reruns 2 --only-rerun UpstreamQuotaRaceError \
+		--only-rerun ReplicaSetBackoffRaceError tests
 
 bench: setup controlplane kwok
 	$(PY) -m pytest -m 'bench and not scale' -s tests/bench
