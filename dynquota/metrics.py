@@ -16,7 +16,7 @@ dynquota_usage_above_maximum                gauge   namespace, resource (1 when 
 dynquota_resizes_total                      counter direction (up/down), reason
 dynquota_quota_writes_total                 counter verb (create/patch/delete)
 dynquota_quota_deletions_total              counter cause (kill-switch/unmanaged/dry-run)
-dynquota_wakes_total                        counter kind (ReplicaSet)
+dynquota_wakes_total                        counter kind (ReplicaSet, StatefulSet, DaemonSet, Job)
 dynquota_overrides_active                   gauge   namespace (1 while its override is active;
                                                     no series otherwise)
 dynquota_kill_switch_engaged                gauge   -

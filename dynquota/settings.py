@@ -130,7 +130,8 @@ class Settings(BaseSettings):
     wake: bool = Field(
         True,
         description="wake the controllers a quota refused once a raise makes room (the wake "
-        "mark dynquota.io/wake on their ReplicaSets); false: controllers retry at the end of "
+        "mark dynquota.io/wake on their ReplicaSets, StatefulSets, DaemonSets and Jobs); false: "
+        "controllers retry at the end of "
         "their own backoff",
     )
     wake_qps: float = Field(

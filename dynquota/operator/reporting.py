@@ -231,14 +231,14 @@ class Reporting(OperatorCache):
 
     async def report_woken(self, namespace: str, names: list[str], why: str) -> None:
         """The waker's Event (:mod:`dynquota.operator.wake`): a Normal ``Woken`` on the managed
-        quota naming the ReplicaSets marked and the raise."""
+        quota naming the workloads marked (``"Kind/name"``) and the raise."""
         quota = self._watched.get(namespace)
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         await self._emit(
             ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, quota.uid if quota else ""),
             "Normal",
             EventReason.WOKEN,
-            f"woke {len(names)} ReplicaSet(s) whose pod creates this quota refused ({shown}): "
+            f"woke {len(names)} workload(s) whose pod creates this quota refused ({shown}): "
             f"the raise {why} made room, so they retry now instead of at the end of their "
             "controller's backoff",
         )

@@ -177,6 +177,7 @@ class Runtime:
             self.operator.report_woken,
             enabled=settings.wake,
             qps=settings.wake_qps,
+            allowed=self._wake_allowed,
         )
         self.metrics.registry.register(
             InformerCollector(lambda: {**self.watcher.stats(), **self.objects.stats()})
@@ -256,6 +257,11 @@ class Runtime:
             await asyncio.sleep(self.settings.resync_seconds)
             self.operator.queue.add_all(list(self.operator.namespaces))
             self._wake_sweep()
+
+    def _wake_allowed(self, namespace: str) -> bool:
+        """Whether the policy governing ``namespace`` lets it be woken (``spec.wake``)."""
+        governance = self.operator.governance(namespace)
+        return governance is None or governance.wake
 
     def _wake_sweep(self) -> None:
         """Wake passes for the managed quotas not seen since this replica leads."""

@@ -139,7 +139,9 @@ class DynamicQuotaPolicySpec(BaseModel):
     ``memory``, ``ephemeral-storage``) -> positive quantity string for the companion LimitRange
     ``dynquota`` (:mod:`dynquota.policy.limitrange`); ``defaultLimits`` needs
     ``allow_default_limits`` [allowDefaultLimits] true, and each default request must not
-    exceed the default limit of the same resource.
+    exceed the default limit of the same resource. ``wake`` bool (default true): after a
+    raise, wake the controllers the quota refused in these namespaces
+    (:mod:`dynquota.operator.wake`).
     """
 
     model_config = _STRICT
@@ -154,6 +156,7 @@ class DynamicQuotaPolicySpec(BaseModel):
     default_requests: dict[str, str] = Field(default_factory=dict, alias="defaultRequests")
     default_limits: dict[str, str] = Field(default_factory=dict, alias="defaultLimits")
     allow_default_limits: bool = Field(default=False, alias="allowDefaultLimits")
+    wake: bool = True
 
     @field_validator(
         "namespace_selector", "override", "default_requests", "default_limits", mode="before"

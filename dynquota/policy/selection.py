@@ -143,6 +143,8 @@ class Governance:
     override: OverrideSettings = field(default_factory=OverrideSettings)
     container_defaults: ContainerDefaults = field(default_factory=ContainerDefaults)
     """The companion LimitRange the governing policy asks for (empty: none)."""
+    wake: bool = True
+    """The governing policy's ``spec.wake``: wake the controllers a raise made room for."""
 
     @property
     def label_change(self) -> bool:
@@ -158,6 +160,7 @@ class Governance:
         dry_run: bool = False,
         override: OverrideSettings | None = None,
         container_defaults: ContainerDefaults | None = None,
+        wake: bool = True,
     ) -> Governance:
         """A namespace governed by ``policy`` (handy for callers and tests)."""
         return cls(
@@ -170,6 +173,7 @@ class Governance:
             container_defaults=(
                 container_defaults if container_defaults is not None else ContainerDefaults()
             ),
+            wake=wake,
         )
 
 
@@ -238,4 +242,5 @@ def _select(namespace: NamespaceInfo, policies: Iterable[PolicyInfo]) -> Governa
         best.spec.dry_run,
         best.spec.override,
         best.spec.container_defaults,
+        best.spec.wake,
     )

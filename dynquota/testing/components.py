@@ -46,6 +46,9 @@ CONTROLLERS = (
     "resourcequota-controller",
     "replicaset-controller",
     "deployment-controller",
+    # the wake's kinds (issue 26): their pods stay Pending without nodes, charged all the same
+    "statefulset-controller",
+    "job-controller",
     "namespace-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",
@@ -55,10 +58,11 @@ CONTROLLERS = (
     # aggregates the chart's tenant ClusterRole into admin/edit
     "clusterrole-aggregation-controller",
 )
-# Added with nodes: Jobs run to completion and are cleaned up, a silent node is marked
-# NotReady/Unknown and tainted, and its pods are evicted after their tolerationSeconds.
+# Added with nodes: a DaemonSet gets a pod per node, Jobs run to completion and are cleaned up,
+# a silent node is marked NotReady/Unknown and tainted, and its pods are evicted after their
+# tolerationSeconds.
 NODE_CONTROLLERS = (
-    "job-controller",
+    "daemonset-controller",
     "ttl-after-finished-controller",
     "node-lifecycle-controller",
     "taint-eviction-controller",

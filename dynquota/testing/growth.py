@@ -13,7 +13,7 @@ from typing import Any
 
 from dynquota.testing.operator import PAUSE, OperatorCluster
 
-__all__ = ["FillRun", "deployment", "grow"]
+__all__ = ["FillRun", "deployment", "grow", "job", "stateful_set"]
 
 
 def deployment(name: str, replicas: int) -> dict[str, Any]:
@@ -32,6 +32,47 @@ def deployment(name: str, replicas: int) -> dict[str, Any]:
                     "terminationGracePeriodSeconds": 0,
                 },
             },
+        },
+    }
+
+
+def _pod_template(name: str, restart: str = "Always") -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"app": name}},
+        "spec": {
+            "containers": [{"name": "app", "image": PAUSE}],
+            "terminationGracePeriodSeconds": 0,
+            "restartPolicy": restart,
+        },
+    }
+
+
+def stateful_set(name: str, replicas: int) -> dict[str, Any]:
+    """A StatefulSet body: ``replicas`` pause pods, ``podManagementPolicy: Parallel`` (the
+    default OrderedReady creates the next pod only when the previous one is Ready: without
+    nodes, never)."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": name}},
+            "template": _pod_template(name),
+        },
+    }
+
+
+def job(name: str, parallelism: int) -> dict[str, Any]:
+    """A Job body: ``parallelism`` pause pods at once, as many completions (without nodes its
+    pods stay Pending, active and charged)."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "backoffLimit": 0,
+            "template": _pod_template(name, "Never"),
         },
     }
 
@@ -60,12 +101,24 @@ class FillRun:
 
 
 def grow(
-    c: OperatorCluster, ns: str, replicas: int, timeout: float, start_hard: int = 0
+    c: OperatorCluster,
+    ns: str,
+    replicas: int,
+    timeout: float,
+    start_hard: int = 0,
+    kind: str = "Deployment",
 ) -> FillRun:
-    """Create a Deployment of ``replicas`` pods in ``ns`` and sample (every 0.2 s, each sample
-    read afresh) its quota's ``status.hard`` of ``pods`` and the pod count, until every pod
-    exists and every raise was filled, or ``timeout`` seconds passed."""
-    c.apps.create_namespaced_deployment(ns, deployment("web", replicas), _request_timeout=30)
+    """Create a ``kind`` (``Deployment``, ``StatefulSet`` or ``Job``) ``web`` of ``replicas``
+    pods in ``ns`` and sample (every 0.2 s, each sample read afresh) its quota's
+    ``status.hard`` of ``pods`` and the pod count, until every pod exists and every raise was
+    filled, or ``timeout`` seconds passed."""
+    if kind == "StatefulSet":
+        c.apps.create_namespaced_stateful_set(ns, stateful_set("web", replicas),
+                                              _request_timeout=30)  # fmt: skip
+    elif kind == "Job":
+        c.batch.create_namespaced_job(ns, job("web", replicas), _request_timeout=30)
+    else:
+        c.apps.create_namespaced_deployment(ns, deployment("web", replicas), _request_timeout=30)
     run = FillRun(replicas)
     started = time.monotonic()
     hard_seen = start_hard

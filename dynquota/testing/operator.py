@@ -63,11 +63,13 @@ class OperatorCluster:
     sa_kubeconfig: str
     core: Any = field(init=False)
     apps: Any = field(init=False)
+    batch: Any = field(init=False)
     custom: Any = field(init=False)
 
     def __post_init__(self) -> None:
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.apps = kubernetes.client.AppsV1Api(self.api)
+        self.batch = kubernetes.client.BatchV1Api(self.api)
         self.custom = kubernetes.client.CustomObjectsApi(self.api)
 
     # -- namespaces, policies -----------------------------------------------------------------

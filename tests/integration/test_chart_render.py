@@ -334,8 +334,13 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
             "resources": ["quotabudgets/status"],
             "verbs": ["patch"],
         },
-        # issue #26: the wake lists ReplicaSets and patches their wake mark (the policy pins it)
-        {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["list", "patch"]},
+        # issue #26: the wake lists workloads and patches their wake mark (the policy pins it)
+        {
+            "apiGroups": ["apps"],
+            "resources": ["replicasets", "statefulsets", "daemonsets"],
+            "verbs": ["list", "patch"],
+        },
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "patch"]},
         # issue #22: no rule on admission policies (the budget guard is the chart's)
         {
             "apiGroups": ["apiextensions.k8s.io"],
@@ -363,7 +368,7 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
     # the wake off drops its rule and its Lease fence, and nothing else
     off = render(helm, "--set", "operator.wake.enabled=false")
     rules = one(off, "ClusterRole", "dq-dynquota")
-    assert rules["rules"] == role["rules"][:-2] + role["rules"][-1:]
+    assert rules["rules"] == role["rules"][:-3] + role["rules"][-1:]
     assert [k for k in kinds(off) if "lease-fence" in k] == [
         "ValidatingAdmissionPolicy/dq-dynquota-lease-fence",
         "ValidatingAdmissionPolicyBinding/dq-dynquota-lease-fence",
@@ -946,7 +951,13 @@ def test_operator_writes_policy_render(helm: Path) -> None:
         {
             "apiGroups": ["apps"],
             "apiVersions": ["*"],
-            "resources": ["replicasets"],
+            "resources": ["replicasets", "statefulsets", "daemonsets"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+        },
+        {
+            "apiGroups": ["batch"],
+            "apiVersions": ["*"],
+            "resources": ["jobs"],
             "operations": ["CREATE", "UPDATE", "DELETE"],
         },
     ]

@@ -59,7 +59,7 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert "5. engaged for 4s: managed quotas re-created: []" in out
     assert "5. quotas re-created from current usage" in out
     # the operator (not the demo) woke the runaway's ReplicaSet after a raise
-    assert "dynquota woke demo-runaway: woke 1 ReplicaSet(s) whose pod creates" in out
+    assert "dynquota woke demo-runaway: woke 1 workload(s) whose pod creates" in out
     # two teams under one QuotaBudget of 60 ConfigMaps: the runaway's steps depend on when the
     # operator sees its usage, where it ends does not (the last free unit goes to team-a)
     # (37 plus kube-root-ca.crt fill its slice of 38; admission may admit one more: #123434)

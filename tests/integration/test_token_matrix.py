@@ -206,10 +206,14 @@ EVENTS = (
 
 
 WAKE_ONLY = (
-    WHO + "changes nothing on a ReplicaSet but the annotation dynquota.io/wake (at most 64 "
+    WHO + "changes nothing on a ReplicaSet, StatefulSet, DaemonSet or Job but the annotation "
+    "dynquota.io/wake (at most 64 "
     "characters), only in a namespace it may manage (never its spec, labels, owner references, "
     "finalizers or other annotations; never a create or a delete)."
 )
+
+
+WAKE_MARK = {"metadata": {"annotations": {"dynquota.io/wake": "1"}}}
 
 
 def rbac(verb: str, resource: str, group: str = "", namespace: str | None = None,
@@ -322,6 +326,41 @@ def _replica_set(b: Bed, namespace: str | None = None) -> str:
         kubernetes.client.AppsV1Api(b.admin).create_namespaced_replica_set(
             namespace or b.tenant, body, _request_timeout=TIMEOUT
         )
+    return "web"
+
+
+def batch(b: Bed) -> Any:
+    """The token's batch/v1 API (Jobs)."""
+    return kubernetes.client.BatchV1Api(b.token)
+
+
+def _workload(b: Bed, kind: str) -> str:
+    """The ``kind`` (StatefulSet, DaemonSet, Job) ``web`` in the tenant namespace, creating no
+    pod (0 replicas; the test bed has no node for a DaemonSet; a suspended Job), created as
+    admin if missing; its name."""
+    labels = {"app": "web"}
+    template = {"metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": PAUSE}]}}  # fmt: skip
+    meta = {"name": "web", "labels": labels}
+    apps_admin = kubernetes.client.AppsV1Api(b.admin)
+    with contextlib.suppress(ApiException):
+        if kind == "StatefulSet":
+            apps_admin.create_namespaced_stateful_set(b.tenant, {
+                "metadata": meta, "spec": {"replicas": 0, "serviceName": "web",
+                "selector": {"matchLabels": labels}, "template": template}},
+                _request_timeout=TIMEOUT)  # fmt: skip
+        elif kind == "DaemonSet":
+            apps_admin.create_namespaced_daemon_set(b.tenant, {
+                "metadata": meta,
+                "spec": {"selector": {"matchLabels": labels}, "template": template}},
+                _request_timeout=TIMEOUT)  # fmt: skip
+        else:
+            job_template = {"metadata": {"labels": labels},
+                            "spec": {**template["spec"], "restartPolicy": "Never"}}  # fmt: skip
+            kubernetes.client.BatchV1Api(b.admin).create_namespaced_job(b.tenant, {
+                "metadata": {"name": "web"},
+                "spec": {"suspend": True, "template": job_template}},
+                _request_timeout=TIMEOUT)  # fmt: skip
     return "web"
 
 
@@ -544,6 +583,44 @@ ROWS = [
             _replica_set(b), b.tenant, _request_timeout=TIMEOUT),
         rbac("delete", "replicasets", "apps", namespace="{tenant}", name="web",
              kind="replicasets.apps")),
+    # the same wake mark on the other kinds the quota refuses pods to
+    Row("statefulset-wake-mark", "nothing",
+        lambda b: apps(b).patch_namespaced_stateful_set(
+            _workload(b, "StatefulSet"), b.tenant, WAKE_MARK, _request_timeout=TIMEOUT),
+        ADMITTED),
+    Row("statefulset-scale", "policy",
+        lambda b: apps(b).patch_namespaced_stateful_set(
+            _workload(b, "StatefulSet"), b.tenant, {"spec": {"replicas": 5}},
+            _request_timeout=TIMEOUT),
+        POLICY.format(kind="statefulsets.apps", name="web", full="{full}") + WAKE_ONLY),
+    Row("daemonset-wake-mark", "nothing",
+        lambda b: apps(b).patch_namespaced_daemon_set(
+            _workload(b, "DaemonSet"), b.tenant, WAKE_MARK, _request_timeout=TIMEOUT),
+        ADMITTED),
+    Row("daemonset-template", "policy",
+        lambda b: apps(b).patch_namespaced_daemon_set(
+            _workload(b, "DaemonSet"), b.tenant,
+            {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "evil"}]}}}},
+            _request_timeout=TIMEOUT),
+        POLICY.format(kind="daemonsets.apps", name="web", full="{full}") + WAKE_ONLY),
+    Row("job-wake-mark", "nothing",
+        lambda b: batch(b).patch_namespaced_job(
+            _workload(b, "Job"), b.tenant, WAKE_MARK, _request_timeout=TIMEOUT),
+        ADMITTED),
+    Row("job-resume", "policy",
+        lambda b: batch(b).patch_namespaced_job(
+            _workload(b, "Job"), b.tenant, {"spec": {"suspend": False}},
+            _request_timeout=TIMEOUT),
+        POLICY.format(kind="jobs.batch", name="web", full="{full}") + WAKE_ONLY),
+    Row("job-delete", "RBAC",
+        lambda b: batch(b).delete_namespaced_job(
+            _workload(b, "Job"), b.tenant, _request_timeout=TIMEOUT),
+        rbac("delete", "jobs", "batch", namespace="{tenant}", name="web", kind="jobs.batch")),
+    Row("workloads-list-templates", "nothing",
+        lambda b: (apps(b).list_stateful_set_for_all_namespaces(_request_timeout=TIMEOUT),
+                   apps(b).list_daemon_set_for_all_namespaces(_request_timeout=TIMEOUT),
+                   batch(b).list_job_for_all_namespaces(_request_timeout=TIMEOUT)),
+        ADMITTED),
 ]
 # fmt: on
 

@@ -9,9 +9,11 @@ import pytest
 
 from dynquota.policy.wake import (
     WAKE_ANNOTATION,
+    WorkloadKind,
     charged_by_pods,
     raised_keys,
     refused_replica_set,
+    short_workload,
     wake_patch,
 )
 
@@ -65,3 +67,36 @@ def test_the_wake_patch_sets_only_the_mark_conditionally() -> None:
     assert wake_patch("1234", "7") == {
         "metadata": {"annotations": {WAKE_ANNOTATION: "1234"}, "resourceVersion": "7"}
     }
+
+
+@pytest.mark.parametrize(
+    ("kind", "obj", "short"),
+    [
+        # StatefulSet: pods created (status.replicas) below spec.replicas (default 1)
+        ("StatefulSet", {"spec": {"replicas": 3}, "status": {"replicas": 1}}, True),
+        ("StatefulSet", {"spec": {"replicas": 3}, "status": {"replicas": 3}}, False),
+        ("StatefulSet", {"spec": {}, "status": {}}, True),
+        ("StatefulSet", {"spec": {"replicas": 0}, "status": {}}, False),
+        # DaemonSet: nodes with its pod below the nodes that should run it
+        ("DaemonSet", {"status": {"desiredNumberScheduled": 30, "currentNumberScheduled": 10}},
+         True),
+        ("DaemonSet", {"status": {"desiredNumberScheduled": 3, "currentNumberScheduled": 3}},
+         False),
+        ("DaemonSet", {"status": {}}, False),
+        # Job: active below parallelism, capped by the completions left
+        ("Job", {"spec": {"parallelism": 4}, "status": {"active": 2}}, True),
+        ("Job", {"spec": {}, "status": {}}, True),
+        ("Job", {"spec": {"parallelism": 4, "completions": 5}, "status": {"active": 2,
+                                                                           "succeeded": 3}},
+         False),
+        ("Job", {"spec": {"parallelism": 4, "suspend": True}, "status": {}}, False),
+        ("Job", {"spec": {"parallelism": 4},
+                 "status": {"conditions": [{"type": "Failed", "status": "True"}]}}, False),
+        ("Job", {"spec": {"parallelism": 4},
+                 "status": {"conditions": [{"type": "Complete", "status": "False"}]}}, True),
+        # malformed counts are not short
+        ("StatefulSet", {"spec": {"replicas": "3"}, "status": {"replicas": 1}}, False),
+    ],
+)  # fmt: skip
+def test_a_workload_short_of_pods(kind: WorkloadKind, obj: dict[str, Any], short: bool) -> None:
+    assert short_workload(kind, obj) is short
