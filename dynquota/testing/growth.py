@@ -107,11 +107,13 @@ def grow(
     timeout: float,
     start_hard: int = 0,
     kind: str = "Deployment",
+    expect: int | None = None,
 ) -> FillRun:
     """Create a ``kind`` (``Deployment``, ``StatefulSet`` or ``Job``) ``web`` of ``replicas``
     pods in ``ns`` and sample (every 0.2 s, each sample read afresh) its quota's
     ``status.hard`` of ``pods`` and the pod count, until every pod exists and every raise was
-    filled, or ``timeout`` seconds passed."""
+    filled, or ``timeout`` seconds passed. ``expect``: the pods the namespace ends with when
+    other workloads grow there too (default ``replicas``)."""
     if kind == "StatefulSet":
         c.apps.create_namespaced_stateful_set(ns, stateful_set("web", replicas),
                                               _request_timeout=30)  # fmt: skip
@@ -119,7 +121,7 @@ def grow(
         c.batch.create_namespaced_job(ns, job("web", replicas), _request_timeout=30)
     else:
         c.apps.create_namespaced_deployment(ns, deployment("web", replicas), _request_timeout=30)
-    run = FillRun(replicas)
+    run = FillRun(expect if expect is not None else replicas)
     started = time.monotonic()
     hard_seen = start_hard
     while time.monotonic() - started < timeout:
@@ -133,9 +135,9 @@ def grow(
             hard_seen = hard
         run.pods = len(c.core.list_namespaced_pod(ns, _request_timeout=30).items)
         for _, h in run.raises:
-            if h not in run.filled and run.pods >= min(h, replicas):
+            if h not in run.filled and run.pods >= min(h, run.replicas):
                 run.filled[h] = now
-        if run.pods >= replicas and not run.unfilled:
+        if run.pods >= run.replicas and not run.unfilled:
             break
         time.sleep(0.2)  # the sampling interval of a measurement, not a synchronisation
     run.seconds = time.monotonic() - started
