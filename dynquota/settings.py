@@ -134,6 +134,11 @@ class Settings(BaseSettings):
         "controllers retry at the end of "
         "their own backoff",
     )
+    node_growth: bool = Field(
+        True,
+        description="give the DaemonSet pods of new nodes room at once, without waiting for "
+        "the upscale cooldown (within the policy's maximum; needs wake); false: the usual steps",
+    )
     wake_qps: float = Field(
         20.0, gt=0, description="wake marks per second at most, across namespaces"
     )

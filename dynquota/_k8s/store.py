@@ -85,6 +85,9 @@ class ObjectInformer(Reflector[dict[str, Any]]):
         watch_timeout, page_size, backoff, clock: as for
             :class:`~dynquota._k8s.reflector.Reflector` (seconds, items, retry pacing, epoch
             seconds).
+        lean: what is kept of each object (default: all but ``metadata.managedFields``;
+            client-go's ``cache.TransformFunc``); must keep ``metadata.name``,
+            ``namespace`` and ``resourceVersion``.
 
     ``objects`` maps key to the object as last listed or watched; ``stale`` counts events
     dropped as not newer than the store; ``absent`` says the last list answered 404 and was
@@ -103,6 +106,7 @@ class ObjectInformer(Reflector[dict[str, Any]]):
         page_size: int = 500,
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.time,
+        lean: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(
             source,
@@ -114,6 +118,7 @@ class ObjectInformer(Reflector[dict[str, Any]]):
         )
         self.on_event = on_event
         self.on_synced = on_synced
+        self._lean = lean or _lean
         self.absent_ok = absent_ok
         self.objects: dict[str, dict[str, Any]] = {}
         self._versions: dict[str, int] = {}
@@ -125,12 +130,12 @@ class ObjectInformer(Reflector[dict[str, Any]]):
     # -- the store ----------------------------------------------------------------------------
 
     def convert(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Keep the whole object but ``metadata.managedFields`` (``None``, logged, without a
-        name)."""
+        """Keep the whole object but ``metadata.managedFields`` (or what the informer's
+        ``lean`` keeps; ``None``, logged, without a name)."""
         if not key_of(obj):
             log.warning("%s: listed object without a name ignored", self.name)
             return None
-        return _lean(obj)
+        return self._lean(obj)
 
     def replace(self, items: list[dict[str, Any]]) -> None:
         """Swap in a full list: keys it lacks are ``DELETED`` (last state known), new or

@@ -29,6 +29,7 @@ from dynquota.metrics import Metrics
 from dynquota.names import MANAGED_LIMIT_RANGE_NAME
 from dynquota.operator.brake import CONFIRM, UnmanageBrake
 from dynquota.operator.budgets import Budgets
+from dynquota.operator.daemons import NodeGrowth
 from dynquota.operator.decision import governance_of
 from dynquota.operator.ports import (
     KUBE_SYSTEM,
@@ -131,6 +132,8 @@ class OperatorCache(abc.ABC):
         self.monotonic = monotonic if monotonic is not None else clock
         self.usage: UsageView | None = None
         self.waker: Waker | None = None
+        self.node_growth: NodeGrowth | None = None
+        """The DaemonSet pods of new nodes (:mod:`dynquota.operator.daemons`); ``None``: off."""
         """Wakes the controllers a raise made room for (the runtime sets it)."""
         self.started_at = clock()
         self.namespaces: dict[str, NamespaceInfo] = {}
@@ -394,6 +397,8 @@ class OperatorCache(abc.ABC):
         self.peaks.forget(namespace)
         if self.waker is not None:
             self.waker.forget(namespace)
+        if self.node_growth is not None:
+            self.node_growth.forget(namespace)
         self._deleted_by_others.discard(namespace)
         self._own_deletes.pop(namespace, None)
         if namespace != KUBE_SYSTEM:

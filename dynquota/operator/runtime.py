@@ -46,15 +46,24 @@ from tenacity import (
 
 from dynquota._k8s.clock import ServerClock
 from dynquota._k8s.errors import KubeError
+from dynquota._k8s.store import ObjectInformer
 from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.events import EventRecorder
 from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.leader import AlwaysLeader, LeaderGate
-from dynquota.kube.objects import LIMIT_RANGES, NAMESPACES, QUOTAS, ObjectInformers, Stream
+from dynquota.kube.objects import (
+    LIMIT_RANGES,
+    NAMESPACES,
+    QUOTAS,
+    ObjectInformers,
+    Stream,
+    node_informer,
+)
 from dynquota.kube.quotas import QuotaClient
 from dynquota.kube.workloads import WorkloadClient
 from dynquota.metrics import InformerCollector, Metrics, MetricsServer
+from dynquota.operator.daemons import NodeGrowth
 from dynquota.operator.ports import KUBE_SYSTEM
 from dynquota.operator.reconcile import Operator
 from dynquota.operator.wake import Waker
@@ -179,6 +188,23 @@ class Runtime:
             qps=settings.wake_qps,
             allowed=self._wake_allowed,
         )
+        self.node_growth_informer: ObjectInformer | None = None
+        if settings.node_growth and settings.wake:
+            self.operator.node_growth = NodeGrowth(
+                WorkloadClient(api_client, observer),
+                self.operator.queue.add,
+                self._manageable,
+                lambda: self.gate.is_leader,
+            )
+            self.node_growth_informer = node_informer(
+                api_client,
+                Stream(
+                    self.operator.node_growth.on_node, self.operator.node_growth.on_nodes_synced
+                ),
+                watch_timeout=settings.watch_timeout_seconds,
+                clock=self.informer_clock,
+            )
+            """Node creation times for the DaemonSet rule; no write waits for it."""
         self.metrics.registry.register(
             InformerCollector(lambda: {**self.watcher.stats(), **self.objects.stats()})
         )
@@ -205,6 +231,10 @@ class Runtime:
         else:
             await self.operator.on_leadership(True)
         self.objects.start()
+        if self.node_growth_informer is not None:
+            self._tasks.append(
+                asyncio.create_task(self.node_growth_informer.run(), name="dynquota-informer-nodes")
+            )
         self._tasks.append(asyncio.create_task(self._finish_start(), name="dynquota-start"))
 
     async def _prime(self) -> None:
@@ -263,6 +293,11 @@ class Runtime:
         governance = self.operator.governance(namespace)
         return governance is None or governance.wake
 
+    def _manageable(self, namespace: str) -> bool:
+        """Whether ``namespace`` is governed (a managed quota is sized there)."""
+        governance = self.operator.governance(namespace)
+        return governance is not None and governance.kind == "managed"
+
     def _wake_sweep(self) -> None:
         """Wake passes for the managed quotas not seen since this replica leads."""
         waker = self.operator.waker
@@ -282,6 +317,8 @@ class Runtime:
         await self.operator.stop_background()
         if self.operator.waker is not None:
             await self.operator.waker.stop()
+        if self.operator.node_growth is not None:
+            await self.operator.node_growth.stop()
         # nothing writes any more: give the Lease up before the informers stop, so a rolling
         # update hands over at the standby's next retry whatever their shutdown takes (CI:
         # 14 s, a whole lease duration, with seven informers to stop first)

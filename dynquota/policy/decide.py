@@ -90,6 +90,7 @@ def decide(
     not_counted_after: int = DEFAULT_NOT_COUNTED_AFTER,
     missing_defaults: frozenset[str] = frozenset(),
     budgeted: Mapping[str, str] | None = None,
+    node_growth: Mapping[str, int] | None = None,
 ) -> Decision:
     """Decide the managed quota of one namespace. Pure.
 
@@ -129,6 +130,10 @@ def decide(
         budgeted: key -> the QuotaBudget whose slice it is (the namespace is a member): the
             decision is still made (its hard is the budget's demand), but the tenant line says
             the slice is raised only from the budget's free room.
+        node_growth: key -> units beyond usage the DaemonSet pods of new nodes need
+            (:func:`dynquota.policy.daemons.node_growth`): an existing key's hard is raised to
+            ``usage + node_growth`` at once (at most the maximum), without waiting for or
+            restarting the upscale cooldown.
 
     Returns:
         A :class:`Decision`; ``dry_run`` set when it must not be written.
@@ -161,6 +166,7 @@ def decide(
     sizer.not_counted_after = not_counted_after
     sizer.missing_defaults = missing_defaults
     sizer.budgeted = dict(budgeted or {})
+    sizer.node_growth = dict(node_growth or {})
     return sizer.run(dry_run or governance.dry_run)
 
 
@@ -383,6 +389,19 @@ class _Sizer(KeyRules):
         else:
             desired = base
 
+        extra = self.node_growth.get(resource, 0)
+        if extra > 0 and base is not None and override.mode not in ("grant", "active"):
+            # DaemonSet pods for new nodes (dynquota.policy.daemons): at once, within the
+            # maximum, the cooldown left running (the buffer still waits for it)
+            floor = min(used + extra, max(profile.maximum, used))
+            if floor > desired:
+                desired, kind, repair = floor, "upscale", True
+                why = (
+                    f"usage {fmt(used)} + {fmt(extra)} for the DaemonSet pods of new nodes, "
+                    "raised at once (node growth; the upscale cooldown keeps running)"
+                )
+                if floor < used + extra:
+                    why += f", at maximum {fmt(profile.maximum)}"
         if desired < peak and not (base is not None and desired == base and kind is None):
             # Never below usage (v0.2): a hard below what the namespace already uses refuses
             # every create, replacements of failed pods included. Above the maximum the quota

@@ -86,6 +86,8 @@ class SizerBase:
         self.missing_defaults: frozenset[str] = frozenset()
         self.budgeted: dict[str, str] = {}
         """Key -> the QuotaBudget whose slice it is (for the tenant line)."""
+        self.node_growth: dict[str, int] = {}
+        """Key -> units the DaemonSet pods of new nodes need beyond usage (raised at once)."""
         self.keep: set[str] = set()
         """State annotations kept although their key is not in ``hard`` this time."""
         self.dropped: set[str] = set()

@@ -232,6 +232,7 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
         "DYNQUOTA_KILL_SWITCH_DELETE_QPS": "20",
         "DYNQUOTA_WAKE": "true",
         "DYNQUOTA_WAKE_QPS": "20",
+        "DYNQUOTA_NODE_GROWTH": "true",
         "DYNQUOTA_UNMANAGE_BRAKE_SHARE": "0.5",
         "DYNQUOTA_UNMANAGE_BRAKE_WINDOW_SECONDS": "600",
         "DYNQUOTA_EXCLUDE_NAMESPACES": "",
@@ -341,6 +342,8 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
             "verbs": ["list", "patch"],
         },
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "patch"]},
+        # issue #26: node growth reads when each Node was created
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
         # issue #22: no rule on admission policies (the budget guard is the chart's)
         {
             "apiGroups": ["apiextensions.k8s.io"],
@@ -368,7 +371,15 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
     # the wake off drops its rule and its Lease fence, and nothing else
     off = render(helm, "--set", "operator.wake.enabled=false")
     rules = one(off, "ClusterRole", "dq-dynquota")
-    assert rules["rules"] == role["rules"][:-3] + role["rules"][-1:]
+    assert rules["rules"] == role["rules"][:-4] + role["rules"][-1:]
+    # node growth off drops the nodes rule, and its env says so
+    no_growth = render(helm, "--set", "operator.nodeGrowth.enabled=false")
+    rules_no_growth = one(no_growth, "ClusterRole", "dq-dynquota")["rules"]
+    assert rules_no_growth == role["rules"][:-2] + role["rules"][-1:]
+    env = one(no_growth, "Deployment", "dq-dynquota")["spec"]["template"]["spec"]["containers"][0][
+        "env"
+    ]
+    assert {"name": "DYNQUOTA_NODE_GROWTH", "value": "false"} in env
     assert [k for k in kinds(off) if "lease-fence" in k] == [
         "ValidatingAdmissionPolicy/dq-dynquota-lease-fence",
         "ValidatingAdmissionPolicyBinding/dq-dynquota-lease-fence",

@@ -364,6 +364,15 @@ def _workload(b: Bed, kind: str) -> str:
     return "web"
 
 
+def _a_node(b: Bed) -> str:
+    """The Node ``dq-node`` (no kubelet: it only exists), created as admin if missing."""
+    with contextlib.suppress(ApiException):
+        kubernetes.client.CoreV1Api(b.admin).create_node(
+            {"metadata": {"name": "dq-node"}}, _request_timeout=TIMEOUT
+        )
+    return "dq-node"
+
+
 def _managed_quota_in_tenant(b: Bed) -> Any:
     return b.core().read_namespaced_resource_quota("dynquota", b.tenant, _request_timeout=TIMEOUT)
 
@@ -616,6 +625,14 @@ ROWS = [
         lambda b: batch(b).delete_namespaced_job(
             _workload(b, "Job"), b.tenant, _request_timeout=TIMEOUT),
         rbac("delete", "jobs", "batch", namespace="{tenant}", name="web", kind="jobs.batch")),
+    # node growth (issue 26): when each Node was created; nothing written to Nodes
+    Row("node-list", "nothing",
+        lambda b: b.core().list_node(_request_timeout=TIMEOUT),
+        ADMITTED),
+    Row("node-cordon", "RBAC",
+        lambda b: b.core().patch_node(
+            _a_node(b), {"spec": {"unschedulable": True}}, _request_timeout=TIMEOUT),
+        rbac("patch", "nodes", name="dq-node", kind="nodes")),
     Row("workloads-list-templates", "nothing",
         lambda b: (apps(b).list_stateful_set_for_all_namespaces(_request_timeout=TIMEOUT),
                    apps(b).list_daemon_set_for_all_namespaces(_request_timeout=TIMEOUT),
