@@ -7,10 +7,13 @@ appears (or, after a start, one created within the window exists), the DaemonSet
 cluster are listed a few times over the next minute (the DaemonSet controller sets
 ``desiredNumberScheduled`` in the sync that the quota refuses): the short ones in namespaces
 the operator may manage are kept, with what one of their pods is charged
-(:func:`dynquota.admission.pods.pod_usage` of the template), and each namespace whose
-shortfall changed is queued. The reconcile then asks :meth:`NodeGrowth.demand` for
-``decide``'s ``node_growth``; the raise it makes is enforced, then woken
-(:mod:`dynquota.operator.wake`).
+(:func:`dynquota.admission.pods.pod_usage` of the template); each such namespace's *floor* is
+its quota's ``status.used`` at that moment plus
+:func:`~dynquota.policy.daemons.node_growth`, and each namespace whose floor changed is
+queued. The reconcile passes :meth:`NodeGrowth.floor` to ``decide`` as ``daemon_floor``; the
+raise it makes is enforced, then woken (:mod:`dynquota.operator.wake`). A floor is absolute:
+once the pods exist, usage has grown into it and nothing is added twice (a first build added
+the shortfall to the usage of each later decision: 2 -> 5 -> 8 for 3 new nodes).
 
 Only the leader lists; nothing is written here. Off (``DYNQUOTA_NODE_GROWTH=false``, or no
 Node informer): no demand, the usual steps.
@@ -61,6 +64,8 @@ class NodeGrowth:
         daemons: lists DaemonSets across the cluster (``None``: off).
         enqueue: queues a namespace for a reconcile.
         manageable: whether the operator may manage a namespace (a managed quota there).
+        used: ``used(namespace, key)``: the managed quota's ``status.used`` of ``key`` in the
+            key's units (0 when unknown).
         leading: whether this replica leads now (only the leader lists).
         enabled: ``False``: no list, no demand.
         clock: seconds since the epoch; ``window``: seconds a new node counts.
@@ -73,6 +78,7 @@ class NodeGrowth:
         enqueue: Callable[[str], None],
         manageable: Callable[[str], bool],
         leading: Callable[[], bool],
+        used: Callable[[str, str], int],
         *,
         enabled: bool = True,
         clock: Callable[[], float] = time.time,
@@ -83,14 +89,16 @@ class NodeGrowth:
         self.enqueue = enqueue
         self.manageable = manageable
         self.leading = leading
+        self.used = used
         self.enabled = enabled and daemons is not None
         self.clock = clock
         self.window = window
         self.check_after = tuple(check_after)
         self.created: dict[str, float] = {}
         """Node name -> its creationTimestamp (seconds since the epoch)."""
-        self.short: dict[str, list[DaemonShortfall]] = {}
-        """Namespace -> its DaemonSets short of pods, as last listed."""
+        self.floors: dict[str, dict[str, int]] = {}
+        """Namespace -> quota key -> the hard its new nodes' DaemonSet pods need, as last
+        listed (only namespaces with such a need)."""
         self._synced = False
         self._task: asyncio.Task[None] | None = None
 
@@ -165,8 +173,14 @@ class NodeGrowth:
             short.setdefault(str(meta.get("namespace")), []).append(
                 DaemonShortfall(str(meta.get("name")), created, missing, _charge(template, now))
             )
-        changed = {ns for ns in set(short) | set(self.short) if short.get(ns) != self.short.get(ns)}
-        self.short = short
+        floors: dict[str, dict[str, int]] = {}
+        for namespace, daemons in short.items():
+            extra = node_growth(daemons, self.created.values(), now, self.window)
+            if extra:
+                floors[namespace] = {k: self.used(namespace, k) + v for k, v in extra.items()}
+        changed = {ns for ns in set(floors) | set(self.floors)
+                   if floors.get(ns) != self.floors.get(ns)}  # fmt: skip
+        self.floors = floors
         for namespace in sorted(changed):
             self.enqueue(namespace)
 
@@ -174,17 +188,14 @@ class NodeGrowth:
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")
         return short_workload("DaemonSet", obj) and self.manageable(namespace)
 
-    def demand(self, namespace: str, now: float) -> dict[str, int]:
-        """``decide``'s ``node_growth`` for ``namespace`` (quota key -> units beyond usage);
-        empty when off, nothing is short there or no node is new."""
-        daemons = self.short.get(namespace)
-        if not self.enabled or not daemons:
-            return {}
-        return node_growth(daemons, self.created.values(), now, self.window)
+    def floor(self, namespace: str) -> dict[str, int]:
+        """``decide``'s ``daemon_floor`` for ``namespace`` (quota key -> units); empty when
+        off, nothing is short there or no node is new."""
+        return dict(self.floors.get(namespace, {})) if self.enabled else {}
 
     def forget(self, namespace: str) -> None:
         """The namespace is gone."""
-        self.short.pop(namespace, None)
+        self.floors.pop(namespace, None)
 
     async def stop(self) -> None:
         """Cancel the pending lists."""

@@ -237,7 +237,7 @@ class Operator(QuotaWriter):
             uncounted_since=self._uncounted_since(namespace, current, now),
             missing_defaults=missing_defaults,
             budgeted=self.budgets.budgeted(namespace),
-            node_growth=self.node_growth.demand(namespace, now) if self.node_growth else None,
+            daemon_floor=self.node_growth.floor(namespace) if self.node_growth else None,
             **decide_args(self.settings),
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)

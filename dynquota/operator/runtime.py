@@ -68,6 +68,9 @@ from dynquota.operator.ports import KUBE_SYSTEM
 from dynquota.operator.reconcile import Operator
 from dynquota.operator.wake import Waker
 from dynquota.policy import KILL_SWITCH, parse_kill_switch
+from dynquota.policy.keys import QuotaKeyError
+from dynquota.policy.units import unit_for
+from dynquota.quantity import QuantityError
 from dynquota.settings import Settings
 
 __all__ = ["Runtime", "build_registry", "connection_info", "kopf_settings", "run"]
@@ -195,6 +198,7 @@ class Runtime:
                 self.operator.queue.add,
                 self._manageable,
                 lambda: self.gate.is_leader,
+                self._status_used,
             )
             self.node_growth_informer = node_informer(
                 api_client,
@@ -297,6 +301,15 @@ class Runtime:
         """Whether ``namespace`` is governed (a managed quota is sized there)."""
         governance = self.operator.governance(namespace)
         return governance is not None and governance.kind == "managed"
+
+    def _status_used(self, namespace: str, key: str) -> int:
+        """The managed quota's ``status.used`` of ``key`` in the key's units (0: unknown)."""
+        quota = self.operator._watched.get(namespace)
+        text = quota.status_used.get(key) if quota is not None else None
+        try:
+            return unit_for(key).parse(text) if text else 0
+        except (QuotaKeyError, QuantityError):
+            return 0
 
     def _wake_sweep(self) -> None:
         """Wake passes for the managed quotas not seen since this replica leads."""

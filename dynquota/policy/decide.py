@@ -90,7 +90,7 @@ def decide(
     not_counted_after: int = DEFAULT_NOT_COUNTED_AFTER,
     missing_defaults: frozenset[str] = frozenset(),
     budgeted: Mapping[str, str] | None = None,
-    node_growth: Mapping[str, int] | None = None,
+    daemon_floor: Mapping[str, int] | None = None,
 ) -> Decision:
     """Decide the managed quota of one namespace. Pure.
 
@@ -130,10 +130,11 @@ def decide(
         budgeted: key -> the QuotaBudget whose slice it is (the namespace is a member): the
             decision is still made (its hard is the budget's demand), but the tenant line says
             the slice is raised only from the budget's free room.
-        node_growth: key -> units beyond usage the DaemonSet pods of new nodes need
-            (:func:`dynquota.policy.daemons.node_growth`): an existing key's hard is raised to
-            ``usage + node_growth`` at once (at most the maximum), without waiting for or
-            restarting the upscale cooldown.
+        daemon_floor: key -> the hard (units) the DaemonSet pods of new nodes need: usage
+            when the DaemonSets were listed plus :func:`dynquota.policy.daemons.node_growth`
+            (an absolute floor, so a later decision on grown usage adds nothing twice): an
+            existing key's hard is raised to it at once (at most the maximum), without waiting
+            for or restarting the upscale cooldown.
 
     Returns:
         A :class:`Decision`; ``dry_run`` set when it must not be written.
@@ -166,7 +167,7 @@ def decide(
     sizer.not_counted_after = not_counted_after
     sizer.missing_defaults = missing_defaults
     sizer.budgeted = dict(budgeted or {})
-    sizer.node_growth = dict(node_growth or {})
+    sizer.daemon_floor = dict(daemon_floor or {})
     return sizer.run(dry_run or governance.dry_run)
 
 
@@ -389,18 +390,19 @@ class _Sizer(KeyRules):
         else:
             desired = base
 
-        extra = self.node_growth.get(resource, 0)
-        if extra > 0 and base is not None and override.mode not in ("grant", "active"):
+        wanted = self.daemon_floor.get(resource, 0)
+        if wanted > 0 and base is not None and override.mode not in ("grant", "active"):
             # DaemonSet pods for new nodes (dynquota.policy.daemons): at once, within the
             # maximum, the cooldown left running (the buffer still waits for it)
-            floor = min(used + extra, max(profile.maximum, used))
+            floor = min(wanted, max(profile.maximum, used))
             if floor > desired:
                 desired, kind, repair = floor, "upscale", True
                 why = (
-                    f"usage {fmt(used)} + {fmt(extra)} for the DaemonSet pods of new nodes, "
-                    "raised at once (node growth; the upscale cooldown keeps running)"
+                    f"room for the DaemonSet pods of new nodes ({fmt(wanted)} with usage "
+                    f"{fmt(used)}), raised at once (node growth; the upscale cooldown keeps "
+                    "running)"
                 )
-                if floor < used + extra:
+                if floor < wanted:
                     why += f", at maximum {fmt(profile.maximum)}"
         if desired < peak and not (base is not None and desired == base and kind is None):
             # Never below usage (v0.2): a hard below what the namespace already uses refuses

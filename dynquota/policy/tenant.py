@@ -86,8 +86,8 @@ class SizerBase:
         self.missing_defaults: frozenset[str] = frozenset()
         self.budgeted: dict[str, str] = {}
         """Key -> the QuotaBudget whose slice it is (for the tenant line)."""
-        self.node_growth: dict[str, int] = {}
-        """Key -> units the DaemonSet pods of new nodes need beyond usage (raised at once)."""
+        self.daemon_floor: dict[str, int] = {}
+        """Key -> the hard the DaemonSet pods of new nodes need (raised to at once)."""
         self.keep: set[str] = set()
         """State annotations kept although their key is not in ``hard`` this time."""
         self.dropped: set[str] = set()

@@ -49,7 +49,7 @@ PROFILE = ResourceProfile.model_validate(
 GOV = Governance.managed("default", {**DEFAULT_PROFILES, PODS: PROFILE})
 
 
-def _decide(quota_pods: int, used: int, extra: int, now: float) -> Decision:
+def _decide(quota_pods: int, used: int, floor: int, now: float) -> Decision:
     return decide(
         governance=GOV,
         usage={PODS: used, "configmaps": 0},
@@ -58,28 +58,30 @@ def _decide(quota_pods: int, used: int, extra: int, now: float) -> Decision:
         kill_switch=False,
         now=now,
         started_at=STARTED,
-        node_growth={PODS: extra},
+        daemon_floor={PODS: floor},
     )
 
 
 def test_node_growth_raises_at_once_in_the_cooldown_without_restarting_it() -> None:
-    d = _decide(14, 10, 20, T0 + 60)  # the 1 h cooldown runs until T0 + 3600
+    d = _decide(14, 10, 30, T0 + 60)  # the 1 h cooldown runs until T0 + 3600
     assert d.hard[PODS] == 30
     assert d.reasons == (
-        "upscale pods 14->30: usage 10 + 20 for the DaemonSet pods of new nodes, raised at "
-        "once (node growth; the upscale cooldown keeps running)",
+        "upscale pods 14->30: room for the DaemonSet pods of new nodes (30 with usage 10), "
+        "raised at once (node growth; the upscale cooldown keeps running)",
     )
     assert "dynquota.io/last-upscale.pods" not in d.set_annotations
     assert d.set_annotations["dynquota.io/hard.pods"] == "30"
 
 
 def test_node_growth_stops_at_the_maximum_and_leaves_room_alone() -> None:
-    d = _decide(60, 60, 70, T0 + 60)
+    d = _decide(60, 60, 130, T0 + 60)
     assert d.hard[PODS] == 100
     assert d.reasons[0].endswith(", at maximum 100")
     # the buffer already leaves room for the new nodes' pods: nothing changes
-    d = _decide(40, 10, 20, T0 + 60)
+    d = _decide(40, 10, 30, T0 + 60)
     assert [c for c in d.changes if c.resource == PODS] == []
-    # no demand: the cooldown holds the raise
+    # no demand: the cooldown holds the raise; a floor usage grew into adds nothing
     d = _decide(14, 14, 0, T0 + 60)
+    assert [c for c in d.changes if c.resource == PODS] == []
+    d = _decide(14, 14, 14, T0 + 60)
     assert [c for c in d.changes if c.resource == PODS] == []

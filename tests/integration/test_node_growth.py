@@ -1,0 +1,90 @@
+"""DaemonSets grow with nodes, not with the cooldown (issue 26), on a control plane of its own
+with kube-scheduler and kwok nodes: a DaemonSet's namespace sized to its pods, an upscale
+cooldown of an hour (no step of the usual rule in the test), nodes added: each new node's pod
+is created within 15 s of the Node — and a DaemonSet created after the nodes gets no such
+room (a new workload is sized by the usual steps)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import kubernetes
+import pytest
+
+from dynquota.testing.controlplane import LocalControlPlane
+from dynquota.testing.operator import (
+    PAUSE,
+    OperatorCluster,
+    OperatorThread,
+    install_operator,
+    operator_settings,
+)
+from dynquota.testing.wait import wait_until
+
+pytestmark = pytest.mark.integration
+
+SCOPE = {"dq-test": "node-growth"}
+PROFILE = {"bufferPercent": 40, "minimum": 2, "maximum": 40, "upscaleCooldown": "1h",
+           "downscaleCooldown": "1h"}  # fmt: skip
+LIMIT = 15.0  # seconds from a Node's creation to its DaemonSet pod (issue 26)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorCluster]:
+    with LocalControlPlane(resource_quota_sync_period=10, nodes=2) as cp:
+        kubeconfig = install_operator(cp, Path(tmp_path_factory.mktemp("growth")))
+        api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
+        yield OperatorCluster(cp, api, kubeconfig)
+        api.close()
+
+
+def daemon_set(name: str) -> dict[str, object]:
+    labels = {"app": name}
+    return {"metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"containers": [{"name": "a", "image": PAUSE}],
+                                           "terminationGracePeriodSeconds": 0}}}}  # fmt: skip
+
+
+def status(c: OperatorCluster, ns: str, name: str) -> tuple[int, int]:
+    ds = c.apps.read_namespaced_daemon_set_status(name, ns, _request_timeout=30).status
+    return ds.desired_number_scheduled or 0, ds.current_number_scheduled or 0
+
+
+def test_each_new_nodes_daemonset_pod_within_15_s_of_the_node(cluster: OperatorCluster) -> None:
+    c = cluster
+    ns = c.new_namespace(SCOPE)
+    c.policy("p-growth", SCOPE, pods=PROFILE)
+    op = OperatorThread(operator_settings(c)).start()
+    try:
+        c.wait_hard(ns, {"pods": "2", "configmaps": "50"})
+        c.apps.create_namespaced_daemon_set(ns, daemon_set("agent"), _request_timeout=30)
+        wait_until(lambda: status(c, ns, "agent") == (2, 2), "a pod on each of the 2 nodes")
+        added = c.cp.add_nodes(3)
+        wait_until(lambda: status(c, ns, "agent") == (5, 5), "a pod on each of the 5 nodes",
+                   timeout=60)  # fmt: skip
+        nodes = {n.metadata.name: n for n in c.core.list_node(_request_timeout=30).items}
+        delays = {}
+        for pod in c.core.list_namespaced_pod(ns, _request_timeout=30).items:
+            if pod.spec.node_name in added:
+                born = nodes[pod.spec.node_name].metadata.creation_timestamp.timestamp()
+                delays[pod.spec.node_name] = pod.metadata.creation_timestamp.timestamp() - born
+        quota = c.quota(ns)
+        print(f"\nmeasured: hard {quota.spec.hard}, Node -> its DaemonSet pod (s): {delays}")
+        assert sorted(delays) == sorted(added)
+        assert max(delays.values()) <= LIMIT, delays
+        assert quota.spec.hard["pods"] == "5"  # usage 2 + 3 new nodes' pods, not the buffer
+        assert op.sample("dynquota_wakes_total", {"kind": "DaemonSet"}) >= 1
+        event = c.wait_event(ns, "Resized", contains="for the DaemonSet pods of new nodes")
+        assert "pods 2->5" in event.message
+
+        # a DaemonSet created after the nodes is a new workload: the usual steps (cooldown 1 h)
+        c.apps.create_namespaced_daemon_set(ns, daemon_set("late"), _request_timeout=30)
+        wait_until(lambda: status(c, ns, "late")[0] == 5, "the late DaemonSet wants 5 pods")
+        op.idle()
+        assert c.quota(ns).spec.hard["pods"] == "5"
+        assert status(c, ns, "late")[1] == 0
+    finally:
+        op.stop()
