@@ -92,7 +92,9 @@ class Settings(BaseSettings):
         ge=1,
         description="the cluster's kube-controller-manager --resource-quota-sync-period, "
         "seconds (accepts 5m, 10s): a quota key still missing from status.used "
-        "2 x (30 s + this) after status.hard shows it is removed (KeyNotCounted)",
+        "2 x (30 s + this) after status.hard shows it is removed (KeyNotCounted); status.used "
+        "of pods or configmaps above the informers' count for less than this is taken as "
+        "phantom charges (creates that failed after admission) and raises nothing",
     )
     tenant_help_url: str = Field(
         "",

@@ -169,6 +169,8 @@ class OperatorCache(abc.ABC):
         self._metric_keys: dict[str, set[str]] = {}
         """Per namespace, the quota keys it has per-key metric series for."""
         self._uncounted: dict[str, dict[str, float]] = {}
+        self._excess_since: dict[str, dict[str, float]] = {}
+        """Namespace -> tally-driven key -> since when ``status.used`` exceeds the tally."""
         """Per namespace, per status-driven key: since when ``status.hard`` shows it while
         ``status.used`` does not (in memory: a restart only delays ``KeyNotCounted``)."""
         self.simulated: dict[str, QuotaState | None] = {}
@@ -406,6 +408,7 @@ class OperatorCache(abc.ABC):
         self._status_used.pop(namespace, None)
         self._watched.pop(namespace, None)
         self._uncounted.pop(namespace, None)
+        self._excess_since.pop(namespace, None)
         self._companions.pop(namespace, None)  # a namespace re-created is read afresh
         self.simulated.pop(namespace, None)
         self.views.pop(namespace, None)

@@ -29,6 +29,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from dynquota._k8s.errors import ForbiddenError, KubeError
@@ -211,7 +212,8 @@ class Operator(QuotaWriter):
             r: self.usage.usage(namespace, r, now) if self.usage else 0 for r in TRACKED_RESOURCES
         }
         keys = resource_order(set(TRACKED_RESOURCES) | set(governance.profiles))
-        usage = observed_usage(tally, status_used, keys)
+        phantom = self._phantom(namespace, tally, status_used, now)
+        usage = observed_usage(tally, status_used, keys, phantom)
         peak: dict[str, int] = {}
         steady = self.monotonic()  # peak windows: in memory, on a clock that never steps
         for resource in keys:
@@ -238,10 +240,30 @@ class Operator(QuotaWriter):
             missing_defaults=missing_defaults,
             budgeted=self.budgets.budgeted(namespace),
             daemon_floor=self.node_growth.floor(namespace) if self.node_growth else None,
+            charged={k: status_used[k] for k in phantom},
             **decide_args(self.settings),
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)
         return decision
+
+    def _phantom(
+        self, namespace: str, tally: Mapping[str, int], status_used: Mapping[str, int], now: float
+    ) -> frozenset[str]:
+        """The tally-driven keys whose ``status.used`` has exceeded the tally for less than the
+        quota controller's sync period (first seen by this replica): their excess is taken as
+        phantom charges until the recount (issue 27; docs/operator.md, "Phantom charges")."""
+        seen = self._excess_since.setdefault(namespace, {})
+        phantom = set()
+        for key in TRACKED_RESOURCES:
+            if status_used.get(key, 0) > tally.get(key, 0):
+                since = seen.setdefault(key, now)
+                if now - since < self.settings.quota_sync_period:
+                    phantom.add(key)
+            else:
+                seen.pop(key, None)
+        if not seen:
+            self._excess_since.pop(namespace, None)
+        return frozenset(phantom)
 
     def _uncounted_since(
         self, namespace: str, current: QuotaSnapshot | None, now: float

@@ -91,6 +91,7 @@ def decide(
     missing_defaults: frozenset[str] = frozenset(),
     budgeted: Mapping[str, str] | None = None,
     daemon_floor: Mapping[str, int] | None = None,
+    charged: Mapping[str, int] | None = None,
 ) -> Decision:
     """Decide the managed quota of one namespace. Pure.
 
@@ -135,6 +136,10 @@ def decide(
             (an absolute floor, so a later decision on grown usage adds nothing twice): an
             existing key's hard is raised to it at once (at most the maximum), without waiting
             for or restarting the upscale cooldown.
+        charged: key -> ``status.used`` of a key sized from its tally while ``status.used``
+            exceeds it (phantom charges, :func:`~dynquota.policy.decision.observed_usage`): no
+            change takes ``hard`` below ``min(hard, charged)`` (below it every create would be
+            refused until the recount); it is never raised to it either.
 
     Returns:
         A :class:`Decision`; ``dry_run`` set when it must not be written.
@@ -168,6 +173,7 @@ def decide(
     sizer.missing_defaults = missing_defaults
     sizer.budgeted = dict(budgeted or {})
     sizer.daemon_floor = dict(daemon_floor or {})
+    sizer.charged = dict(charged or {})
     return sizer.run(dry_run or governance.dry_run)
 
 
@@ -404,6 +410,14 @@ class _Sizer(KeyRules):
                 )
                 if floor < wanted:
                     why += f", at maximum {fmt(profile.maximum)}"
+        if resource in self.charged and base is not None:
+            floor = min(base, self.charged[resource])
+            if desired < floor:
+                desired = floor
+                why += (
+                    f", held at status.used {fmt(floor)} (charges the quota controller has not "
+                    "recounted yet)"
+                )
         if desired < peak and not (base is not None and desired == base and kind is None):
             # Never below usage (v0.2): a hard below what the namespace already uses refuses
             # every create, replacements of failed pods included. Above the maximum the quota

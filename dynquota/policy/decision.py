@@ -89,18 +89,25 @@ def observed_usage(
     tally: Mapping[str, int],
     status_used: Mapping[str, int],
     resources: Iterable[str] = TRACKED_RESOURCES,
+    phantom: Iterable[str] = (),
 ) -> dict[str, int]:
     """The usage :func:`decide` takes, per key of ``resources``, in the key's units.
 
     ``pods`` and ``configmaps`` (tally-driven): ``U = max(tally, status.used)`` (missing: 0).
     The tally is what the informers count now; ``status.used`` what the quota controller
     charged (it may lag, or count what the informers have not seen yet), so the larger is the
-    safe one. Any other key: ``status.used`` alone, and a key missing from it is left out
-    (usage unknown: :func:`decide` holds it). Pure."""
+    safe one — except for a key of ``phantom``, whose ``status.used`` has exceeded the tally for
+    less than the quota controller's sync period (charges of creates that failed after
+    admission, kubernetes#76787, not recounted yet): the tally alone, so phantom charges never
+    raise ``hard`` (:func:`decide`'s ``charged`` keeps ``hard`` from going below them). Any
+    other key: ``status.used`` alone, and a key missing from it is left out (usage unknown:
+    :func:`decide` holds it). Pure."""
     usage: dict[str, int] = {}
+    phantoms = frozenset(phantom)
     for r in resources:
         if r in TRACKED_RESOURCES:
-            usage[r] = max(tally.get(r, 0), status_used.get(r, 0))
+            used = status_used.get(r, 0)
+            usage[r] = tally.get(r, 0) if r in phantoms else max(tally.get(r, 0), used)
         elif r in status_used:
             usage[r] = status_used[r]
     return usage

@@ -86,6 +86,8 @@ class SizerBase:
         self.missing_defaults: frozenset[str] = frozenset()
         self.budgeted: dict[str, str] = {}
         """Key -> the QuotaBudget whose slice it is (for the tenant line)."""
+        self.charged: dict[str, int] = {}
+        """Key -> ``status.used`` above the tally (phantom charges): a floor, never a target."""
         self.daemon_floor: dict[str, int] = {}
         """Key -> the hard the DaemonSet pods of new nodes need (raised to at once)."""
         self.keep: set[str] = set()

@@ -349,15 +349,43 @@ async def test_upscale_waits_for_the_cooldown_then_steps(world: World) -> None:
     assert world.op.metrics.resizes.labels("up", "upscale")._value.get() == 1
 
 
-async def test_status_used_above_the_tally_counts_and_drift_is_reported(world: World) -> None:
+async def test_status_used_above_the_tally_counts_after_a_sync_period_and_drift_is_reported(
+    world: World,
+) -> None:
+    """Issue 27: status.used above the tally for less than the quota controller's sync period
+    is taken as phantom charges (creates that failed after admission charged them): hard is
+    not raised on them; past the sync period the recount did not lower it, so it counts."""
     await setup_team(world, pods=14)
     await world.reconcile("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "20"
     world.quotas.set_used("team-a", {"pods": "20"})
     world.clock.now = T0 + 60
     await world.reconcile("team-a")
-    assert world.quotas.hard("team-a")["pods"] == "28"  # U = max(14, 20)
+    assert world.quotas.hard("team-a")["pods"] == "20"  # U = tally 14: no raise on phantoms
     assert world.op.metrics.drift.labels("team-a", "pods")._value.get() == -6
+    assert world.op.views["team-a"].usage["pods"] == 14
+    world.clock.now = T0 + 60 + world.op.settings.quota_sync_period
+    await world.reconcile("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "28"  # U = max(14, 20)
     assert world.op.views["team-a"].usage["pods"] == 20
+
+
+async def test_phantom_charges_hold_a_downscale_at_status_used(world: World) -> None:
+    """A downscale never takes hard below phantom charges (every create would be refused
+    until the recount), and never raises hard to them."""
+    await setup_team(world, pods=50)
+    await world.reconcile("team-a")  # hard 70
+    world.usage.counts[("team-a", "pods")] = 5
+    world.quotas.set_used("team-a", {"pods": "60"})
+    world.clock.now = T0 + 400
+    world.op.on_usage_change("team-a", "pods")
+    world.clock.now = T0 + 800
+    await world.reconcile("team-a")
+    assert world.quotas.hard("team-a")["pods"] == "60"
+    assert world.events.posted[-1][3] == (
+        "downscale pods 70->60: peak 5 over 5m, buffer 40%, at minimum 10, held at status.used "
+        "60 (charges the quota controller has not recounted yet)"
+    )
 
 
 async def test_downscale_after_the_window_at_the_exact_instant(world: World) -> None:
