@@ -297,7 +297,7 @@ class BudgetTasks:
             usage.usage(ns, key, now) if usage is not None and key in TRACKED_RESOURCES else None
         )
         demand = self.budgets.demand_for(ns, key, hard, members)
-        return member_slice(ns, key, quota, tally, demand)
+        return member_slice(ns, key, quota, tally, demand, self.budgets.step_for(ns, key))
 
     @staticmethod
     def _body(

@@ -118,14 +118,16 @@ def member_slice(
     quota: QuotaSnapshot | None,
     tally: int | None,
     demand: int | None,
+    step: int = 1,
 ) -> Slice:
     """The :class:`~dynquota.policy.budget.Slice` of member ``namespace`` for budgeted ``key``
     as a budget pass builds it (one source for ``BudgetTasks._slice`` and ``plan``):
     ``spec_hard``/``status_hard``/``used`` from its managed ``quota`` (``None``: none); for a
     tracked key (``pods``, ``configmaps``) ``used`` is the larger of ``status.used`` and the
     informers' ``tally`` (objects; ``None``: no tally); ``demand`` is what its policy would
-    set (:attr:`Budgets.demand`), or, not decided yet, what it has (``max(spec.hard, used)``).
-    All in the key's unit. Pure."""
+    set (:attr:`Budgets.demand`), or, not decided yet, what it has (``max(spec.hard, used)``);
+    ``step``: its profile's ``minimumHeadroom`` (:meth:`Budgets.step_for`). All in the key's
+    unit. Pure."""
     spec_hard = status_hard = used = None
     if quota is not None:
         spec_hard = quota.hard_int(key)
@@ -135,7 +137,7 @@ def member_slice(
         used = max(used or 0, tally)
     if demand is None:  # not decided yet: asks for what it has
         demand = max(spec_hard or 0, used or 0)
-    return Slice(namespace, spec_hard, status_hard, used, demand)
+    return Slice(namespace, spec_hard, status_hard, used, demand, max(step, 1))
 
 
 def leaving(
@@ -283,6 +285,13 @@ class Budgets:
         if key in self.unsized.get(namespace, ()):
             return -(-hard // max(members, 1))  # rounded up: the allocation caps the sum
         return None
+
+    def step_for(self, namespace: str, key: str) -> int:
+        """The whole step a slice of ``key`` is given room in: the ``minimumHeadroom`` of the
+        profile governing ``namespace`` for ``key`` (1: none, or not governed). Units."""
+        governance = self.owner.governance(namespace)
+        profile = governance.profiles.get(key) if governance is not None else None
+        return max(profile.minimum_headroom, 1) if profile is not None else 1
 
     def forget(self, namespace: str) -> None:
         """``namespace`` is gone."""

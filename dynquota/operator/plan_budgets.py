@@ -112,6 +112,7 @@ def _budget_plan(
                 quotas.get(ns),
                 tally.get((ns, key), 0) if key in TRACKED_RESOURCES else None,
                 budgets.demand_for(ns, key, hard, len(members)),
+                budgets.step_for(ns, key),
             )
             for ns in members
         ]

@@ -17,7 +17,11 @@ quotas, taken after the caller's previous writes were acknowledged, so it is at 
    DynamicQuotaPolicy would set without a budget). When the demands fit, each target is its
    demand; otherwise the room above the floors is shared max-min fairly (water-filling, whole
    units, the odd units to namespaces in name order): deterministic, and every namespace with
-   pending need gets a share of any free room in the same pass (no starvation).
+   pending need gets a share of any free room in the same pass (no starvation). A namespace
+   whose profile sets a ``minimumHeadroom`` (its ``step``) is first given room in whole steps
+   while the budget has them (:func:`stepped_fill`): a slice split below the headroom would
+   refuse the very object the headroom is there for (issue 27: 5 CPUs, headroom 2, slices
+   3500m/1500m refused a 2-CPU pod in both namespaces with 3 CPUs free).
 2. **Shrinks first.** A slice above its target is written down to it at once; the room it frees
    counts only once ``status.hard`` shows the lower value (its commitment is unchanged until
    then): shrink, observe, grow.
@@ -45,7 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Allocation", "Slice", "allocate", "commitment", "water_fill"]
+__all__ = ["Allocation", "Slice", "allocate", "commitment", "stepped_fill", "water_fill"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,9 @@ class Slice:
     ``status_hard``: its ``status.hard[key]`` (None: not enforced yet); ``used``: its
     ``status.used[key]`` or a better count (None: unknown); ``demand``: the hard its
     DynamicQuotaPolicy would set without the budget (buffer, cooldowns, minimum, maximum
-    applied; an override asks for the maximum). All in the key's integer unit, ``>= 0``.
+    applied; an override asks for the maximum). ``step``: its profile's ``minimumHeadroom``
+    for the key (1: none), the size of the whole steps room is given in first. All in the
+    key's integer unit, ``>= 0``.
     """
 
     namespace: str
@@ -64,6 +70,7 @@ class Slice:
     status_hard: int | None
     used: int | None
     demand: int
+    step: int = 1
 
     @property
     def bounded(self) -> bool:
@@ -142,10 +149,46 @@ def water_fill(room: int, needs: Mapping[str, int]) -> dict[str, int]:
     return given
 
 
+def stepped_fill(room: int, needs: Mapping[str, int], steps: Mapping[str, int]) -> dict[str, int]:
+    """Share ``room`` like :func:`water_fill`, but first in whole steps: a name with a step
+    above 1 (``steps``, default 1) gets its need in whole steps while the room has them — the
+    same number of steps to each such name (max-min fair in steps), then one more step to each
+    in name order while a whole one fits — and what is left (room, and needs not a whole
+    step) is water-filled in units among all names. Each given ``<= need``; the sum is
+    ``min(room, sum(needs))``. Raises ``ValueError`` on a negative amount or a step below 1."""
+    if any(s < 1 for s in steps.values()):
+        raise ValueError("steps must be at least 1")
+    if room < 0 or any(n < 0 for n in needs.values()):
+        raise ValueError("room and needs must be non-negative")
+    if room >= sum(needs.values()):
+        return dict(needs)
+    stepped = {n: steps.get(n, 1) for n in needs if steps.get(n, 1) > 1}
+    whole = {n: needs[n] // step for n, step in stepped.items()}
+    given = dict.fromkeys(needs, 0)
+    if whole:
+        low, high = 0, max(whole.values())
+        while low < high:  # the most steps each can have within the room
+            mid = (low + high + 1) // 2
+            if sum(min(w, mid) * stepped[n] for n, w in whole.items()) <= room:
+                low = mid
+            else:
+                high = mid - 1
+        for name, w in whole.items():
+            given[name] = min(w, low) * stepped[name]
+        left = room - sum(given.values())
+        for name in sorted(whole):
+            if given[name] < whole[name] * stepped[name] and stepped[name] <= left:
+                given[name] += stepped[name]
+                left -= stepped[name]
+    rest = water_fill(room - sum(given.values()), {n: needs[n] - given[n] for n in needs})
+    return {n: given[n] + rest[n] for n in needs}
+
+
 def _fair_targets(budget: int, slices: Sequence[Slice]) -> dict[str, int]:
     floors = {s.namespace: s.used if s.used is not None else commitment(s) for s in slices}
     needs = {s.namespace: max(s.demand - floors[s.namespace], 0) for s in slices}
-    shares = water_fill(max(budget - sum(floors.values()), 0), needs)
+    steps = {s.namespace: s.step for s in slices}
+    shares = stepped_fill(max(budget - sum(floors.values()), 0), needs, steps)
     return {name: floors[name] + shares[name] for name in floors}
 
 
@@ -168,6 +211,7 @@ def allocate(budget: int, slices: Iterable[Slice], reserved: int = 0) -> Allocat
     if (
         budget < 0
         or reserved < 0
+        or any(s.step < 1 for s in items)
         or any(
             v is not None and v < 0
             for s in items
@@ -216,7 +260,7 @@ def allocate(budget: int, slices: Iterable[Slice], reserved: int = 0) -> Allocat
             and s.spec_hard is not None
             and targets[s.namespace] > s.spec_hard
         }
-        gains = water_fill(room, costs)
+        gains = stepped_fill(room, costs, {s.namespace: s.step for s in items})
         for s in items:
             if s.namespace not in costs:
                 continue

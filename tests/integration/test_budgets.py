@@ -680,3 +680,57 @@ def test_a_rebalance_completes_after_the_operator_is_killed_mid_way(
     assert sampler.most <= SHIFT_BUDGET
     assert rebalances is not None
     assert rebalances >= 3  # at least a 6 -> 9, b 11 -> 6, a 9 -> 14
+
+
+def test_slices_in_whole_headroom_steps_admit_the_pod_the_headroom_is_for(
+    op_cluster: OperatorCluster,
+    team: Callable[..., tuple[str, dict[str, str]]],
+    start_operator: Callable[..., OperatorThread],
+    make_budget: Callable[..., str],
+) -> None:
+    """Issue 27: a requests.cpu budget of 5 CPUs over two namespaces whose policy asks a
+    minimumHeadroom of 2 CPUs; one runs a 2-CPU pod. Shared in units the slices were
+    3500m/1500m and a second 2-CPU pod was refused in both with 3 CPUs free; in whole steps one
+    namespace keeps its full headroom and admits it."""
+    c = op_cluster
+    run, labels = team(policy=False)
+    labels = {**labels, BUDGET_LABEL: make_budget({"requests.cpu": "5"})}
+    profile = {"bufferPercent": 0, "minimum": "100m", "maximum": "5", "minimumHeadroom": "2",
+               "upscaleCooldown": "0s", "downscaleCooldown": "1h"}  # fmt: skip
+    c.policy(f"p-{run}", labels, extra_spec={"defaultRequests": {"cpu": "100m"}},
+             **{"requests.cpu": profile})  # fmt: skip
+    first, second = sorted(c.new_namespace(labels) for _ in range(2))
+    start_operator()
+    wait_until(
+        lambda: (
+            enforced(c, [first, second], "requests.cpu")
+            and all(BUDGET_LABEL in c.annotations(ns) for ns in (first, second))
+        ),
+        "both slices enforced and marked (the budget guard admits pods then)",
+    )
+
+    def pod(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                         "resources": {"requests": {"cpu": "2"}}}]}}  # fmt: skip
+
+    def cpu(ns: str, part: str) -> str:
+        quota = c.quota(ns)
+        source = quota.spec.hard if part == "spec" else (quota.status and quota.status.hard)
+        return str((source or {}).get("requests.cpu", ""))
+
+    c.core.create_namespaced_pod(second, pod("big-1"), _request_timeout=30)
+
+    def settled() -> bool:  # each slice written and enforced
+        return all(cpu(ns, "spec") == cpu(ns, "status") != "" for ns in (first, second))
+
+    # the first in name order keeps a whole headroom (2 CPUs), the second its usage + the rest
+    seen: list[tuple[str, str]] = []
+
+    def stepped() -> bool:
+        seen.append((cpu(first, "spec"), cpu(second, "spec")))
+        return settled() and seen[-1] == ("2", "3")  # units: 1500m / 3500m
+
+    wait_until(stepped, "the slices in whole steps (2 / 3)", timeout=60)
+    print(f"\nmeasured: slices {sorted(set(seen))}")
+    c.core.create_namespaced_pod(first, pod("big-2"), _request_timeout=30)  # admitted

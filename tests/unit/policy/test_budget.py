@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynquota.policy.budget import Slice, allocate, commitment, water_fill
+from dynquota.policy.budget import Slice, allocate, commitment, stepped_fill, water_fill
 
 
 def s(name: str, spec: int | None, status: int | None, used: int | None, demand: int) -> Slice:
@@ -175,3 +175,52 @@ def test_reserved_room_is_committed_and_never_shared_out() -> None:
     assert over.writes == {"b": 10}
     with pytest.raises(ValueError, match="non-negative"):
         allocate(30, [], reserved=-1)
+
+
+def test_the_cpu_example_gives_one_namespace_a_whole_headroom() -> None:
+    """Issue 27: requests.cpu budget 5 CPUs (5000m), each member's profile a minimumHeadroom
+    of 2 CPUs; one uses 2000m, the other nothing, both ask usage + 2000m. Shared in units the
+    slices were 3500m/1500m: 1500m free in each, a 2-CPU pod refused in both with 3 CPUs
+    free. In whole steps: one gets its full headroom, the other the rest."""
+    slices = [Slice("a", 2000, 2000, 2000, 4000, step=2000), Slice("b", 0, 0, 0, 2000, step=2000)]
+    allocation = allocate(5000, slices)
+    assert allocation.targets == {"a": 4000, "b": 1000}
+    assert allocation.targets["a"] - 2000 >= 2000  # a 2-CPU pod fits in a
+    # without steps (no minimumHeadroom): the old max-min split
+    plain = [Slice("a", 2000, 2000, 2000, 4000), Slice("b", 0, 0, 0, 2000)]
+    assert allocate(5000, plain).targets == {"a": 3500, "b": 1500}
+
+
+def test_stepped_fill_shares_whole_steps_fairly_then_units() -> None:
+    # room for 3 whole steps of 2: one each (a whole headroom each), the last unit to the first
+    assert stepped_fill(7, {"a": 4, "b": 4, "c": 4}, {"a": 2, "b": 2, "c": 2}) == {
+        "a": 3, "b": 2, "c": 2,
+    }  # fmt: skip
+    # room for 2 steps among 3 names: the first two in name order get one, the third none
+    assert stepped_fill(5, {"a": 4, "b": 4, "c": 4}, {"a": 2, "b": 2, "c": 2}) == {
+        "a": 3, "b": 2, "c": 0,
+    }  # fmt: skip
+    # a need that is not a whole step: its whole steps first, the remainder in units
+    assert stepped_fill(5, {"a": 3, "b": 3}, {"a": 2, "b": 2}) == {"a": 3, "b": 2}
+    # names without a step take part in the unit sharing only
+    assert stepped_fill(4, {"a": 4, "b": 4}, {"a": 4}) == {"a": 4, "b": 0}
+    assert stepped_fill(6, {"a": 4, "b": 4}, {"a": 4}) == {"a": 4, "b": 2}
+    # room for everything: each its need
+    assert stepped_fill(10, {"a": 4, "b": 4}, {"a": 3}) == {"a": 4, "b": 4}
+    with pytest.raises(ValueError, match="steps"):
+        stepped_fill(1, {"a": 1}, {"a": 0})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    room=st.integers(0, 5000),
+    needs=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 3000), max_size=6),
+    steps=st.dictionaries(st.sampled_from("abcdef"), st.integers(1, 2000), max_size=6),
+)
+def test_stepped_fill_gives_each_at_most_its_need_and_spends_the_room(
+    room: int, needs: dict[str, int], steps: dict[str, int]
+) -> None:
+    given_ = stepped_fill(room, needs, steps)
+    assert set(given_) == set(needs)
+    assert all(0 <= given_[n] <= needs[n] for n in needs)
+    assert sum(given_.values()) == min(room, sum(needs.values()))
