@@ -26,35 +26,25 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from dynquota._k8s.errors import KubeError
 from dynquota.admission.errors import InvalidObjectError
 from dynquota.admission.pods import pod_usage
+from dynquota.operator.ports import WorkloadLister
 from dynquota.policy.daemons import NODE_GROWTH_WINDOW, DaemonShortfall, node_growth
 from dynquota.policy.keys import QuotaKeyError
 from dynquota.policy.units import unit_for
-from dynquota.policy.wake import WorkloadKind, short_workload
+from dynquota.policy.wake import short_workload
 from dynquota.usage.counting import parse_time
 
-__all__ = ["CHECK_AFTER", "DaemonLister", "NodeGrowth"]
+__all__ = ["CHECK_AFTER", "NodeGrowth"]
 
 log = logging.getLogger(__name__)
 
 CHECK_AFTER: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0, 40.0)
 """Seconds after the latest new Node at which the DaemonSets are listed (the controller's
 status follows the Node within a second or two; a slow one is caught later)."""
-
-
-class DaemonLister(Protocol):
-    """Lists DaemonSets (:class:`dynquota.kube.workloads.WorkloadClient`)."""
-
-    async def list_workloads(
-        self,
-        kind: WorkloadKind,
-        namespace: str,
-        keep: Callable[[dict[str, Any]], bool] | None = None,
-    ) -> list[dict[str, Any]]: ...
 
 
 class NodeGrowth:
@@ -74,7 +64,7 @@ class NodeGrowth:
 
     def __init__(
         self,
-        daemons: DaemonLister | None,
+        daemons: WorkloadLister | None,
         enqueue: Callable[[str], None],
         manageable: Callable[[str], bool],
         leading: Callable[[], bool],

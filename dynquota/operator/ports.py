@@ -12,7 +12,7 @@ tests).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -24,6 +24,7 @@ from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.policy import (
     PolicyInfo,
 )
+from dynquota.policy.wake import WorkloadKind
 
 __all__ = [
     "Applied",
@@ -37,6 +38,7 @@ __all__ = [
     "QuotaStore",
     "ReconcileResult",
     "UsageView",
+    "WorkloadLister",
 ]
 
 
@@ -219,3 +221,15 @@ def namespace_terminating(exc: ApiError) -> bool:
 
 def _now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class WorkloadLister(Protocol):
+    """Lists workloads of one kind (:class:`dynquota.kube.workloads.WorkloadClient`): the
+    waker's and node growth's read."""
+
+    async def list_workloads(
+        self,
+        kind: WorkloadKind,
+        namespace: str,
+        keep: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> list[dict[str, Any]]: ...

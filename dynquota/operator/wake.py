@@ -32,6 +32,7 @@ from aiolimiter import AsyncLimiter
 
 from dynquota._k8s.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
 from dynquota.metrics import Metrics
+from dynquota.operator.ports import WorkloadLister
 from dynquota.operator.write_gate import WAKE, WriteGate
 from dynquota.policy.wake import (
     WORKLOAD_KINDS,
@@ -47,15 +48,9 @@ __all__ = ["SWEEP_TOGETHER", "WakeReport", "Waker", "WorkloadStore"]
 log = logging.getLogger(__name__)
 
 
-class WorkloadStore(Protocol):
+class WorkloadStore(WorkloadLister, Protocol):
     """The workloads a wake lists and marks (:class:`dynquota.kube.workloads.WorkloadClient`)."""
 
-    async def list_workloads(
-        self,
-        kind: WorkloadKind,
-        namespace: str,
-        keep: Callable[[dict[str, Any]], bool] | None = None,
-    ) -> list[dict[str, Any]]: ...
     async def wake_workload(
         self, kind: WorkloadKind, namespace: str, name: str, stamp: str, resource_version: str
     ) -> None: ...

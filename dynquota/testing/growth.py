@@ -8,12 +8,21 @@ admission charges them, they stay Pending.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dynquota.testing.operator import PAUSE, OperatorCluster
 
-__all__ = ["FillRun", "deployment", "grow", "job", "stateful_set"]
+__all__ = [
+    "FillRun",
+    "daemon_set",
+    "deployment",
+    "grow",
+    "job",
+    "node_pod_delays",
+    "stateful_set",
+]
 
 
 def deployment(name: str, replicas: int) -> dict[str, Any]:
@@ -74,6 +83,30 @@ def job(name: str, parallelism: int) -> dict[str, Any]:
             "backoffLimit": 0,
             "template": _pod_template(name, "Never"),
         },
+    }
+
+
+def daemon_set(name: str) -> dict[str, Any]:
+    """A DaemonSet body: a pause pod on every node, labelled ``app=<name>``."""
+    return {
+        "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": _pod_template(name)},
+    }
+
+
+def node_pod_delays(c: OperatorCluster, ns: str, nodes: Iterable[str]) -> dict[str, float]:
+    """For each of ``nodes`` that has a pod of ``ns``: seconds from the Node's creation to
+    that pod's (both creationTimestamps: 1 s resolution)."""
+    wanted = set(nodes)
+    born = {
+        n.metadata.name: n.metadata.creation_timestamp.timestamp()
+        for n in c.core.list_node(_request_timeout=30).items
+        if n.metadata.name in wanted
+    }
+    return {
+        pod.spec.node_name: pod.metadata.creation_timestamp.timestamp() - born[pod.spec.node_name]
+        for pod in c.core.list_namespaced_pod(ns, _request_timeout=30).items
+        if pod.spec.node_name in born
     }
 
 

@@ -21,8 +21,8 @@ import kubernetes
 import pytest
 
 from dynquota.testing.controlplane import LocalControlPlane
+from dynquota.testing.growth import daemon_set, node_pod_delays
 from dynquota.testing.operator import (
-    PAUSE,
     OperatorCluster,
     OperatorThread,
     install_operator,
@@ -56,14 +56,7 @@ def one_run(workdir: Path, node_growth: bool) -> Run:
         op = OperatorThread(operator_settings(c, node_growth=node_growth)).start()
         try:
             c.wait_hard(ns, {"pods": "10", "configmaps": "50"})
-            labels = {"app": "agent"}
-            c.apps.create_namespaced_daemon_set(ns, {
-                "metadata": {"name": "agent"},
-                "spec": {"selector": {"matchLabels": labels},
-                         "template": {"metadata": {"labels": labels},
-                                      "spec": {"containers": [{"name": "a", "image": PAUSE}],
-                                               "terminationGracePeriodSeconds": 0}}}},
-                _request_timeout=30)  # fmt: skip
+            c.apps.create_namespaced_daemon_set(ns, daemon_set("agent"), _request_timeout=30)
 
             def scheduled() -> int:
                 ds = c.apps.read_namespaced_daemon_set_status("agent", ns, _request_timeout=30)
@@ -75,12 +68,7 @@ def one_run(workdir: Path, node_growth: bool) -> Run:
             deadline = time.monotonic() + WAIT
             while time.monotonic() < deadline and scheduled() < 30:
                 time.sleep(0.5)  # the sampling interval of a measurement
-            nodes = {n.metadata.name: n for n in c.core.list_node(_request_timeout=30).items}
-            delays = {}
-            for pod in c.core.list_namespaced_pod(ns, _request_timeout=30).items:
-                if pod.spec.node_name in added:
-                    born = nodes[pod.spec.node_name].metadata.creation_timestamp.timestamp()
-                    delays[pod.spec.node_name] = pod.metadata.creation_timestamp.timestamp() - born
+            delays = node_pod_delays(c, ns, added)
             hard = c.quota(ns).spec.hard["pods"]
             return Run(delays, scheduled(), 30, hard)
         finally:

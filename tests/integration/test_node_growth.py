@@ -13,8 +13,8 @@ import kubernetes
 import pytest
 
 from dynquota.testing.controlplane import LocalControlPlane
+from dynquota.testing.growth import daemon_set, node_pod_delays
 from dynquota.testing.operator import (
-    PAUSE,
     OperatorCluster,
     OperatorThread,
     install_operator,
@@ -39,15 +39,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorCluste
         api.close()
 
 
-def daemon_set(name: str) -> dict[str, object]:
-    labels = {"app": name}
-    return {"metadata": {"name": name},
-            "spec": {"selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels},
-                                  "spec": {"containers": [{"name": "a", "image": PAUSE}],
-                                           "terminationGracePeriodSeconds": 0}}}}  # fmt: skip
-
-
 def status(c: OperatorCluster, ns: str, name: str) -> tuple[int, int]:
     ds = c.apps.read_namespaced_daemon_set_status(name, ns, _request_timeout=30).status
     return ds.desired_number_scheduled or 0, ds.current_number_scheduled or 0
@@ -65,12 +56,7 @@ def test_each_new_nodes_daemonset_pod_within_15_s_of_the_node(cluster: OperatorC
         added = c.cp.add_nodes(3)
         wait_until(lambda: status(c, ns, "agent") == (5, 5), "a pod on each of the 5 nodes",
                    timeout=60)  # fmt: skip
-        nodes = {n.metadata.name: n for n in c.core.list_node(_request_timeout=30).items}
-        delays = {}
-        for pod in c.core.list_namespaced_pod(ns, _request_timeout=30).items:
-            if pod.spec.node_name in added:
-                born = nodes[pod.spec.node_name].metadata.creation_timestamp.timestamp()
-                delays[pod.spec.node_name] = pod.metadata.creation_timestamp.timestamp() - born
+        delays = node_pod_delays(c, ns, added)
         quota = c.quota(ns)
         print(f"\nmeasured: hard {quota.spec.hard}, Node -> its DaemonSet pod (s): {delays}")
         assert sorted(delays) == sorted(added)

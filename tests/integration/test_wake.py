@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
-from dynquota.testing.growth import deployment, grow, job
-from dynquota.testing.operator import PAUSE, OperatorCluster, OperatorThread
+from dynquota.testing.growth import daemon_set, deployment, grow, job
+from dynquota.testing.operator import OperatorCluster, OperatorThread
 from dynquota.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -191,13 +191,7 @@ def test_a_daemonset_refused_a_pod_is_woken_after_the_raise(
     c.policy("p-daemons", node_scope, pods=profile)
     op = start_node_operator()
     c.wait_hard(ns, {"pods": "1", "configmaps": "50"})
-    labels = {"app": "agent"}
-    body = {"metadata": {"name": "agent"},
-            "spec": {"selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels},
-                                  "spec": {"containers": [{"name": "a", "image": PAUSE}],
-                                           "terminationGracePeriodSeconds": 0}}}}  # fmt: skip
-    c.apps.create_namespaced_daemon_set(ns, body, _request_timeout=30)
+    c.apps.create_namespaced_daemon_set(ns, daemon_set("agent"), _request_timeout=30)
 
     def status() -> tuple[int, int]:
         ds = c.apps.read_namespaced_daemon_set_status("agent", ns, _request_timeout=30).status
