@@ -8,15 +8,18 @@ cluster are listed a few times over the next minute (the DaemonSet controller se
 ``desiredNumberScheduled`` in the sync that the quota refuses): the short ones in namespaces
 the operator may manage are kept, with what one of their pods is charged
 (:func:`dynquota.admission.pods.pod_usage` of the template); each such namespace's *floor* is
-its quota's ``status.used`` at that moment plus
-:func:`~dynquota.policy.daemons.node_growth`, and each namespace whose floor changed is
-queued. The reconcile passes :meth:`NodeGrowth.floor` to ``decide`` as ``daemon_floor``; the
-raise it makes is enforced, then woken (:mod:`dynquota.operator.wake`). A floor is absolute:
-once the pods exist, usage has grown into it and nothing is added twice (a first build added
-the shortfall to the usage of each later decision: 2 -> 5 -> 8 for 3 new nodes).
+its quota's ``status.used`` at its first grant plus the pods of every node granted since
+(each new node once per DaemonSet: :func:`~dynquota.policy.daemons.new_grants`), and each
+namespace whose floor changed is queued. The reconcile passes :meth:`NodeGrowth.floor` to
+``decide`` as ``daemon_floor``; the raise it makes is enforced, then woken
+(:mod:`dynquota.operator.wake`). A floor is absolute and grows only by new grants: once the
+pods exist, usage has grown into it and nothing is added twice (one build added the shortfall
+to each later decision's usage, 2 -> 5 -> 8 for 3 new nodes; the next re-granted at every
+list, 10 -> 50 for 5 DaemonSets and 2 nodes: README-only attack). The room is the namespace's:
+a DaemonSet created after the nodes may take it first (documented in docs/sizing.md).
 
-Only the leader lists; nothing is written here. Off (``DYNQUOTA_NODE_GROWTH=false``, or no
-Node informer): no demand, the usual steps.
+Only the leader lists; nothing is written here. Off (``DYNQUOTA_NODE_GROWTH=false``, a policy's
+``spec.wake: false``, or no Node informer): no floor, the usual steps.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from dynquota._k8s.errors import KubeError
 from dynquota.admission.errors import InvalidObjectError
 from dynquota.admission.pods import pod_usage
 from dynquota.operator.ports import WorkloadLister
-from dynquota.policy.daemons import NODE_GROWTH_WINDOW, DaemonShortfall, node_growth
+from dynquota.policy.daemons import NODE_GROWTH_WINDOW, DaemonShortfall, new_grants
 from dynquota.policy.keys import QuotaKeyError
 from dynquota.policy.units import unit_for
 from dynquota.policy.wake import short_workload
@@ -86,9 +90,8 @@ class NodeGrowth:
         self.check_after = tuple(check_after)
         self.created: dict[str, float] = {}
         """Node name -> its creationTimestamp (seconds since the epoch)."""
-        self.floors: dict[str, dict[str, int]] = {}
-        """Namespace -> quota key -> the hard its new nodes' DaemonSet pods need, as last
-        listed (only namespaces with such a need)."""
+        self._episodes: dict[str, _Episode] = {}
+        """Namespace -> what node growth granted there (only namespaces with a grant)."""
         self._synced = False
         self._task: asyncio.Task[None] | None = None
 
@@ -142,13 +145,16 @@ class NodeGrowth:
                 log.warning("node growth: listing DaemonSets failed: %s", exc)
 
     async def check(self) -> None:
-        """List the DaemonSets short of pods across the cluster (the leader only) and queue
-        each namespace whose shortfall changed. Raises ``KubeError``."""
+        """List the DaemonSets short of pods across the cluster (the leader only), grant each
+        its new nodes not granted before (:func:`~dynquota.policy.daemons.new_grants`), and
+        queue each namespace whose floor changed. Raises ``KubeError``."""
         if not self.enabled or self.daemons is None or not self.leading():
             return
         items = await self.daemons.list_workloads("DaemonSet", "", keep=self._keep)
         now = self.clock()
-        short: dict[str, list[DaemonShortfall]] = {}
+        self._expire(now)
+        recent = {n: t for n, t in self.created.items() if now - self.window <= t <= now}
+        changed: set[str] = set()
         for obj in items:
             meta = obj.get("metadata") or {}
             status = obj.get("status") or {}
@@ -159,33 +165,48 @@ class NodeGrowth:
                 )
             except (TypeError, ValueError):
                 continue
+            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            episode = self._episodes.setdefault(namespace, _Episode())
+            granted = episode.granted.setdefault(name, set())
             template = (obj.get("spec") or {}).get("template") or {}
-            short.setdefault(str(meta.get("namespace")), []).append(
-                DaemonShortfall(str(meta.get("name")), created, missing, _charge(template, now))
-            )
-        floors: dict[str, dict[str, int]] = {}
-        for namespace, daemons in short.items():
-            extra = node_growth(daemons, self.created.values(), now, self.window)
-            if extra:
-                floors[namespace] = {k: self.used(namespace, k) + v for k, v in extra.items()}
-        changed = {ns for ns in set(floors) | set(self.floors)
-                   if floors.get(ns) != self.floors.get(ns)}  # fmt: skip
-        self.floors = floors
+            daemon = DaemonShortfall(name, created, missing, _charge(template, now))
+            fresh = new_grants(daemon, recent, granted, now, self.window)
+            if not fresh:
+                continue
+            granted.update(fresh)
+            episode.latest = max([episode.latest, *(recent[n] for n in fresh)])
+            for key, per_pod in daemon.pod_charge.items():
+                if key not in episode.floor:  # the usage the room is added to, read once
+                    episode.floor[key] = self.used(namespace, key)
+                episode.floor[key] += per_pod * len(fresh)
+            changed.add(namespace)
+        for namespace in [ns for ns, e in self._episodes.items() if not e.floor]:
+            del self._episodes[namespace]
         for namespace in sorted(changed):
             self.enqueue(namespace)
+
+    def _expire(self, now: float) -> None:
+        """Drop the floors whose newest granted node left the window."""
+        for namespace in [ns for ns, e in self._episodes.items()
+                          if e.floor and now - self.window > e.latest]:  # fmt: skip
+            del self._episodes[namespace]
 
     def _keep(self, obj: dict[str, Any]) -> bool:
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")
         return short_workload("DaemonSet", obj) and self.manageable(namespace)
 
     def floor(self, namespace: str) -> dict[str, int]:
-        """``decide``'s ``daemon_floor`` for ``namespace`` (quota key -> units); empty when
-        off, nothing is short there or no node is new."""
-        return dict(self.floors.get(namespace, {})) if self.enabled else {}
+        """``decide``'s ``daemon_floor`` for ``namespace`` (quota key -> units): the usage
+        when its first new node was granted plus every grant's pods since; empty when off,
+        nothing was granted, or the newest granted node is older than the window."""
+        episode = self._episodes.get(namespace)
+        if not self.enabled or episode is None or self.clock() - self.window > episode.latest:
+            return {}
+        return dict(episode.floor)
 
     def forget(self, namespace: str) -> None:
         """The namespace is gone."""
-        self.floors.pop(namespace, None)
+        self._episodes.pop(namespace, None)
 
     async def stop(self) -> None:
         """Cancel the pending lists."""
@@ -194,6 +215,17 @@ class NodeGrowth:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+@dataclass
+class _Episode:
+    """One namespace's node growth: ``granted`` (DaemonSet -> the nodes whose pod got room),
+    ``floor`` (quota key -> the usage at its first grant plus the granted pods' charge),
+    ``latest`` (creationTimestamp of the newest granted node, seconds since the epoch)."""
+
+    granted: dict[str, set[str]] = field(default_factory=dict)
+    floor: dict[str, int] = field(default_factory=dict)
+    latest: float = 0.0
 
 
 def _charge(template: Mapping[str, Any], now: float) -> dict[str, int]:

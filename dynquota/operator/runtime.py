@@ -298,9 +298,11 @@ class Runtime:
         return governance is None or governance.wake
 
     def _manageable(self, namespace: str) -> bool:
-        """Whether ``namespace`` is governed (a managed quota is sized there)."""
+        """Whether node growth applies in ``namespace``: governed (a managed quota is sized
+        there) by a policy that wakes (``spec.wake``: room without the wake would wait for the
+        DaemonSet controller's backoff; README-only attack)."""
         governance = self.operator.governance(namespace)
-        return governance is not None and governance.kind == "managed"
+        return governance is not None and governance.kind == "managed" and governance.wake
 
     def _status_used(self, namespace: str, key: str) -> int:
         """The managed quota's ``status.used`` of ``key`` in the key's units (0: unknown)."""

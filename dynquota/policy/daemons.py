@@ -8,10 +8,13 @@ Nodes — so it is let through at once, within bounds a tenant cannot move:
 
 - only DaemonSets created **before** the node count for it: a DaemonSet created after the
   nodes (a new workload) is sized by the usual steps, as any new workload;
-- each such DaemonSet gets at most as many pods as nodes were created after it **within the
-  last** :data:`NODE_GROWTH_WINDOW` seconds, and no more than it is short
-  (``desiredNumberScheduled - currentNumberScheduled``): re-targeting a DaemonSet at more
-  existing nodes (its node selector) gains nothing beyond the nodes just created;
+- each such DaemonSet is given room for one pod per node created after it **within the
+  last** :data:`NODE_GROWTH_WINDOW` seconds, **once per node** (:func:`new_grants`: a node
+  granted before is never granted again, however often the DaemonSets are listed), and only
+  while it is short (``desiredNumberScheduled - currentNumberScheduled``): re-targeting a
+  DaemonSet at more existing nodes (its node selector) gains nothing beyond the nodes just
+  created (a first build recomputed the room at every list from the grown usage: a README-only
+  user's five short DaemonSets and two new nodes took a quota 10 -> 50, not 20);
 - the demand is what those pods are charged (``pods``, compute requests and limits, per key
   in the key's units), added to usage; the hard never exceeds the policy's maximum and the
   upscale cooldown is not restarted (the buffer still waits for it), as for the raise to usage
@@ -20,10 +23,10 @@ Nodes — so it is let through at once, within bounds a tenant cannot move:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["NODE_GROWTH_WINDOW", "DaemonShortfall", "node_growth"]
+__all__ = ["NODE_GROWTH_WINDOW", "DaemonShortfall", "new_grants", "node_growth"]
 
 NODE_GROWTH_WINDOW = 3600.0
 """Seconds a new node counts for the DaemonSets that were there before it."""
@@ -65,3 +68,21 @@ def node_growth(
         for key, per_pod in daemon.pod_charge.items():
             demand[key] = demand.get(key, 0) + pods * per_pod
     return demand
+
+
+def new_grants(
+    daemon: DaemonShortfall,
+    nodes: Mapping[str, float],
+    granted: Collection[str],
+    now: float,
+    window: float = NODE_GROWTH_WINDOW,
+) -> list[str]:
+    """The nodes (names, sorted) ``daemon`` is newly given a pod's room for: created after it
+    (``nodes``: name -> creationTimestamp, seconds since the epoch) within the last ``window``
+    seconds, not in ``granted`` (given before), at most ``daemon.missing`` of them."""
+    fresh = sorted(
+        name
+        for name, created in nodes.items()
+        if created > daemon.created and now - window <= created <= now and name not in granted
+    )
+    return fresh[: max(daemon.missing, 0)]

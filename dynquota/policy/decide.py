@@ -401,7 +401,10 @@ class _Sizer(KeyRules):
             # DaemonSet pods for new nodes (dynquota.policy.daemons): at once, within the
             # maximum, the cooldown left running (the buffer still waits for it)
             floor = min(wanted, max(profile.maximum, used))
-            if floor > desired:
+            if desired < floor <= base:  # a downscale: not below the room just given
+                desired = floor
+                why += f", held at {fmt(floor)} for the DaemonSet pods of new nodes"
+            elif floor > desired:
                 desired, kind, repair = floor, "upscale", True
                 why = (
                     f"room for the DaemonSet pods of new nodes ({fmt(wanted)} with usage "

@@ -80,12 +80,53 @@ async def test_a_new_node_lists_the_daemonsets_and_queues_the_short_namespaces()
     # listed again with nothing changed: nothing queued again
     await g.check()
     assert queued == ["agents"]
-    # filled: the namespace is queued once more (its demand is gone)
+    # filled: the floor stays (usage has grown into it), nothing queued
     lister.items[0]["status"]["currentNumberScheduled"] = 5
     await g.check()
-    assert queued == ["agents", "agents"]
-    assert g.floor("agents") == {}
+    assert queued == ["agents"]
+    assert g.floor("agents")["pods"] == 5
     await g.stop()
+
+
+async def test_each_new_node_is_granted_once_however_often_the_daemonsets_are_listed() -> None:
+    """README-only attack: five DaemonSets kept short (created while the quota was full), two
+    nodes added: every list re-granted from the grown usage, a quota 10 -> 20 -> 30 -> 39 ->
+    45 -> 50 where the rule gives 20. Now each (DaemonSet, node) is granted once; a later
+    node adds its own share; a relist (apiserver restart) adds nothing."""
+    lister = Lister([daemon_set("a", f"d{i}", -86400, desired=12, current=0) for i in range(5)])
+    queued: list[str] = []
+    used = {"pods": 10}
+    g = NodeGrowth(lister, queued.append, lambda ns: True, lambda: True,
+                   lambda ns, key: used.get(key, 0), clock=lambda: T0,
+                   check_after=())  # fmt: skip
+    g.on_nodes_synced()
+    g.on_node("ADDED", node("n-0", -30))
+    g.on_node("ADDED", node("n-1", -30))
+    await g.check()
+    assert g.floor("a")["pods"] == 20  # 10 + 5 DaemonSets x 2 nodes
+    for grown in (20, 30, 39):  # the controllers spent the room; still short
+        used["pods"] = grown
+        await g.check()
+        assert g.floor("a")["pods"] == 20
+    g.on_node("ADDED", node("n-2", -10))
+    await g.check()
+    assert g.floor("a")["pods"] == 25  # the new node's five pods only
+    g.on_nodes_synced()  # a relist after an apiserver restart
+    await g.check()
+    assert g.floor("a")["pods"] == 25
+    assert queued == ["a", "a"]
+
+
+async def test_the_floor_ends_with_the_window() -> None:
+    lister = Lister([daemon_set("a", "d", -86400, desired=3, current=1)])
+    now = [T0]
+    g = NodeGrowth(lister, [].append, lambda ns: True, lambda: True, lambda ns, key: 1,
+                   clock=lambda: now[0], check_after=())  # fmt: skip
+    g.on_node(None, node("n-0", -10))
+    await g.check()
+    assert g.floor("a")["pods"] == 2
+    now[0] = T0 + 3600
+    assert g.floor("a") == {}
 
 
 async def test_only_the_leader_lists_and_off_is_off() -> None:
@@ -109,8 +150,8 @@ async def test_a_node_created_while_the_operator_was_away_is_looked_at_after_the
     g.on_node(None, node("new-1", -600))
     g.on_nodes_synced()
     await async_wait_until(lambda: queued, "the namespace queued", timeout=5)
-    assert g.floor("agents")["pods"] == 4
-    g.on_node("DELETED", node("new-1", -600))
+    assert g.floor("agents")["pods"] == 4  # usage 2 + 2 new nodes
+    g.on_node("DELETED", node("new-1", -600))  # what was granted stays granted
     await g.check()
-    assert g.floor("agents")["pods"] == 3
+    assert g.floor("agents")["pods"] == 4
     await g.stop()

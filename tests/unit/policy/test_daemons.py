@@ -5,7 +5,7 @@ than the nodes, nor beyond the nodes just created."""
 from __future__ import annotations
 
 from dynquota.policy import DEFAULT_PROFILES, PODS, Decision, Governance, decide
-from dynquota.policy.daemons import NODE_GROWTH_WINDOW, DaemonShortfall, node_growth
+from dynquota.policy.daemons import NODE_GROWTH_WINDOW, DaemonShortfall, new_grants, node_growth
 from dynquota.policy.models import ResourceProfile
 
 from .test_decide import STARTED, T0, settled
@@ -85,3 +85,31 @@ def test_node_growth_stops_at_the_maximum_and_leaves_room_alone() -> None:
     assert [c for c in d.changes if c.resource == PODS] == []
     d = _decide(14, 14, 14, T0 + 60)
     assert [c for c in d.changes if c.resource == PODS] == []
+
+
+def test_new_grants_are_the_new_nodes_not_granted_before() -> None:
+    nodes = {"old": T0 - 86400 * 2, "n1": T0 - 30, "n2": T0 - 20, "n3": T0 - 10}
+    daemon = DaemonShortfall("agent", created=T0 - 86400, missing=20)
+    assert new_grants(daemon, nodes, set(), T0) == ["n1", "n2", "n3"]
+    assert new_grants(daemon, nodes, {"n1", "n2"}, T0) == ["n3"]
+    assert new_grants(daemon, nodes, {"n1", "n2", "n3"}, T0) == []
+    # at most what it is short; nothing for a DaemonSet newer than the nodes
+    assert new_grants(DaemonShortfall("a", T0 - 86400, 1), nodes, set(), T0) == ["n1"]
+    assert new_grants(DaemonShortfall("late", T0 - 15, 9), nodes, set(), T0) == ["n3"]
+
+
+def test_a_downscale_is_held_at_the_floor_not_turned_into_an_upscale() -> None:
+    d = decide(
+        governance=GOV,
+        usage={PODS: 5, "configmaps": 0},
+        peak={PODS: 5},
+        quota=settled(40, at=-7200, pods_profile=PROFILE),
+        kill_switch=False,
+        now=T0 + 60,
+        started_at=STARTED,
+        daemon_floor={PODS: 30},
+    )
+    pods = [c for c in d.changes if c.resource == PODS]
+    assert d.hard[PODS] == 30
+    assert [c.kind for c in pods] == ["downscale"]
+    assert pods[0].reason.endswith(", held at 30 for the DaemonSet pods of new nodes")
