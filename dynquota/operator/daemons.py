@@ -153,6 +153,7 @@ class NodeGrowth:
         items = await self.daemons.list_workloads("DaemonSet", "", keep=self._keep)
         now = self.clock()
         self._expire(now)
+        log.debug("node growth: %d DaemonSet(s) short of pods", len(items))
         recent = {n: t for n, t in self.created.items() if now - self.window <= t <= now}
         changed: set[str] = set()
         for obj in items:
@@ -174,6 +175,8 @@ class NodeGrowth:
             if not fresh:
                 continue
             granted.update(fresh)
+            log.info("node growth: DaemonSet %s/%s gets room for its pods on %d new node(s): %s",
+                     namespace, name, len(fresh), ", ".join(fresh))  # fmt: skip
             episode.latest = max([episode.latest, *(recent[n] for n in fresh)])
             for key, per_pod in daemon.pod_charge.items():
                 if key not in episode.floor:  # the usage the room is added to, read once
