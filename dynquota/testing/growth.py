@@ -45,18 +45,23 @@ def deployment(name: str, replicas: int) -> dict[str, Any]:
     }
 
 
-def _pod_template(name: str, restart: str = "Always") -> dict[str, Any]:
-    return {
-        "metadata": {"labels": {"app": name}},
-        "spec": {
-            "containers": [{"name": "app", "image": PAUSE}],
-            "terminationGracePeriodSeconds": 0,
-            "restartPolicy": restart,
-        },
+PENDING = {"dynquota.io/test-no-such-node": "true"}
+"""A nodeSelector no node matches: on a cluster with kwok nodes the pods stay Pending (charged
+to the quota, never run, never completed)."""
+
+
+def _pod_template(name: str, restart: str = "Always", pending: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "app", "image": PAUSE}],
+        "terminationGracePeriodSeconds": 0,
+        "restartPolicy": restart,
     }
+    if pending:
+        spec["nodeSelector"] = PENDING
+    return {"metadata": {"labels": {"app": name}}, "spec": spec}
 
 
-def stateful_set(name: str, replicas: int) -> dict[str, Any]:
+def stateful_set(name: str, replicas: int, pending: bool = False) -> dict[str, Any]:
     """A StatefulSet body: ``replicas`` pause pods, ``podManagementPolicy: Parallel`` (the
     default OrderedReady creates the next pod only when the previous one is Ready: without
     nodes, never)."""
@@ -67,21 +72,21 @@ def stateful_set(name: str, replicas: int) -> dict[str, Any]:
             "serviceName": name,
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": {"app": name}},
-            "template": _pod_template(name),
+            "template": _pod_template(name, pending=pending),
         },
     }
 
 
-def job(name: str, parallelism: int) -> dict[str, Any]:
-    """A Job body: ``parallelism`` pause pods at once, as many completions (without nodes its
-    pods stay Pending, active and charged)."""
+def job(name: str, parallelism: int, pending: bool = False) -> dict[str, Any]:
+    """A Job body: ``parallelism`` pause pods at once, as many completions (``pending``: a
+    node selector no node matches, so its pods stay Pending, active and charged)."""
     return {
         "metadata": {"name": name},
         "spec": {
             "parallelism": parallelism,
             "completions": parallelism,
             "backoffLimit": 0,
-            "template": _pod_template(name, "Never"),
+            "template": _pod_template(name, "Never", pending),
         },
     }
 
@@ -141,17 +146,19 @@ def grow(
     start_hard: int = 0,
     kind: str = "Deployment",
     expect: int | None = None,
+    pending: bool = False,
 ) -> FillRun:
     """Create a ``kind`` (``Deployment``, ``StatefulSet`` or ``Job``) ``web`` of ``replicas``
     pods in ``ns`` and sample (every 0.2 s, each sample read afresh) its quota's
     ``status.hard`` of ``pods`` and the pod count, until every pod exists and every raise was
     filled, or ``timeout`` seconds passed. ``expect``: the pods the namespace ends with when
-    other workloads grow there too (default ``replicas``)."""
+    other workloads grow there too (default ``replicas``); ``pending``: StatefulSet and Job
+    pods select no node (:data:`PENDING`)."""
     if kind == "StatefulSet":
-        c.apps.create_namespaced_stateful_set(ns, stateful_set("web", replicas),
+        c.apps.create_namespaced_stateful_set(ns, stateful_set("web", replicas, pending),
                                               _request_timeout=30)  # fmt: skip
     elif kind == "Job":
-        c.batch.create_namespaced_job(ns, job("web", replicas), _request_timeout=30)
+        c.batch.create_namespaced_job(ns, job("web", replicas, pending), _request_timeout=30)
     else:
         c.apps.create_namespaced_deployment(ns, deployment("web", replicas), _request_timeout=30)
     run = FillRun(expect if expect is not None else replicas)

@@ -116,7 +116,7 @@ def test_good_policy_is_stored_with_defaults(
         }
     )
     created = policies.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
-    assert created["spec"] == {**body["spec"], "dryRun": False}
+    assert created["spec"] == {**body["spec"], "dryRun": False, "wake": True}
 
     minimal = policies.create_cluster_custom_object(GROUP, VERSION, PLURAL, policy({}))
     assert minimal["spec"] == {
@@ -124,6 +124,7 @@ def test_good_policy_is_stored_with_defaults(
         "priority": 0,
         "resources": {},
         "dryRun": False,
+        "wake": True,
     }
     # The short name and printer columns work through kubectl.
     table = controlplane.kubectl("get", "dqp", minimal["metadata"]["name"])

@@ -130,19 +130,20 @@ def test_a_raise_left_unwoken_by_a_previous_operator_is_woken_at_start(
 
 
 def test_a_statefulset_and_a_job_fill_every_raise_within_seconds(
-    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator
+    node_cluster: OperatorCluster, node_scope: dict[str, str], start_node_operator: StartOperator
 ) -> None:
     """The other controllers with a per-object backoff: a StatefulSet (Parallel) and a Job
     of 15 pods each grow into one quota (10 -> 14 -> 20 -> 28 -> 40); both are woken after
     each raise and every raise is filled within 5 s (the Job controller syncs 1 s after an
-    update)."""
-    c = op_cluster
+    update). On the kwok cluster (the job controller runs there), their pods selecting no
+    node: Pending, charged, never completed."""
+    c, scope, start_operator = node_cluster, node_scope, start_node_operator
     ns = c.new_namespace(scope)
     c.policy("p-kinds", scope, pods=PROFILE)
     op = start_operator()
     c.wait_hard(ns, {"pods": "10", "configmaps": "50"})
-    c.batch.create_namespaced_job(ns, job("batch", 15), _request_timeout=30)
-    run = grow(c, ns, 15, timeout=180, start_hard=10, kind="StatefulSet", expect=30)
+    c.batch.create_namespaced_job(ns, job("batch", 15, pending=True), _request_timeout=30)
+    run = grow(c, ns, 15, timeout=180, start_hard=10, kind="StatefulSet", expect=30, pending=True)
     woke = {k: op.sample("dynquota_wakes_total", {"kind": k}) for k in ("StatefulSet", "Job")}
     print(
         f"\nmeasured: raises {[h for _, h in run.raises]}, fill delays (s) "
