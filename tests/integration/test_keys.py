@@ -216,13 +216,15 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
     c.policy(
         "p-keys",
         scope,
-        pods=profile(2, 5),
-        secrets=profile(4, 20),
-        services=profile(2, 6),
+        # 6 s: the test fills six keys one after the other at each step; with 2 s a loaded CI
+        # machine was still creating secrets when their cooldown ended (4 -> 5 at usage 3)
+        pods=profile(2, 5, up="6s"),
+        secrets=profile(4, 20, up="6s"),
+        services=profile(2, 6, up="6s"),
         **{
-            "count/jobs.batch": profile(2, 5),
-            "requests.storage": profile("2Gi", "5Gi"),
-            devices: profile(1, 3),
+            "count/jobs.batch": profile(2, 5, up="6s"),
+            "requests.storage": profile("2Gi", "5Gi", up="6s"),
+            devices: profile(1, 3, up="6s"),
         },
     )
     # the apiserver stores count/deployment.apps (a typo); the operator refuses it, naming it
