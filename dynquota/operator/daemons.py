@@ -143,6 +143,8 @@ class NodeGrowth:
                 await self.check()
             except KubeError as exc:
                 log.warning("node growth: listing DaemonSets failed: %s", exc)
+            except Exception:  # a bug must not end the schedule silently
+                log.exception("node growth: a check failed")
 
     async def check(self) -> None:
         """List the DaemonSets short of pods across the cluster (the leader only), grant each
