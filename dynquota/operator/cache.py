@@ -132,9 +132,8 @@ class OperatorCache(abc.ABC):
         self.monotonic = monotonic if monotonic is not None else clock
         self.usage: UsageView | None = None
         self.waker: Waker | None = None
-        self.node_growth: NodeGrowth | None = None
-        """The DaemonSet pods of new nodes (:mod:`dynquota.operator.daemons`); ``None``: off."""
         """Wakes the controllers a raise made room for (the runtime sets it)."""
+        self.node_growth: NodeGrowth | None = None  # DaemonSets' new nodes (operator.daemons)
         self.started_at = clock()
         self.namespaces: dict[str, NamespaceInfo] = {}
         self._namespace_rv: dict[str, int] = {}
@@ -169,8 +168,7 @@ class OperatorCache(abc.ABC):
         self._metric_keys: dict[str, set[str]] = {}
         """Per namespace, the quota keys it has per-key metric series for."""
         self._uncounted: dict[str, dict[str, float]] = {}
-        self._excess_since: dict[str, dict[str, float]] = {}
-        """Namespace -> tally-driven key -> since when ``status.used`` exceeds the tally."""
+        self._excess_since: dict[str, dict[str, float]] = {}  # ns -> key -> status.used > tally
         """Per namespace, per status-driven key: since when ``status.hard`` shows it while
         ``status.used`` does not (in memory: a restart only delays ``KeyNotCounted``)."""
         self.simulated: dict[str, QuotaState | None] = {}

@@ -17,6 +17,7 @@ from dynquota.testing.operator import PAUSE, OperatorCluster
 __all__ = [
     "FillRun",
     "daemon_set",
+    "daemon_status",
     "deployment",
     "grow",
     "job",
@@ -97,6 +98,12 @@ def daemon_set(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"selector": {"matchLabels": {"app": name}}, "template": _pod_template(name)},
     }
+
+
+def daemon_status(c: OperatorCluster, ns: str, name: str) -> tuple[int, int]:
+    """DaemonSet ``ns/name``'s ``(desiredNumberScheduled, currentNumberScheduled)``."""
+    ds = c.apps.read_namespaced_daemon_set_status(name, ns, _request_timeout=30).status
+    return ds.desired_number_scheduled or 0, ds.current_number_scheduled or 0
 
 
 def node_pod_delays(c: OperatorCluster, ns: str, nodes: Iterable[str]) -> dict[str, float]:

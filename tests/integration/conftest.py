@@ -125,3 +125,14 @@ def node_scope(node_cluster: OperatorCluster) -> Iterator[dict[str, str]]:
     selector = ",".join(f"{k}={v}" for k, v in label.items())
     for ns in c.core.list_namespace(label_selector=selector).items:
         c.delete_namespace(ns.metadata.name)
+
+
+@pytest.fixture(scope="module")
+def kwok_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorCluster]:
+    """A control plane of the module's own with kube-scheduler and 2 kwok nodes (the node
+    growth tests add nodes: the shared ``node_cluster`` must keep its count)."""
+    with LocalControlPlane(resource_quota_sync_period=10, nodes=2) as cp:
+        kubeconfig = install_operator(cp, tmp_path_factory.mktemp("kwok"))
+        api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
+        yield OperatorCluster(cp, api, kubeconfig)
+        api.close()

@@ -6,18 +6,12 @@ room (a new workload is sized by the usual steps)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import kubernetes
 import pytest
 
-from dynquota.testing.controlplane import LocalControlPlane
-from dynquota.testing.growth import daemon_set, node_pod_delays
+from dynquota.testing.growth import daemon_set, daemon_status, node_pod_delays
 from dynquota.testing.operator import (
     OperatorCluster,
     OperatorThread,
-    install_operator,
     operator_settings,
 )
 from dynquota.testing.wait import wait_until
@@ -30,31 +24,19 @@ PROFILE = {"bufferPercent": 40, "minimum": 2, "maximum": 40, "upscaleCooldown": 
 LIMIT = 15.0  # seconds from a Node's creation to its DaemonSet pod (issue 26)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorCluster]:
-    with LocalControlPlane(resource_quota_sync_period=10, nodes=2) as cp:
-        kubeconfig = install_operator(cp, Path(tmp_path_factory.mktemp("growth")))
-        api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
-        yield OperatorCluster(cp, api, kubeconfig)
-        api.close()
-
-
-def status(c: OperatorCluster, ns: str, name: str) -> tuple[int, int]:
-    ds = c.apps.read_namespaced_daemon_set_status(name, ns, _request_timeout=30).status
-    return ds.desired_number_scheduled or 0, ds.current_number_scheduled or 0
-
-
-def test_each_new_nodes_daemonset_pod_within_15_s_of_the_node(cluster: OperatorCluster) -> None:
-    c = cluster
+def test_each_new_nodes_daemonset_pod_within_15_s_of_the_node(
+    kwok_cluster: OperatorCluster,
+) -> None:
+    c = kwok_cluster
     ns = c.new_namespace(SCOPE)
     c.policy("p-growth", SCOPE, pods=PROFILE)
     op = OperatorThread(operator_settings(c)).start()
     try:
         c.wait_hard(ns, {"pods": "2", "configmaps": "50"})
         c.apps.create_namespaced_daemon_set(ns, daemon_set("agent"), _request_timeout=30)
-        wait_until(lambda: status(c, ns, "agent") == (2, 2), "a pod on each of the 2 nodes")
+        wait_until(lambda: daemon_status(c, ns, "agent") == (2, 2), "a pod on each of the 2 nodes")
         added = c.cp.add_nodes(3)
-        wait_until(lambda: status(c, ns, "agent") == (5, 5), "a pod on each of the 5 nodes",
+        wait_until(lambda: daemon_status(c, ns, "agent") == (5, 5), "a pod on each of the 5 nodes",
                    timeout=60)  # fmt: skip
         delays = node_pod_delays(c, ns, added)
         quota = c.quota(ns)
@@ -68,9 +50,9 @@ def test_each_new_nodes_daemonset_pod_within_15_s_of_the_node(cluster: OperatorC
 
         # a DaemonSet created after the nodes is a new workload: the usual steps (cooldown 1 h)
         c.apps.create_namespaced_daemon_set(ns, daemon_set("late"), _request_timeout=30)
-        wait_until(lambda: status(c, ns, "late")[0] == 5, "the late DaemonSet wants 5 pods")
+        wait_until(lambda: daemon_status(c, ns, "late")[0] == 5, "the late DaemonSet wants 5 pods")
         op.idle()
         assert c.quota(ns).spec.hard["pods"] == "5"
-        assert status(c, ns, "late")[1] == 0
+        assert daemon_status(c, ns, "late")[1] == 0
     finally:
         op.stop()

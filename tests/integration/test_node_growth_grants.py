@@ -4,18 +4,13 @@ control plane of its own."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import kubernetes
 import pytest
 
-from dynquota.testing.controlplane import LocalControlPlane
-from dynquota.testing.growth import daemon_set, deployment
+from dynquota.testing.growth import daemon_set, daemon_status, deployment
 from dynquota.testing.operator import (
     OperatorCluster,
     OperatorThread,
-    install_operator,
     operator_settings,
 )
 from dynquota.testing.wait import wait_until
@@ -26,26 +21,12 @@ PROFILE = {"bufferPercent": 40, "minimum": 2, "maximum": 40, "upscaleCooldown": 
            "downscaleCooldown": "1h"}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorCluster]:
-    with LocalControlPlane(resource_quota_sync_period=10, nodes=2) as cp:
-        kubeconfig = install_operator(cp, Path(tmp_path_factory.mktemp("grants")))
-        api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)
-        yield OperatorCluster(cp, api, kubeconfig)
-        api.close()
-
-
-def status(c: OperatorCluster, ns: str, name: str) -> tuple[int, int]:
-    ds = c.apps.read_namespaced_daemon_set_status(name, ns, _request_timeout=30).status
-    return ds.desired_number_scheduled or 0, ds.current_number_scheduled or 0
-
-
-def test_short_daemonsets_get_each_new_node_once(cluster: OperatorCluster) -> None:
+def test_short_daemonsets_get_each_new_node_once(kwok_cluster: OperatorCluster) -> None:
     """README-only attack: DaemonSets created while their quota was full stay short on every
     node; with two new nodes each list of the DaemonSets re-granted from the grown usage (a
     1 h-cooldown quota 10 -> 50 where the rule gives 20). Now: three short DaemonSets, two new
     nodes: hard goes to usage + 3 x 2 and no further over the whole 40 s list schedule."""
-    c = cluster
+    c = kwok_cluster
     scope = {"dq-test": "node-growth-short"}
     ns = c.new_namespace(scope)
     c.policy("p-short", scope, pods=PROFILE)
@@ -56,18 +37,26 @@ def test_short_daemonsets_get_each_new_node_once(cluster: OperatorCluster) -> No
         wait_until(lambda: len(c.core.list_namespaced_pod(ns).items) == 2, "the quota full")
         for i in range(3):
             c.apps.create_namespaced_daemon_set(ns, daemon_set(f"d{i}"), _request_timeout=30)
-        wait_until(lambda: all(status(c, ns, f"d{i}")[0] > 0 for i in range(3)),
+        wait_until(lambda: all(daemon_status(c, ns, f"d{i}")[0] > 0 for i in range(3)),
                    "the DaemonSets want pods (refused)")  # fmt: skip
         # creationTimestamps have 1 s resolution and a node counts only for DaemonSets created
         # before it: nodes made in the DaemonSets' second got no grant (3 of 5 runs failed so)
-        time.sleep(1.0)
+        made = max(
+            d.metadata.creation_timestamp.timestamp()
+            for d in c.apps.list_namespaced_daemon_set(ns, _request_timeout=30).items
+        )
+        wait_until(lambda: time.time() >= made + 1.0, "a second past the DaemonSets'", 5)
         c.cp.add_nodes(2)
+        wait_until(lambda: c.quota(ns).spec.hard["pods"] == "8", "the new nodes' room", 30)
         seen: set[str] = set()
         started = time.monotonic()
-        while time.monotonic() - started < 45:  # the operator lists 2-40 s after the nodes
+
+        def schedule_over() -> bool:  # the operator lists 2-40 s after the nodes
             seen.add(c.quota(ns).spec.hard["pods"])
-            time.sleep(0.5)  # the sampling interval of a measurement
-        print(f"\nmeasured: hard pods over 45 s {sorted(seen, key=int)}")
+            return time.monotonic() - started >= 45
+
+        wait_until(schedule_over, "the operator's list schedule over", timeout=60)
+        print(f"\nmeasured: hard pods over 45 s after the raise {sorted(seen, key=int)}")
         assert max(int(h) for h in seen) == 8, seen  # 2 + 3 DaemonSets x 2 new nodes
     finally:
         op.stop()
