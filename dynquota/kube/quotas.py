@@ -124,6 +124,11 @@ class QuotaSnapshot:
         """``status.used[resource]`` as an integer in the key's unit, or ``None`` if absent."""
         return _units(resource, self.status_used.get(resource))
 
+    def unenforced(self) -> frozenset[str]:
+        """Keys of ``spec.hard`` the quota controller has not taken into ``status.hard`` yet:
+        quota admission does not check them (creates are admitted uncharged)."""
+        return frozenset(k for k in self.spec_hard if k not in self.status_hard)
+
     def uncounted(self) -> frozenset[str]:
         """Keys the quota controller has taken into ``status.hard`` but not counted into
         ``status.used`` (and still in ``spec.hard``)."""

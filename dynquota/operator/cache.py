@@ -244,11 +244,7 @@ class OperatorCache(abc.ABC):
             self.observe_kill_switch(
                 (meta.get("annotations") or {}).get(KILL_SWITCH), consistent=event_type is None
             )
-        info = NamespaceInfo(
-            name,
-            dict(meta.get("labels") or {}),
-            terminating=bool(meta.get("deletionTimestamp")),
-        )
+        info = NamespaceInfo.of(meta)
         before = self.namespaces.get(name)
         if before != info:
             self.namespaces[name] = info

@@ -241,6 +241,8 @@ class Operator(QuotaWriter):
             budgeted=self.budgets.budgeted(namespace),
             daemon_floor=self.node_growth.floor(namespace) if self.node_growth else None,
             charged={k: status_used[k] for k in phantom},
+            unenforced=current.unenforced() if current is not None and not dry_run else frozenset(),
+            born_at=info.created if (info := self.namespaces.get(namespace)) else None,
             **decide_args(self.settings),
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)

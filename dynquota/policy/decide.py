@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Final
 
-from dynquota.names import DEFAULT_OVERRIDE_TTL, EventReason
+from dynquota.names import DEFAULT_OVERRIDE_TTL
 from dynquota.policy.decision import (
     Action,
     Change,
@@ -28,6 +28,8 @@ from dynquota.policy.decision import (
 from dynquota.policy.durations import format_duration
 from dynquota.policy.keyrules import (
     DEFAULT_NOT_COUNTED_AFTER,
+    NEWBORN,
+    Draft,
     KeyRules,
     clamp_note,
     edited_note,
@@ -92,6 +94,8 @@ def decide(
     budgeted: Mapping[str, str] | None = None,
     daemon_floor: Mapping[str, int] | None = None,
     charged: Mapping[str, int] | None = None,
+    unenforced: frozenset[str] = frozenset(),
+    born_at: float | None = None,
 ) -> Decision:
     """Decide the managed quota of one namespace. Pure.
 
@@ -140,6 +144,14 @@ def decide(
             exceeds it (phantom charges, :func:`~dynquota.policy.decision.observed_usage`): no
             change takes ``hard`` below ``min(hard, charged)`` (below it every create would be
             refused until the recount); it is never raised to it either.
+        unenforced: keys of the managed quota's ``spec.hard`` that its ``status.hard`` lacks
+            (the quota controller has not enforced them yet; creates are admitted uncharged):
+            usage above hard is not followed (held) until the key is enforced, then raised at
+            once to at most ``max(hard, maximum)`` (issue 27; ``docs/sizing.md``).
+        born_at: the namespace's creationTimestamp (seconds since the epoch; ``None``:
+            unknown). A namespace younger than :data:`NEWBORN` seconds was born under its
+            policy: the usage it holds at the quota's create got in before any quota and does
+            not lift ``hard`` past the maximum (an older one's is adopted: held at usage).
 
     Returns:
         A :class:`Decision`; ``dry_run`` set when it must not be written.
@@ -174,6 +186,8 @@ def decide(
     sizer.budgeted = dict(budgeted or {})
     sizer.daemon_floor = dict(daemon_floor or {})
     sizer.charged = dict(charged or {})
+    sizer.unenforced = unenforced
+    sizer.newborn = born_at is not None and t - born_at < NEWBORN
     return sizer.run(dry_run or governance.dry_run)
 
 
@@ -205,26 +219,7 @@ class _Sizer(KeyRules):
         for key in self.annotations:
             if key.startswith(_STATE_PREFIXES) and key not in kept:
                 self.remove.add(key)
-        null_hard = frozenset(
-            k for k in (self.quota.hard if self.quota else {}) if k not in self.hard
-        )
-        for key in sorted(null_hard - self.dropped):
-            foreign = stored_text(self.quota.hard[key]) if self.quota else None
-            if hard_key(key) in self.annotations:
-                # dynquota sized it: the policy no longer lists it (not a manual edit)
-                reason = f"policy {key} {foreign}->absent: policy {self.policy} no longer sizes it"
-                self.changes.append(Change(key, "policy", foreign, None, reason))
-                continue
-            self.edits.append(f"{key} set to {foreign}, removed (not tracked by dynquota)")
-            self.changes.append(
-                Change(
-                    key,
-                    "revert",
-                    foreign,
-                    None,
-                    f"revert {key}: not tracked by dynquota, removed from spec.hard",
-                )
-            )
+        null_hard = self._untracked_keys()
         self._summarise_events(override)
         self._tenant_message(override, dry_run)
         requeue = min(self.pending) if self.pending else None
@@ -286,6 +281,7 @@ class _Sizer(KeyRules):
             self._hold_unknown(resource, base, fmt)
             return
         edited = base is not None and (spec_units is None or spec_units != base)
+        ceiling = self._ceiling(base, record_raw, profile)
         stamp_keys = (last_upscale_key(resource), last_change_key(resource))
         if base is None:
             last_upscale = last_change = now
@@ -304,23 +300,7 @@ class _Sizer(KeyRules):
             # only with a new profile record): size from the policy, never enforce it
             or base < profile.minimum
         )
-        if repairs:
-            message = f"state of {resource} repaired: " + ", ".join(repairs)
-            if any(key in r for r in repairs for key in stamp_keys):
-                message += "; cooldowns restart now"
-            self.notes.append(message)
-            if any("malformed" in r for r in repairs):
-                self.events.append(Event("Warning", EventReason.STATE_REPAIRED, message))
-        if used > profile.maximum:
-            self.events.append(
-                Event(
-                    "Warning",
-                    EventReason.USAGE_ABOVE_MAXIMUM,
-                    f"usage of {resource} {fmt(used)} is above the maximum {fmt(profile.maximum)} "
-                    f"of policy {self.policy}",
-                    cause=resource,
-                )
-            )
+        self._report_state(resource, repairs, stamp_keys, used, profile)
 
         g = unit.granularity
         buffer = f"buffer {profile.buffer_percent}%"
@@ -372,14 +352,29 @@ class _Sizer(KeyRules):
             else:
                 if t_used > max(used, base):  # after a repair, only the buffer is left to wait
                     self.pending.append(ready_at)
-                if used > base:
+                if used > base and resource in self.unenforced:
+                    # not enforced yet: what gets in now is uncharged, and a raise would only
+                    # follow the tally event by event (issue 27); sized once status.hard exists
+                    self.notes.append(
+                        f"{resource}: usage {fmt(used)} above hard {fmt(base)} while the quota "
+                        "controller has not enforced it (status.hard lacks it): held"
+                    )
+                elif used > base:
                     # Objects admitted before the quota was in force (or charged late,
                     # kubernetes#123434) put usage above hard: every create is refused, even a
-                    # replacement. Raise to usage at once, without restarting the cooldown; the
-                    # buffer still waits for it.
-                    desired, kind, repair = used, "upscale", True
-                    why = f"usage {fmt(used)} above hard {fmt(base)}, raised to usage at once"
-                    why += " (never below usage)"
+                    # replacement. Raise to usage at once (never past the ceiling), without
+                    # restarting the cooldown; the buffer still waits for it.
+                    raised = used if ceiling is None else min(used, ceiling)
+                    desired, kind, repair = raised, "upscale", True
+                    why = f"usage {fmt(used)} above hard {fmt(base)}, raised "
+                    why += (
+                        "to usage at once (never below usage)"
+                        if raised == used
+                        else (
+                            f"at once to the maximum {fmt(raised)} (usage that got past a quota "
+                            "not yet enforced is not followed above the maximum)"
+                        )
+                    )
                     if t_used > used:
                         why += f"; the buffer waits for the cooldown until {format_time(ready_at)}"
         elif t_peak < base:
@@ -396,38 +391,17 @@ class _Sizer(KeyRules):
         else:
             desired = base
 
-        wanted = self.daemon_floor.get(resource, 0)
-        if wanted > 0 and base is not None and override.mode not in ("grant", "active"):
-            # DaemonSet pods for new nodes (dynquota.policy.daemons): at once, within the
-            # maximum, the cooldown left running (the buffer still waits for it)
-            floor = min(wanted, max(profile.maximum, used))
-            if desired < floor <= base:  # a downscale: not below the room just given
-                desired = floor
-                why += f", held at {fmt(floor)} for the DaemonSet pods of new nodes"
-            elif floor > desired:
-                desired, kind, repair = floor, "upscale", True
-                why = (
-                    f"room for the DaemonSet pods of new nodes ({fmt(wanted)} with usage "
-                    f"{fmt(used)}), raised at once (node growth; the upscale cooldown keeps "
-                    "running)"
-                )
-                if floor < wanted:
-                    why += f", at maximum {fmt(profile.maximum)}"
-        if resource in self.charged and base is not None:
-            floor = min(base, self.charged[resource])
-            if desired < floor:
-                desired = floor
-                why += (
-                    f", held at status.used {fmt(floor)} (charges the quota controller has not "
-                    "recounted yet)"
-                )
-        if desired < peak and not (base is not None and desired == base and kind is None):
-            # Never below usage (v0.2): a hard below what the namespace already uses refuses
-            # every create, replacements of failed pods included. Above the maximum the quota
-            # is held at the peak over the downscale window (so a deleted pod's replacement
-            # still fits): no growth, and UsageAboveMaximum says so.
-            desired = peak
-            why += f", held at usage {fmt(peak)} (never below usage)"
+        draft = self._floors(
+            resource,
+            profile,
+            Draft(desired, kind, repair, why),
+            base=base,
+            used=used,
+            peak=peak,
+            ceiling=ceiling,
+            granted=override.mode in ("grant", "active"),
+        )
+        desired, kind, repair, why = draft.desired, draft.kind, draft.repair, draft.why
         if base is not None and desired == base:
             kind = None
         if kind is not None:

@@ -8,15 +8,17 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from dynquota.names import EventReason
-from dynquota.policy.decision import Change, Event, grown_target
+from dynquota.policy.decision import Change, ChangeKind, Event, grown_target
 from dynquota.policy.durations import format_duration
 from dynquota.policy.models import ResourceProfile
 from dynquota.policy.override import FUTURE_STAMP_ALLOWANCE
 from dynquota.policy.state import (
     format_time,
+    hard_key,
     not_counted_key,
     parse_time,
     quoted,
@@ -29,6 +31,8 @@ from dynquota.quantity import Quantity, QuantityError
 __all__ = [
     "DEFAULT_NOT_COUNTED_AFTER",
     "DISCOVERY_RESYNC",
+    "NEWBORN",
+    "Draft",
     "KeyRules",
     "clamp_note",
     "edited_note",
@@ -87,6 +91,21 @@ def clamp_note(usage: int, profile: ResourceProfile, unit: KeyUnit) -> str:
     if grown < profile.minimum:
         return f", at minimum {unit.text(profile.minimum)}"
     return ""
+
+
+NEWBORN: Final = 120
+"""Seconds after its creation during which a namespace counts as born under its policy."""
+
+
+@dataclass
+class Draft:
+    """One key's decision in the making: ``desired`` hard (the key's units), the change's
+    ``kind`` (``None``: none), ``repair`` (the cooldown keeps running) and ``why``."""
+
+    desired: int
+    kind: ChangeKind | None = None
+    repair: bool = False
+    why: str = ""
 
 
 class KeyRules(SizerBase):
@@ -183,6 +202,126 @@ class KeyRules(SizerBase):
         self.events.append(
             Event("Warning", EventReason.NEEDS_DEFAULT_REQUESTS, message, cause=resource)
         )
+
+    def _report_state(
+        self,
+        resource: str,
+        repairs: list[str],
+        stamp_keys: tuple[str, str],
+        used: int,
+        profile: ResourceProfile,
+    ) -> None:
+        """Notes and Warnings of one key before it is sized: its state annotations repaired
+        (``StateRepaired`` when one was malformed) and usage above the maximum
+        (``UsageAboveMaximum``)."""
+        if repairs:
+            message = f"state of {resource} repaired: " + ", ".join(repairs)
+            if any(key in r for r in repairs for key in stamp_keys):
+                message += "; cooldowns restart now"
+            self.notes.append(message)
+            if any("malformed" in r for r in repairs):
+                self.events.append(Event("Warning", EventReason.STATE_REPAIRED, message))
+        if used > profile.maximum:
+            fmt = self.units[resource]
+            message = (
+                f"usage of {resource} {fmt(used)} is above the maximum {fmt(profile.maximum)} "
+                f"of policy {self.policy}"
+            )
+            self.events.append(
+                Event("Warning", EventReason.USAGE_ABOVE_MAXIMUM, message, cause=resource)
+            )
+
+    def _untracked_keys(self) -> frozenset[str]:
+        """Keys of ``spec.hard`` this decision does not size (``null`` in the patch): a key
+        the policy no longer lists (a ``policy`` change) or one written by someone else
+        (reverted: not tracked by dynquota). Call after every resource is sized."""
+        null_hard = frozenset(
+            k for k in (self.quota.hard if self.quota else {}) if k not in self.hard
+        )
+        for key in sorted(null_hard - self.dropped):
+            foreign = stored_text(self.quota.hard[key]) if self.quota else None
+            if hard_key(key) in self.annotations:
+                # dynquota sized it: the policy no longer lists it (not a manual edit)
+                reason = f"policy {key} {foreign}->absent: policy {self.policy} no longer sizes it"
+                self.changes.append(Change(key, "policy", foreign, None, reason))
+                continue
+            self.edits.append(f"{key} set to {foreign}, removed (not tracked by dynquota)")
+            reason = f"revert {key}: not tracked by dynquota, removed from spec.hard"
+            self.changes.append(Change(key, "revert", foreign, None, reason))
+        return null_hard
+
+    def _ceiling(
+        self, base: int | None, record_raw: str | None, profile: ResourceProfile
+    ) -> int | None:
+        """How high never-below-usage may lift a key's hard (units; ``None``: no bound).
+
+        Past the maximum only for usage dynquota found (adoption: no hard yet in a namespace
+        not :attr:`newborn`, or a hard without dynquota's record); otherwise never past
+        ``max(hard, maximum)``: usage that got past a quota not yet enforced is not followed."""
+        if base is None:
+            return profile.maximum if self.newborn else None
+        return None if record_raw is None else max(base, profile.maximum)
+
+    def _floors(
+        self,
+        resource: str,
+        profile: ResourceProfile,
+        draft: Draft,
+        *,
+        base: int | None,
+        used: int,
+        peak: int,
+        ceiling: int | None,
+        granted: bool,
+    ) -> Draft:
+        """The floors under a key's hard, in order: room for the DaemonSet pods of new nodes,
+        ``status.used`` charges not recounted yet, and never below usage (the peak) — none
+        past ``ceiling`` (units; ``None``: adoption, no ceiling; see ``docs/sizing.md``).
+        ``base``: the hard before (``None``: not in the quota yet); ``granted``: a tenant
+        override holds the key at its maximum. Returns the draft, changed or not."""
+        fmt = self.units[resource]
+        wanted = self.daemon_floor.get(resource, 0)
+        if wanted > 0 and base is not None and not granted:
+            # DaemonSet pods for new nodes (dynquota.policy.daemons): at once, within the
+            # maximum, the cooldown left running (the buffer still waits for it)
+            floor = min(wanted, max(profile.maximum, used) if ceiling is None else ceiling)
+            if draft.desired < floor <= base:  # a downscale: not below the room just given
+                draft.desired = floor
+                draft.why += f", held at {fmt(floor)} for the DaemonSet pods of new nodes"
+            elif floor > draft.desired:
+                draft.desired, draft.kind, draft.repair = floor, "upscale", True
+                draft.why = (
+                    f"room for the DaemonSet pods of new nodes ({fmt(wanted)} with usage "
+                    f"{fmt(used)}), raised at once (node growth; the upscale cooldown keeps "
+                    "running)"
+                )
+                if floor < wanted:
+                    draft.why += f", at maximum {fmt(profile.maximum)}"
+        if resource in self.charged and base is not None:
+            floor = min(base, self.charged[resource])
+            if draft.desired < floor:
+                draft.desired = floor
+                draft.why += (
+                    f", held at status.used {fmt(floor)} (charges the quota controller has not "
+                    "recounted yet)"
+                )
+        held = base is not None and draft.desired == base and draft.kind is None
+        if draft.desired < peak and not held:
+            # Never below usage (v0.2): a hard below what the namespace already uses refuses
+            # every create, replacements of failed pods included. Above the maximum the quota
+            # is held at the peak over the downscale window (so a deleted pod's replacement
+            # still fits) where dynquota found that usage; never grown past the ceiling.
+            floor = peak if ceiling is None else min(peak, ceiling)
+            if floor > draft.desired:
+                draft.desired = floor
+                if floor == peak:
+                    draft.why += f", held at usage {fmt(peak)} (never below usage)"
+                else:
+                    draft.why += (
+                        f", held at {fmt(floor)} below usage {fmt(peak)} (never below usage "
+                        "stops at max(hard, maximum) once dynquota has sized the key)"
+                    )
+        return draft
 
     @staticmethod
     def _dry(events: list[Event], dry_run: bool) -> tuple[Event, ...]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Final, Literal
 
 from dynquota.policy.limitrange import ContainerDefaults
@@ -60,12 +61,30 @@ GovernanceKind = Literal["managed", "unmanaged", "frozen", "excluded"]
 
 @dataclass(frozen=True)
 class NamespaceInfo:
-    """A Namespace as policy selection needs it: ``name``, ``labels``, and ``terminating``
-    (``metadata.deletionTimestamp`` is set)."""
+    """A Namespace as policy selection needs it: ``name``, ``labels``, ``terminating``
+    (``metadata.deletionTimestamp`` is set) and ``created`` (its creationTimestamp, seconds
+    since the epoch; ``None``: unknown)."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     terminating: bool = False
+    created: float | None = None
+
+    @classmethod
+    def of(cls, meta: Mapping[str, object]) -> NamespaceInfo:
+        """From a Namespace's ``metadata`` (an unparsable creationTimestamp: ``None``)."""
+        labels = meta.get("labels")
+        created = meta.get("creationTimestamp")
+        try:
+            at = datetime.fromisoformat(str(created)).timestamp() if created else None
+        except ValueError:
+            at = None
+        return cls(
+            str(meta.get("name") or ""),
+            dict(labels) if isinstance(labels, Mapping) else {},
+            terminating=bool(meta.get("deletionTimestamp")),
+            created=at,
+        )
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,10 @@ class SizerBase:
         """Key -> the QuotaBudget whose slice it is (for the tenant line)."""
         self.charged: dict[str, int] = {}
         """Key -> ``status.used`` above the tally (phantom charges): a floor, never a target."""
+        self.newborn = False
+        """The namespace was created moments ago: its usage is not adopted past the maximum."""
+        self.unenforced: frozenset[str] = frozenset()
+        """Keys of ``spec.hard`` that ``status.hard`` lacks: not enforced yet."""
         self.daemon_floor: dict[str, int] = {}
         """Key -> the hard the DaemonSet pods of new nodes need (raised to at once)."""
         self.keep: set[str] = set()
@@ -239,8 +243,8 @@ class SizerBase:
         parts: list[str] = []
         help_text = f" Help: {self.help_url}" if self.help_url else ""
         for resource, (used, hard, profile, last_upscale) in self.limits.items():
-            if used < hard:
-                continue
+            if used < hard or resource in self.unenforced:
+                continue  # not at its limit, or not enforced yet (nothing is refused)
             fmt = self.units.get(resource, str)
             goal = target(used, profile, unit_for(resource).granularity)
             budget = self.budgeted.get(resource)
@@ -257,8 +261,8 @@ class SizerBase:
             elif used > profile.maximum:
                 kind = "maximum"
                 when = (
-                    f"above the maximum {fmt(profile.maximum)} of policy {self.policy}: held at "
-                    "usage, no automatic raise"
+                    f"above the maximum {fmt(profile.maximum)} of policy {self.policy}: no "
+                    "automatic raise"
                 )
             elif hard >= profile.maximum:
                 kind = "maximum"
