@@ -129,6 +129,16 @@ class QuotaSnapshot:
         quota admission does not check them (creates are admitted uncharged)."""
         return frozenset(k for k in self.spec_hard if k not in self.status_hard)
 
+    def uncharged(self, tally: Mapping[str, int]) -> dict[str, int]:
+        """Per key enforced and counted: objects ``tally`` (key -> count) holds above
+        ``status.used`` (admitted uncharged, not recounted yet)."""
+        used = self.used_counts()
+        return {
+            k: n - used[k]
+            for k, n in tally.items()
+            if k in self.status_hard and k in used and n > used[k]
+        }
+
     def uncounted(self) -> frozenset[str]:
         """Keys the quota controller has taken into ``status.hard`` but not counted into
         ``status.used`` (and still in ``spec.hard``)."""

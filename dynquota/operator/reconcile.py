@@ -243,6 +243,7 @@ class Operator(QuotaWriter):
             charged={k: status_used[k] for k in phantom},
             unenforced=current.unenforced() if current is not None and not dry_run else frozenset(),
             born_at=info.created if (info := self.namespaces.get(namespace)) else None,
+            uncharged=current.uncharged(tally) if current is not None and not dry_run else None,
             **decide_args(self.settings),
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)

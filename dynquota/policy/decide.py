@@ -96,6 +96,7 @@ def decide(
     charged: Mapping[str, int] | None = None,
     unenforced: frozenset[str] = frozenset(),
     born_at: float | None = None,
+    uncharged: Mapping[str, int] | None = None,
 ) -> Decision:
     """Decide the managed quota of one namespace. Pure.
 
@@ -149,9 +150,10 @@ def decide(
             usage above hard is not followed (held) until the key is enforced, then raised at
             once to at most ``max(hard, maximum)`` (issue 27; ``docs/sizing.md``).
         born_at: the namespace's creationTimestamp (seconds since the epoch; ``None``:
-            unknown). A namespace younger than :data:`NEWBORN` seconds was born under its
-            policy: the usage it holds at the quota's create got in before any quota and does
-            not lift ``hard`` past the maximum (an older one's is adopted: held at usage).
+            unknown). In a namespace younger than :data:`NEWBORN` seconds the usage at the
+            quota's create does not lift ``hard`` past the maximum (older: adopted).
+        uncharged: key -> objects the tally counts above an enforced key's ``status.used``
+            (admitted uncharged): a raise leaves them no room past the ceiling.
 
     Returns:
         A :class:`Decision`; ``dry_run`` set when it must not be written.
@@ -187,6 +189,7 @@ def decide(
     sizer.daemon_floor = dict(daemon_floor or {})
     sizer.charged = dict(charged or {})
     sizer.unenforced = unenforced
+    sizer.uncharged = dict(uncharged or {})
     sizer.newborn = born_at is not None and t - born_at < NEWBORN
     return sizer.run(dry_run or governance.dry_run)
 

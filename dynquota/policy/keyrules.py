@@ -321,6 +321,18 @@ class KeyRules(SizerBase):
                         f", held at {fmt(floor)} below usage {fmt(peak)} (never below usage "
                         "stops at max(hard, maximum) once dynquota has sized the key)"
                     )
+        uncharged = self.uncharged.get(resource, 0)
+        if ceiling is not None and uncharged > 0 and base is not None:
+            # the apiserver admits up to hard - status.used more, but status.used misses the
+            # objects admitted uncharged before enforcement: leave no room for them past the
+            # ceiling until the recount counts them
+            room = max(base, ceiling - uncharged)
+            if draft.desired > room:
+                draft.desired = room
+                draft.why += (
+                    f", {fmt(room)} until the quota controller recounts {uncharged} object(s) "
+                    "admitted uncharged"
+                )
         return draft
 
     @staticmethod

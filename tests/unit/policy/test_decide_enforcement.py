@@ -161,3 +161,44 @@ def test_a_newborn_namespace_s_usage_is_not_adopted_past_the_maximum() -> None:
         born_at=T0,
     )
     assert d.hard == {PODS: 200}
+
+
+def test_objects_admitted_uncharged_get_no_room_past_the_ceiling() -> None:
+    """Enforced at hard 2 with 4 pods, status.used 3 (one admitted between the quota
+    controller's count and its status write): quota admission admits hard - status.used more,
+    so hard 4 would let a fifth pod past the maximum of 4."""
+    small = Governance.managed("runaway", {PODS: ResourceProfile.of(40, 2, 4, 300, 3600)})
+    created = decide(
+        governance=small,
+        usage={PODS: 0, CONFIGMAPS: 0},
+        peak={PODS: 0},
+        quota=None,
+        kill_switch=False,
+        now=T0,
+        started_at=T0 - 7200,
+    )
+    quota = apply_decision(None, created)
+    assert quota is not None
+
+    def step(pods: int, uncharged: int) -> Decision:
+        return decide(
+            governance=small,
+            usage={PODS: pods, CONFIGMAPS: 0},
+            peak={PODS: pods},
+            quota=quota,
+            kill_switch=False,
+            now=T0 + 2,
+            started_at=T0 - 7200,
+            uncharged={PODS: uncharged} if uncharged else None,
+        )
+
+    d = step(4, 1)
+    assert d.hard == {PODS: 3}
+    assert d.reasons[0].endswith(
+        ", 3 until the quota controller recounts 1 object(s) admitted uncharged"
+    )
+    quota = apply_decision(quota, d)
+    # the recount: status.used 4, nothing uncharged: raised to the maximum
+    assert step(4, 0).hard == {PODS: 4}
+    # below the ceiling the uncharged leave the raise alone
+    assert step(3, 1).hard == {PODS: 3}
