@@ -25,6 +25,10 @@ dynquota_kill_switch_state                  gauge   state (engaged/released/unkn
 dynquota_leader                             gauge   - (1 when this replica may write)
 dynquota_frozen_namespaces                  gauge   - (matched by an invalid policy)
 dynquota_managed_namespaces                 gauge   -
+dynquota_quota_controller_stalled           gauge   signal (copy: spec.hard not copied into
+                                                    status.hard; recount: status.used apart
+                                                    from the objects): 1 while it shows a
+                                                    stalled quota controller
 dynquota_reconcile_duration_seconds         histo   -
 dynquota_reconciles_total                   counter result (ok/dry-run/retry/invalid/standby/
                                                     held)
@@ -134,6 +138,14 @@ class Metrics:
         self.managed = Gauge(
             "dynquota_managed_namespaces", "Namespaces governed by a policy", registry=r
         )
+        self.quota_controller_stalled = Gauge(
+            "dynquota_quota_controller_stalled",
+            "1 while the signal (copy, recount) shows a stalled quota controller",
+            ("signal",),
+            registry=r,
+        )
+        for signal in ("copy", "recount"):
+            self.quota_controller_stalled.labels(signal).set(0)
         self.reconcile_seconds = Histogram(
             "dynquota_reconcile_duration_seconds",
             "Time of one namespace decision, including its writes",
