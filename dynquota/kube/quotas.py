@@ -124,6 +124,13 @@ class QuotaSnapshot:
         """``status.used[resource]`` as an integer in the key's unit, or ``None`` if absent."""
         return _units(resource, self.status_used.get(resource))
 
+    def copy_pending(self) -> bool:
+        """Whether ``status.hard`` differs from ``spec.hard`` (compared in each key's units):
+        the quota controller has not taken the last change into force yet."""
+        if self.spec_hard.keys() != self.status_hard.keys():
+            return True
+        return any(self.hard_int(k) != self.status_hard_int(k) for k in self.spec_hard)
+
     def unenforced(self) -> frozenset[str]:
         """Keys of ``spec.hard`` the quota controller has not taken into ``status.hard`` yet:
         quota admission does not check them (creates are admitted uncharged)."""

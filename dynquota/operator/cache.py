@@ -47,6 +47,7 @@ from dynquota.operator.ports import (
     UsageView,
     resource_version_of,
 )
+from dynquota.operator.stall import StallWatch
 from dynquota.operator.wake import Waker
 from dynquota.policy import (
     KILL_SWITCH,
@@ -65,15 +66,11 @@ from dynquota.policy.state import BUDGET, parse_time
 from dynquota.settings import Settings
 from dynquota.usage import PeakWindows
 
-__all__ = [
-    "OperatorCache",
-]
+__all__ = ["OperatorCache"]
 
 log = logging.getLogger("dynquota.operator")
 
-WATCHED_QUOTAS = 256
-"""Managed quotas kept as the watch delivered them (the most recently active namespaces;
-about 3 KB each)."""
+WATCHED_QUOTAS = 256  # managed quotas kept as the watch delivered them (about 3 KB each)
 
 
 class OperatorCache(abc.ABC):
@@ -118,8 +115,7 @@ class OperatorCache(abc.ABC):
         watch event before it deletes or re-creates quotas (``None``: the event is trusted;
         unit tests only)."""
         self.limit_ranges = limit_ranges
-        self.budget_status = budget_status
-        """QuotaBudget status writes (``None``: not reported; unit tests only)."""
+        self.budget_status = budget_status  # QuotaBudget status writes (None: unit tests)
         """LimitRange defaults per namespace, read before a compute key (the compute trap) is
         added to a quota, and the companion LimitRange's writes (``None``: no defaults known,
         such keys are held)."""
@@ -134,6 +130,7 @@ class OperatorCache(abc.ABC):
         self.waker: Waker | None = None
         """Wakes the controllers a raise made room for (the runtime sets it)."""
         self.node_growth: NodeGrowth | None = None  # DaemonSets' new nodes (operator.daemons)
+        self.stall = StallWatch(settings.quota_sync_period, self.metrics, self._on_stall)
         self.started_at = clock()
         self.namespaces: dict[str, NamespaceInfo] = {}
         self._namespace_rv: dict[str, int] = {}
@@ -167,10 +164,8 @@ class OperatorCache(abc.ABC):
         self._watched: LRUCache[str, QuotaSnapshot] = LRUCache(maxsize=WATCHED_QUOTAS)
         self._metric_keys: dict[str, set[str]] = {}
         """Per namespace, the quota keys it has per-key metric series for."""
-        self._uncounted: dict[str, dict[str, float]] = {}
+        self._uncounted: dict[str, dict[str, float]] = {}  # ns -> status-driven key -> since
         self._excess_since: dict[str, dict[str, float]] = {}  # ns -> key -> status.used > tally
-        """Per namespace, per status-driven key: since when ``status.hard`` shows it while
-        ``status.used`` does not (in memory: a restart only delays ``KeyNotCounted``)."""
         self.simulated: dict[str, QuotaState | None] = {}
         self.views: dict[str, NamespaceView] = {}
         self._background_tasks: set[asyncio.Task[Any]] = set()
@@ -281,7 +276,9 @@ class OperatorCache(abc.ABC):
         own = event_type == "DELETED" and self._own_deletes.pop(snapshot.namespace, False)
         if event_type == "DELETED" and snapshot.managed and not own and not self._ours(snapshot):
             self._deleted_by_others.add(snapshot.namespace)
-        if event_type == "DELETED" or not snapshot.managed:
+        gone = event_type == "DELETED" or not snapshot.managed
+        self.stall.observe_quota(snapshot.namespace, None if gone else snapshot, self.clock())
+        if gone:
             self._status_used.pop(snapshot.namespace, None)
             self._watched.pop(snapshot.namespace, None)
         else:
@@ -395,6 +392,7 @@ class OperatorCache(abc.ABC):
             self.waker.forget(namespace)
         if self.node_growth is not None:
             self.node_growth.forget(namespace)
+        self.stall.signals.forget(namespace)
         self._deleted_by_others.discard(namespace)
         self._own_deletes.pop(namespace, None)
         if namespace != KUBE_SYSTEM:
@@ -427,6 +425,12 @@ class OperatorCache(abc.ABC):
     def mark_policy_status_dirty(self) -> None:
         """Ask :meth:`run_policy_status` to recompute the policies' status."""
         self._status_dirty.set()
+
+    def _on_stall(self, stalled: bool) -> None:
+        """The quota controller stalled or recovered (once recovered: decide all again)."""
+        self.mark_policy_status_dirty()
+        if not stalled:
+            self.queue.add_all(list(self.namespaces))
 
     # -- helpers ---------------------------------------------------------------------------------
 

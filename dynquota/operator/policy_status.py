@@ -28,6 +28,7 @@ from dynquota.policy.status import (
     now_rfc3339,
     set_condition,
     shadowed_condition,
+    stall_condition,
     valid_condition,
 )
 
@@ -36,6 +37,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("dynquota.operator")
+
+STALLED = "QuotaControllerStalled"
+"""The condition type of a stalled quota controller (:mod:`dynquota.operator.stall`)."""
 
 
 class PolicyStatusWriter(Reporting):
@@ -111,7 +115,8 @@ class PolicyStatusWriter(Reporting):
         (frozen by this policy being invalid), conditions ``Valid`` and, for a valid policy,
         ``Shadowed`` (it matches managed namespaces another policy governs) and ``Guarded``
         (its selector uses only label keys the chart's governance-labels policy guards:
-        :func:`~dynquota.policy.status.guarded_condition`). An invalid
+        :func:`~dynquota.policy.status.guarded_condition`) and ``QuotaControllerStalled``
+        (:func:`~dynquota.policy.status.stall_condition`). An invalid
         policy also gets a ``PolicyInvalid`` Warning Event, once per generation.
         """
         tallies, managed, frozen = self.policy_tallies()
@@ -146,8 +151,10 @@ class PolicyStatusWriter(Reporting):
                     self.settings.guarded_label_keys,
                 )
                 wanted.append(("Guarded", *guarded))
+            if info.valid:
+                wanted.append((STALLED, *stall_condition(self.stall.current)))
             # the stored conditions of other types first, as stored; then ours, in order
-            known = {type_ for type_, *_ in wanted} | {"Shadowed", "Guarded"}
+            known = {type_ for type_, *_ in wanted} | {"Shadowed", "Guarded", STALLED}
             kept = [c for t, c in old_conditions.items() if t not in known]
             ours: list[dict[str, Any]] = [
                 dict(old_conditions[t]) for t, *_ in wanted if t in old_conditions

@@ -212,6 +212,7 @@ class Operator(QuotaWriter):
             r: self.usage.usage(namespace, r, now) if self.usage else 0 for r in TRACKED_RESOURCES
         }
         keys = resource_order(set(TRACKED_RESOURCES) | set(governance.profiles))
+        self.stall.observe_usage(namespace, current, tally, status_used, now)
         phantom = self._phantom(namespace, tally, status_used, now)
         usage = observed_usage(tally, status_used, keys, phantom)
         peak: dict[str, int] = {}
@@ -244,6 +245,7 @@ class Operator(QuotaWriter):
             unenforced=current.unenforced() if current is not None and not dry_run else frozenset(),
             born_at=info.created if (info := self.namespaces.get(namespace)) else None,
             uncharged=current.uncharged(tally) if current is not None and not dry_run else None,
+            stalled=self.stall.stalled,
             **decide_args(self.settings),
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)
@@ -260,8 +262,8 @@ class Operator(QuotaWriter):
         for key in TRACKED_RESOURCES:
             if status_used.get(key, 0) > tally.get(key, 0):
                 since = seen.setdefault(key, now)
-                if now - since < self.settings.quota_sync_period:
-                    phantom.add(key)
+                if now - since < self.settings.quota_sync_period or self.stall.stalled:
+                    phantom.add(key)  # (a stalled controller recounts nothing)
             else:
                 seen.pop(key, None)
         if not seen:

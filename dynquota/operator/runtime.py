@@ -46,7 +46,6 @@ from tenacity import (
 
 from dynquota._k8s.clock import ServerClock
 from dynquota._k8s.errors import KubeError
-from dynquota._k8s.store import ObjectInformer
 from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.events import EventRecorder
@@ -58,19 +57,13 @@ from dynquota.kube.objects import (
     QUOTAS,
     ObjectInformers,
     Stream,
-    node_informer,
 )
 from dynquota.kube.quotas import QuotaClient
-from dynquota.kube.workloads import WorkloadClient
 from dynquota.metrics import InformerCollector, Metrics, MetricsServer
-from dynquota.operator.daemons import NodeGrowth
 from dynquota.operator.ports import KUBE_SYSTEM
 from dynquota.operator.reconcile import Operator
-from dynquota.operator.wake import Waker
+from dynquota.operator.wake_wiring import wake_sweep, wire_wake
 from dynquota.policy import KILL_SWITCH, parse_kill_switch
-from dynquota.policy.keys import QuotaKeyError
-from dynquota.policy.units import unit_for
-from dynquota.quantity import QuantityError
 from dynquota.settings import Settings
 
 __all__ = ["Runtime", "build_registry", "connection_info", "kopf_settings", "run"]
@@ -182,33 +175,9 @@ class Runtime:
         on relist); the workqueue starts once the first three listed, and the policies' and
         budgets' first lists hold every write."""
         self.operator.objects_fresh = lambda margin: self.objects.healthy(margin)
-        self.operator.waker = Waker(
-            WorkloadClient(api_client, observer),
-            self.operator.write_gate,
-            self.metrics,
-            self.operator.report_woken,
-            enabled=settings.wake,
-            qps=settings.wake_qps,
-            allowed=self._wake_allowed,
+        self.node_growth_informer = wire_wake(
+            self.operator, api_client, settings, observer, self.informer_clock
         )
-        self.node_growth_informer: ObjectInformer | None = None
-        if settings.node_growth and settings.wake:
-            self.operator.node_growth = NodeGrowth(
-                WorkloadClient(api_client, observer),
-                self.operator.queue.add,
-                self._manageable,
-                lambda: self.gate.is_leader,
-                self._status_used,
-            )
-            self.node_growth_informer = node_informer(
-                api_client,
-                Stream(
-                    self.operator.node_growth.on_node, self.operator.node_growth.on_nodes_synced
-                ),
-                watch_timeout=settings.watch_timeout_seconds,
-                clock=self.informer_clock,
-            )
-            """Node creation times for the DaemonSet rule; no write waits for it."""
         self.metrics.registry.register(
             InformerCollector(lambda: {**self.watcher.stats(), **self.objects.stats()})
         )
@@ -284,6 +253,9 @@ class Runtime:
             asyncio.create_task(self.operator.run_policy_status(), name="dynquota-status")
         )
         self._tasks.append(asyncio.create_task(self._resync(), name="dynquota-resync"))
+        self._tasks.append(
+            asyncio.create_task(self.operator.stall.run(self.operator.clock), name="dynquota-stall")
+        )
         self.ready.set()
 
     async def _resync(self) -> None:
@@ -292,32 +264,8 @@ class Runtime:
             self.operator.queue.add_all(list(self.operator.namespaces))
             self._wake_sweep()
 
-    def _wake_allowed(self, namespace: str) -> bool:
-        """Whether the policy governing ``namespace`` lets it be woken (``spec.wake``)."""
-        governance = self.operator.governance(namespace)
-        return governance is None or governance.wake
-
-    def _manageable(self, namespace: str) -> bool:
-        """Whether node growth applies in ``namespace``: governed (a managed quota is sized
-        there) by a policy that wakes (``spec.wake``: room without the wake would wait for the
-        DaemonSet controller's backoff; README-only attack)."""
-        governance = self.operator.governance(namespace)
-        return governance is not None and governance.kind == "managed" and governance.wake
-
-    def _status_used(self, namespace: str, key: str) -> int:
-        """The managed quota's ``status.used`` of ``key`` in the key's units (0: unknown)."""
-        quota = self.operator._watched.get(namespace)
-        text = quota.status_used.get(key) if quota is not None else None
-        try:
-            return unit_for(key).parse(text) if text else 0
-        except (QuotaKeyError, QuantityError):
-            return 0
-
     def _wake_sweep(self) -> None:
-        """Wake passes for the managed quotas not seen since this replica leads."""
-        waker = self.operator.waker
-        if waker is not None and self.gate.is_leader:
-            waker.sweep(self.operator._watched.values())
+        wake_sweep(self.operator)
 
     async def stop(self) -> None:
         """Stop everything started here (idempotent); a leader gives its Lease up."""

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Final
 
 from dynquota.names import DEFAULT_OVERRIDE_TTL
 from dynquota.policy.decision import (
-    Action,
     Change,
     ChangeKind,
     Decision,
@@ -48,7 +46,6 @@ from dynquota.policy.override import (
 from dynquota.policy.profiles import resource_order
 from dynquota.policy.selection import Governance
 from dynquota.policy.state import (
-    ANNOTATION_PREFIX,
     OVERRIDE,
     POLICY,
     format_time,
@@ -57,17 +54,11 @@ from dynquota.policy.state import (
     last_upscale_key,
     profile_key,
     quoted,
-    resource_keys,
 )
 from dynquota.policy.units import unit_for
 from dynquota.quantity import Quantity
 
 __all__ = ["decide", "reject_unmanaged_override"]
-
-_STATE_PREFIXES: Final = tuple(
-    f"{ANNOTATION_PREFIX}{name}."
-    for name in ("last-upscale", "last-change", "hard", "profile", "not-counted")
-)
 
 
 def _nothing(note: str, dry_run: bool, events: list[Event] | None = None) -> Decision:
@@ -97,6 +88,7 @@ def decide(
     unenforced: frozenset[str] = frozenset(),
     born_at: float | None = None,
     uncharged: Mapping[str, int] | None = None,
+    stalled: bool = False,
 ) -> Decision:
     """Decide the managed quota of one namespace. Pure.
 
@@ -154,6 +146,8 @@ def decide(
             quota's create does not lift ``hard`` past the maximum (older: adopted).
         uncharged: key -> objects the tally counts above an enforced key's ``status.used``
             (admitted uncharged): a raise leaves them no room past the ceiling.
+        stalled: the quota controller is stalled (:mod:`dynquota.policy.stall`): raises of
+            keys sized from ``status.used`` are held (it may be stale).
 
     Returns:
         A :class:`Decision`; ``dry_run`` set when it must not be written.
@@ -190,6 +184,7 @@ def decide(
     sizer.charged = dict(charged or {})
     sizer.unenforced = unenforced
     sizer.uncharged = dict(uncharged or {})
+    sizer.stalled = stalled
     sizer.newborn = born_at is not None and t - born_at < NEWBORN
     return sizer.run(dry_run or governance.dry_run)
 
@@ -217,33 +212,7 @@ class _Sizer(KeyRules):
         for resource in resource_order(profiles):
             self._resource(resource, profiles[resource], override, policy_renamed)
         self._override_annotations(override)
-        # State of resources no longer tracked (and foreign spec.hard keys) goes.
-        kept = {k for r in self.hard for k in resource_keys(r)} | self.keep
-        for key in self.annotations:
-            if key.startswith(_STATE_PREFIXES) and key not in kept:
-                self.remove.add(key)
-        null_hard = self._untracked_keys()
-        self._summarise_events(override)
-        self._tenant_message(override, dry_run)
-        requeue = min(self.pending) if self.pending else None
-        if self.quota is None:
-            action: Action = "create"
-        elif self.set or self.remove or self.changes:
-            action = "patch"
-        else:
-            action = "nothing"
-        return Decision(
-            action,
-            hard=dict(self.hard) if action != "nothing" else {},
-            set_annotations=dict(self.set) if action != "nothing" else {},
-            remove_annotations=frozenset(self.remove) if action != "nothing" else frozenset(),
-            null_hard=null_hard if action != "nothing" else frozenset(),
-            changes=tuple(self.changes),
-            notes=tuple(self.notes),
-            events=self._dry(self.events, dry_run),
-            requeue_at=float(requeue) if requeue is not None else None,
-            dry_run=dry_run,
-        )
+        return self._decision(override, dry_run)
 
     def _resource(
         self, resource: str, profile: ResourceProfile, override: Override, policy_renamed: bool
@@ -343,6 +312,8 @@ class _Sizer(KeyRules):
                 f"policy {self.policy}, peak {fmt(peak)} over {window}, {buffer}, "
                 f"minimum {fmt(profile.minimum)}, maximum {fmt(profile.maximum)}"
             )
+        elif t_used > base and self._stall_holds(resource, unit, base, used):
+            desired = base
         elif t_used > base:
             desired = base
             ready_at = last_upscale + profile.upscale_cooldown

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from dynquota.names import EventReason
-from dynquota.policy.decision import Change, ChangeKind, Event, grown_target
+from dynquota.policy.decision import Action, Change, ChangeKind, Decision, Event, grown_target
 from dynquota.policy.durations import format_duration
 from dynquota.policy.models import ResourceProfile
-from dynquota.policy.override import FUTURE_STAMP_ALLOWANCE
+from dynquota.policy.override import FUTURE_STAMP_ALLOWANCE, Override
 from dynquota.policy.state import (
+    ANNOTATION_PREFIX,
     format_time,
     hard_key,
     not_counted_key,
@@ -92,6 +93,12 @@ def clamp_note(usage: int, profile: ResourceProfile, unit: KeyUnit) -> str:
         return f", at minimum {unit.text(profile.minimum)}"
     return ""
 
+
+STATE_PREFIXES: Final = tuple(
+    f"{ANNOTATION_PREFIX}{name}."
+    for name in ("last-upscale", "last-change", "hard", "profile", "not-counted")
+)
+"""The prefixes of dynquota's per-key state annotations."""
 
 NEWBORN: Final = 120
 """Seconds after its creation during which a namespace counts as born under its policy."""
@@ -231,6 +238,37 @@ class KeyRules(SizerBase):
                 Event("Warning", EventReason.USAGE_ABOVE_MAXIMUM, message, cause=resource)
             )
 
+    def _decision(self, override: Override, dry_run: bool) -> Decision:
+        """The :class:`Decision` once every resource is sized: state of resources no longer
+        tracked (and foreign ``spec.hard`` keys) goes, Events and the tenant line are made."""
+        kept = {k for r in self.hard for k in resource_keys(r)} | self.keep
+        for key in self.annotations:
+            if key.startswith(STATE_PREFIXES) and key not in kept:
+                self.remove.add(key)
+        null_hard = self._untracked_keys()
+        self._summarise_events(override)
+        self._tenant_message(override, dry_run)
+        requeue = min(self.pending) if self.pending else None
+        if self.quota is None:
+            action: Action = "create"
+        elif self.set or self.remove or self.changes:
+            action = "patch"
+        else:
+            action = "nothing"
+        writes = action != "nothing"
+        return Decision(
+            action,
+            hard=dict(self.hard) if writes else {},
+            set_annotations=dict(self.set) if writes else {},
+            remove_annotations=frozenset(self.remove) if writes else frozenset(),
+            null_hard=null_hard if writes else frozenset(),
+            changes=tuple(self.changes),
+            notes=tuple(self.notes),
+            events=self._dry(self.events, dry_run),
+            requeue_at=float(requeue) if requeue is not None else None,
+            dry_run=dry_run,
+        )
+
     def _untracked_keys(self) -> frozenset[str]:
         """Keys of ``spec.hard`` this decision does not size (``null`` in the patch): a key
         the policy no longer lists (a ``policy`` change) or one written by someone else
@@ -249,6 +287,19 @@ class KeyRules(SizerBase):
             reason = f"revert {key}: not tracked by dynquota, removed from spec.hard"
             self.changes.append(Change(key, "revert", foreign, None, reason))
         return null_hard
+
+    def _stall_holds(self, resource: str, unit: KeyUnit, base: int, used: int) -> bool:
+        """Whether a raise of ``resource`` (usage ``used`` above what ``base`` leaves room
+        for) is held because it rests on the ``status.used`` of a stalled quota controller
+        (a tally-driven key is sized from the objects that exist: not held)."""
+        if not self.stalled or unit.tally:
+            return False
+        fmt = self.units[resource]
+        self.notes.append(
+            f"{resource}: raise held at {fmt(base)} (usage {fmt(used)} is status.used, and the "
+            "quota controller is stalled: QuotaControllerStalled)"
+        )
+        return True
 
     def _ceiling(
         self, base: int | None, record_raw: str | None, profile: ResourceProfile

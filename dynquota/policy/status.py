@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dynquota.policy.labels import LabelSelector
+from dynquota.policy.stall import Stall
 
 __all__ = [
     "MAX_MESSAGE_LENGTH",
@@ -27,6 +28,7 @@ __all__ = [
     "now_rfc3339",
     "set_condition",
     "shadowed_condition",
+    "stall_condition",
     "valid_condition",
 ]
 
@@ -129,6 +131,23 @@ def shadowed_condition(
         f"outranked by policy {'; '.join(parts)}"
     )
     return "True", reason, message
+
+
+def stall_condition(stalls: Sequence[Stall]) -> tuple[str, str, str]:
+    """``(status, reason, message)`` of the ``QuotaControllerStalled`` condition from the
+    signals past their bound (:meth:`dynquota.policy.stall.StallSignals.stalls`): ``True``
+    with the first one's reason (``SpecNotCopied``, ``UsageNotRecounted``) and every
+    message; ``False``/``Running`` when there is none (which at rest proves nothing)."""
+    if not stalls:
+        return (
+            "False",
+            "Running",
+            "the quota controller copied spec.hard and recounted status.used when last "
+            "needed (a stopped controller shows only once a quota changes or objects go)",
+        )
+    message = "; ".join(s.message for s in stalls)
+    message += "; raises that rest on status.used are held until it recovers"
+    return "True", stalls[0].reason, message[:MAX_MESSAGE_LENGTH]
 
 
 def set_condition(

@@ -90,6 +90,8 @@ class SizerBase:
         """Key -> ``status.used`` above the tally (phantom charges): a floor, never a target."""
         self.newborn = False
         """The namespace was created moments ago: its usage is not adopted past the maximum."""
+        self.stalled = False
+        """The quota controller is stalled: raises resting on ``status.used`` are held."""
         self.uncharged: dict[str, int] = {}
         """Key -> objects the tally counts and ``status.used`` does not (admitted uncharged)."""
         self.unenforced: frozenset[str] = frozenset()

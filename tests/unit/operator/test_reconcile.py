@@ -698,7 +698,10 @@ async def test_a_policy_selecting_on_an_unguarded_key_is_reported_not_frozen() -
     assert world.quotas.hard("team-a") == {"pods": "10", "configmaps": "50"}
     await world.op.write_policy_status()
     ((_, status),) = world.status.patches
-    assert [c["type"] for c in status["conditions"]] == ["Valid", "Shadowed", "Guarded"]
+    types = [c["type"] for c in status["conditions"]]
+    assert types == ["Valid", "Shadowed", "Guarded", "QuotaControllerStalled"]
+    stalled = status["conditions"][3]
+    assert (stalled["status"], stalled["reason"]) == ("False", "Running")
     guarded = status["conditions"][2]
     assert (guarded["status"], guarded["reason"]) == ("False", "UnguardedSelector")
     assert guarded["message"].startswith("namespaceSelector uses the label team, which is not")

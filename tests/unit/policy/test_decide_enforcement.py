@@ -44,7 +44,8 @@ def _decide(
 def _created() -> QuotaState:
     """The quota as dynquota creates it for an empty namespace at T0: pods 10."""
     d = _decide(None, T0, 0)
-    assert d.action == "create" and d.hard == {PODS: 10}
+    assert d.action == "create"
+    assert d.hard == {PODS: 10}
     quota = apply_decision(None, d)
     assert quota is not None
     return quota
