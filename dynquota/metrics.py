@@ -13,6 +13,11 @@ dynquota_target                             gauge   namespace, resource (T(U))
 dynquota_maximum                            gauge   namespace, resource (the policy maximum)
 dynquota_drift                              gauge   namespace, resource (tally - status.used)
 dynquota_usage_above_maximum                gauge   namespace, resource (1 when U > maximum)
+dynquota_exhaustion_seconds                 gauge   namespace, resource, limit (hard/maximum):
+                                                    seconds until usage reaches it on its
+                                                    recent trend (0: there; no series: not
+                                                    growing or > 7 days; dynquota.policy.
+                                                    forecast)
 dynquota_resizes_total                      counter direction (up/down), reason
 dynquota_quota_writes_total                 counter verb (create/patch/delete)
 dynquota_quota_deletions_total              counter cause (kill-switch/unmanaged/dry-run)
@@ -87,6 +92,12 @@ class Metrics:
         self.drift = Gauge("dynquota_drift", "Informer tally minus status.used", _NR, registry=r)
         self.above_maximum = Gauge(
             "dynquota_usage_above_maximum", "1 when usage exceeds the maximum", _NR, registry=r
+        )
+        self.exhaustion = Gauge(
+            "dynquota_exhaustion_seconds",
+            "Seconds until usage reaches the limit (hard, maximum) on its recent trend",
+            (*_NR, "limit"),
+            registry=r,
         )
         self.usage_unknown = Gauge(
             "dynquota_usage_unknown",
@@ -259,6 +270,9 @@ class Metrics:
         for resource in resources:
             with contextlib.suppress(KeyError):
                 self.above_maximum.remove(namespace, resource)
+            for limit in ("hard", "maximum"):
+                with contextlib.suppress(KeyError):
+                    self.exhaustion.remove(namespace, resource, limit)
 
 
 class InformerCollector(Collector):

@@ -24,6 +24,7 @@ from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.policy import (
     PolicyInfo,
 )
+from dynquota.policy.forecast import Trend
 from dynquota.policy.wake import WorkloadKind
 
 __all__ = [
@@ -207,6 +208,10 @@ class NamespaceView:
     at: float = 0.0
     governance: str = ""
     dry_run: bool = False
+    trends: dict[str, Trend] = field(default_factory=dict)
+    """Per key, the recent usage for the forecasts (:mod:`dynquota.policy.forecast`)."""
+    exhaustion: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(key, ``hard``/``maximum``) -> seconds until usage reaches it (absent: no forecast)."""
 
 
 def resource_version_of(obj: Mapping[str, Any]) -> int:

@@ -48,6 +48,7 @@ from dynquota.operator.decision import decide_args
 from dynquota.operator.ports import (
     CONFLICT_RETRIES,
     RECONCILE_TIMEOUT,
+    NamespaceView,
     ReconcileResult,
 )
 from dynquota.operator.write_gate import LIMIT_RANGE
@@ -217,6 +218,8 @@ class Operator(QuotaWriter):
         usage = observed_usage(tally, status_used, keys, phantom)
         peak: dict[str, int] = {}
         steady = self.monotonic()  # peak windows: in memory, on a clock that never steps
+        view = self.views.setdefault(namespace, NamespaceView())
+        view.exhaustion = {}
         for resource in keys:
             if resource not in usage:
                 continue  # usage unknown: held, no peak sample
@@ -225,6 +228,7 @@ class Operator(QuotaWriter):
             if profile is not None:
                 found = self.peaks.peak(namespace, resource, steady, profile.downscale_cooldown)
                 peak[resource] = usage[resource] if found is None else found
+                self._forecast(view, resource, usage[resource], profile.maximum, current, steady)
         decision = decide(
             governance=governance,
             usage=usage,
@@ -246,6 +250,7 @@ class Operator(QuotaWriter):
             born_at=info.created if (info := self.namespaces.get(namespace)) else None,
             uncharged=current.uncharged(tally) if current is not None and not dry_run else None,
             stalled=self.stall.stalled,
+            exhaustion={r: t for (r, limit), t in view.exhaustion.items() if limit == "maximum"},
             **decide_args(self.settings),
         )
         self._report_usage(namespace, governance, tally, status_used, usage, current)

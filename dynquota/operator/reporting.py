@@ -32,6 +32,7 @@ from dynquota.policy import (
     unit_for,
 )
 from dynquota.policy.decide import reject_unmanaged_override
+from dynquota.policy.forecast import Trend, eta
 from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -75,6 +76,23 @@ class Reporting(OperatorCache):
         return self.objects_fresh is None or self.objects_fresh(margin)
 
     # -- reporting -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _forecast(
+        view: NamespaceView,
+        key: str,
+        used: int,
+        maximum: int,
+        current: QuotaSnapshot | None,
+        steady: float,
+    ) -> None:
+        """Observe ``used`` in the key's trend; forecast when it reaches hard and maximum."""
+        trend = view.trends.setdefault(key, Trend())
+        trend.observe(steady, used)
+        hard = current.hard_int(key) if current is not None else None
+        for limit, value in (("hard", hard), ("maximum", maximum)):
+            if value is not None and (left := eta(trend, value, steady)) is not None:
+                view.exhaustion[(key, limit)] = left
 
     def _report_usage(
         self,
@@ -127,6 +145,13 @@ class Reporting(OperatorCache):
                 unit.base(target(used, profile, unit.granularity))
             )
             m.above_maximum.labels(namespace, resource).set(1 if used > profile.maximum else 0)
+            for limit in ("hard", "maximum"):
+                left = view.exhaustion.get((resource, limit))
+                if left is not None:
+                    m.exhaustion.labels(namespace, resource, limit).set(left)
+                else:
+                    with contextlib.suppress(KeyError):
+                        m.exhaustion.remove(namespace, resource, limit)
             if resource in tally:
                 m.tally.labels(namespace, resource).set(tally[resource])
                 if resource in status_used:

@@ -89,6 +89,7 @@ def decide(
     born_at: float | None = None,
     uncharged: Mapping[str, int] | None = None,
     stalled: bool = False,
+    exhaustion: Mapping[str, float] | None = None,
 ) -> Decision:
     """Decide the managed quota of one namespace. Pure.
 
@@ -148,6 +149,8 @@ def decide(
             (admitted uncharged): a raise leaves them no room past the ceiling.
         stalled: the quota controller is stalled (:mod:`dynquota.policy.stall`): raises of
             keys sized from ``status.used`` are held (it may be stale).
+        exhaustion: key -> seconds until usage reaches the maximum on its recent trend
+            (:func:`dynquota.policy.forecast.eta`), said in the tenant line at the limit.
 
     Returns:
         A :class:`Decision`; ``dry_run`` set when it must not be written.
@@ -185,6 +188,7 @@ def decide(
     sizer.unenforced = unenforced
     sizer.uncharged = dict(uncharged or {})
     sizer.stalled = stalled
+    sizer.exhaustion = dict(exhaustion or {})
     sizer.newborn = born_at is not None and t - born_at < NEWBORN
     return sizer.run(dry_run or governance.dry_run)
 

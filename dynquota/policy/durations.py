@@ -8,10 +8,17 @@ from a cooldown stays a valid RFC 3339 date.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Final
 
-__all__ = ["DURATION_PATTERN", "MAX_DURATION_SECONDS", "format_duration", "parse_duration"]
+__all__ = [
+    "DURATION_PATTERN",
+    "MAX_DURATION_SECONDS",
+    "format_duration",
+    "parse_duration",
+    "rough_duration",
+]
 
 DURATION_PATTERN: Final = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
 """The duration pattern, as in the CRD (RE2 and Python agree on it); empty text is refused."""
@@ -61,3 +68,19 @@ def format_duration(seconds: int) -> str:
         f"{secs}s" if secs else "",
     ]
     return "".join(parts)
+
+
+_ROUGH: Final = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800)
+"""The steps of :func:`rough_duration` (seconds): few, so a text built on it changes rarely."""
+
+
+def rough_duration(seconds: float) -> str:
+    """A forecast's duration in coarse steps: ``under a minute``, else ``about`` the nearest
+    step on a log scale (1m, 2m, 5m, 10m, 15m, 30m, 1h, 2h, 3h, 6h, 12h, 24h, 48h) or ``over
+    48h``. A text that embeds it (the tenant line) changes about a dozen times in two days."""
+    if seconds < 45:
+        return "under a minute"
+    if seconds > 1.5 * _ROUGH[-1]:
+        return f"over {format_duration(_ROUGH[-1])}"
+    step = min(_ROUGH, key=lambda s: abs(math.log(seconds / s)))
+    return f"about {format_duration(step)}"

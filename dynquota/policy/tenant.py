@@ -14,7 +14,7 @@ from typing import Final
 
 from dynquota.names import EventReason
 from dynquota.policy.decision import Change, Event, QuotaState, target
-from dynquota.policy.durations import format_duration
+from dynquota.policy.durations import format_duration, rough_duration
 from dynquota.policy.models import OverrideSettings, ResourceProfile
 from dynquota.policy.override import (
     FUTURE_STAMP_ALLOWANCE,
@@ -90,6 +90,8 @@ class SizerBase:
         """Key -> ``status.used`` above the tally (phantom charges): a floor, never a target."""
         self.newborn = False
         """The namespace was created moments ago: its usage is not adopted past the maximum."""
+        self.exhaustion: dict[str, float] = {}
+        """Key -> seconds until usage reaches the maximum on its trend (the tenant line)."""
         self.stalled = False
         """The quota controller is stalled: raises resting on ``status.used`` are held."""
         self.uncharged: dict[str, int] = {}
@@ -280,6 +282,12 @@ class SizerBase:
                 when = (
                     f"no automatic raise (its target is {fmt(goal)}: bufferPercent "
                     f"{profile.buffer_percent}, minimum {fmt(profile.minimum)})"
+                )
+            left = self.exhaustion.get(resource)
+            if kind in ("cooldown", "no-buffer") and left is not None:
+                when += (
+                    f"; at its recent rate it reaches the maximum {fmt(profile.maximum)} in "
+                    f"{rough_duration(left)}"
                 )
             part = (
                 f"{resource} at its limit (used {fmt(used)} of hard {fmt(hard)}): {when}; "

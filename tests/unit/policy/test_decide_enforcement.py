@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from dynquota.names import EventReason
 from dynquota.policy import CONFIGMAPS, PODS, Decision, QuotaState, apply_decision, decide
+from dynquota.policy.durations import rough_duration
 from dynquota.policy.keyrules import NEWBORN
 from dynquota.policy.profiles import ResourceProfile
 from dynquota.policy.selection import Governance
@@ -203,3 +204,38 @@ def test_objects_admitted_uncharged_get_no_room_past_the_ceiling() -> None:
     assert step(4, 0).hard == {PODS: 4}
     # below the ceiling the uncharged leave the raise alone
     assert step(3, 1).hard == {PODS: 3}
+
+
+def test_the_tenant_line_at_the_limit_says_when_the_maximum_is_reached() -> None:
+    quota = _created()
+    d = decide(
+        governance=GOV,
+        usage={PODS: 10, CONFIGMAPS: 0},
+        peak={PODS: 10},
+        quota=quota,
+        kill_switch=False,
+        now=T0 + 10,
+        started_at=T0 - 7200,
+        exhaustion={PODS: 640.0},
+    )
+    line = d.set_annotations["dynquota.io/message"]
+    assert (
+        "pods at its limit (used 10 of hard 10): next automatic raise at 2026-11-30T00:05:00Z; "
+        "at its recent rate it reaches the maximum 120 in about 10m;"
+    ) in line
+
+
+def test_rough_durations_change_in_few_steps() -> None:
+    texts = [rough_duration(s) for s in (10, 50, 100, 700, 4000, 30000, 200000, 400000)]
+    assert texts == [
+        "under a minute",
+        "about 1m",
+        "about 2m",
+        "about 10m",
+        "about 1h",
+        "about 6h",
+        "about 48h",
+        "over 48h",
+    ]
+    # a whole day of forecasts counting down gives 13 distinct texts
+    assert len({rough_duration(s) for s in range(0, 86400, 10)}) == 13
