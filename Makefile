@@ -71,11 +71,12 @@ integration: setup controlplane kwok toxiproxy
 # and skips, saying why, where buildah is not installed.
 # Two pytest-xdist workers, one xdist group per integration file (tests/conftest.py says why).
 # A test is rerun only when the audit log shows an upstream quota race (docs/controlplane.md)
-# or when the ReplicaSet controller's own backoff ended first (tests/integration/test_wake.py).
+# or when the ReplicaSet controller's own backoff ended first (tests/integration/test_wake.py),
+# or a paused write met a 409 before the fence could answer (tests/integration/test_lease_fence.py).
 test: lint controlplane kwok promtool toxiproxy
 	$(PY) -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -m 'not bench' --durations=25 \
 		--reruns 2 --only-rerun UpstreamQuotaRaceError \
-		--only-rerun ReplicaSetBackoffRaceError tests
+		--only-rerun ReplicaSetBackoffRaceError --only-rerun LeaseFenceRaceError tests
 
 bench: setup controlplane kwok
 	$(PY) -m pytest -m 'bench and not scale' -s tests/bench
