@@ -17,6 +17,9 @@ from typing import Final
 
 __all__ = [
     "API_VERSION",
+    "APPLIED_KIND",
+    "APPLIED_NAME",
+    "APPLIED_PLURAL",
     "BUDGET_KIND",
     "BUDGET_LABEL",
     "BUDGET_PLURAL",
@@ -44,6 +47,13 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 BUDGET_PLURAL: Final = "quotabudgets"
 BUDGET_KIND: Final = "QuotaBudget"
 """The QuotaBudget CRD (``crds/quotabudgets.yaml``, issue #13): same group and version."""
+
+APPLIED_PLURAL: Final = "applieddynamicquotas"
+APPLIED_KIND: Final = "AppliedDynamicQuota"
+APPLIED_NAME: Final = "dynquota"
+"""The namespaced projection a tenant reads (``crds/applieddynamicquotas.yaml``, issue 28):
+one object of this name, with the managed-by label, per managed namespace; same group and
+version."""
 
 MANAGED_QUOTA_NAME: Final = "dynquota"
 """The name of the ResourceQuota dynquota manages in each namespace."""

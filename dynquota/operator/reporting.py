@@ -49,6 +49,9 @@ class Reporting(OperatorCache):
     """Whether the object informers (namespaces, quotas, LimitRanges, policies, budgets)
     completed a watch cycle within their timeout plus ``margin`` seconds
     (:meth:`dynquota.kube.objects.ObjectInformers.healthy`; the runtime sets it)."""
+    on_reported: Callable[[str, QuotaSnapshot | None], None] | None = None
+    """Called with the managed quota after every decision reported (the tenant projection's
+    writer, :mod:`dynquota.operator.applied`; the runtime sets it)."""
 
     # -- what the write gate asks (operator/write_gate.py) --------------------------------------
 
@@ -230,6 +233,8 @@ class Reporting(OperatorCache):
             view.hard = {}
         if self.on_decision is not None:
             self.on_decision(namespace, decision)
+        if self.on_reported is not None:
+            self.on_reported(namespace, quota)
 
     def _record_view(self, namespace: str, action: str, reasons: Iterable[str]) -> NamespaceView:
         view = self.views.setdefault(namespace, NamespaceView())

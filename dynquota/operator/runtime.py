@@ -46,6 +46,7 @@ from tenacity import (
 
 from dynquota._k8s.clock import ServerClock
 from dynquota._k8s.errors import KubeError
+from dynquota.kube.applied import AppliedClient
 from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.events import EventRecorder
@@ -60,6 +61,7 @@ from dynquota.kube.objects import (
 )
 from dynquota.kube.quotas import QuotaClient
 from dynquota.metrics import InformerCollector, Metrics, MetricsServer
+from dynquota.operator.applied import AppliedWriter
 from dynquota.operator.ports import KUBE_SYSTEM
 from dynquota.operator.reconcile import Operator
 from dynquota.operator.wake_wiring import wake_sweep, wire_wake
@@ -146,6 +148,9 @@ class Runtime:
             limit_ranges=self.cluster,
             budget_status=self.cluster,
         )
+        self.applied = AppliedWriter(self.operator, AppliedClient(api_client, observer))
+        """The tenant projections (``AppliedDynamicQuota``), fed after every reconcile."""
+        self.operator.on_reported = self.applied.observe
         if isinstance(self.gate, LeaderGate):
             self.gate.on_change = self.operator.on_leadership
         else:
@@ -253,6 +258,7 @@ class Runtime:
             asyncio.create_task(self.operator.run_policy_status(), name="dynquota-status")
         )
         self._tasks.append(asyncio.create_task(self._resync(), name="dynquota-resync"))
+        self._tasks.append(asyncio.create_task(self.applied.run(), name="dynquota-applied"))
         self._tasks.append(
             asyncio.create_task(self.operator.stall.run(self.operator.clock), name="dynquota-stall")
         )

@@ -23,6 +23,8 @@ budget slices          as a shrinking quota write, with the kill switch released
 companion LimitRange   policies listed, the kill switch released and confirmed, the Lease (its
                        content depends on no usage)
 Event, status, wake    the Lease
+tenant projection      policies and budgets listed, the kill switch read, the Lease (the
+                       ``AppliedDynamicQuota`` shows them: never written from what is not known)
 =====================  ============================================================================
 """
 
@@ -44,6 +46,7 @@ from dynquota.operator.ports import (
 )
 
 __all__ = [
+    "APPLIED",
     "BUDGET_SLICES",
     "EVENT",
     "KILL_SWITCH_DELETE",
@@ -56,7 +59,9 @@ __all__ = [
     "WriteGate",
 ]
 
-WriteKind = Literal["quota", "budget-slices", "limit-range", "event", "status", "wake"]
+WriteKind = Literal[
+    "quota", "budget-slices", "limit-range", "event", "status", "wake", "applied"
+]
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,9 @@ STATUS = Write("status")
 """A policy's or a budget's status."""
 WAKE = Write("wake")
 """The wake mark on a workload a raise made room for (:mod:`dynquota.operator.wake`)."""
+APPLIED = Write("applied")
+"""A tenant projection ``AppliedDynamicQuota`` (create, replace, delete;
+:mod:`dynquota.operator.applied`)."""
 LIMIT_RANGE = Write("limit-range")
 """A companion LimitRange (create or patch)."""
 BUDGET_SLICES = Write("budget-slices")
@@ -117,6 +125,10 @@ class WriteGate:
             return self._lease()
         if not k.policies_listed:
             return HELD_POLICIES
+        if write.kind == "applied":
+            if not k.budgets_listed:
+                return HELD_BUDGETS
+            return HELD_KILL_SWITCH if k.kill_switch is None else self._lease()
         if write.kind == "limit-range":
             if k.kill_switch is not False:
                 return HELD_KILL_SWITCH

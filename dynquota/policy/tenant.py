@@ -256,9 +256,9 @@ class SizerBase:
             budget = self.budgeted.get(resource)
             if budget is not None:
                 kind = "budget"
-                when = (
+                when = (  # what a tenant may run: its namespace's AppliedDynamicQuota
                     f"its slice of QuotaBudget {budget}: raised only when the budget has free "
-                    f"room (kubectl get quotabudget {budget})"
+                    f"room (kubectl dynquota status -n {self.namespace or 'NS'})"
                 )
             elif override.mode in ("grant", "active"):
                 kind = "override"

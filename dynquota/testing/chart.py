@@ -15,6 +15,7 @@ from typing import Final
 from dynquota.testing.controlplane import ControlPlaneError, LocalControlPlane
 
 __all__ = [
+    "APPLIED_CRD",
     "BUDGET_CRD",
     "BUDGET_GUARD",
     "CHART",
@@ -29,6 +30,7 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 CHART: Final = ROOT / "helm" / "dynquota"
 CRD: Final = ROOT / "crds" / "dynamicquotapolicies.yaml"
 BUDGET_CRD: Final = ROOT / "crds" / "quotabudgets.yaml"
+APPLIED_CRD: Final = ROOT / "crds" / "applieddynamicquotas.yaml"
 BUDGET_GUARD: Final = "dynquota-budget-guard"
 """The chart's budget guard policy and binding as the tests install them (release ``dynquota``,
 ``templates/budget-admission-policy.yaml``)."""
@@ -68,6 +70,7 @@ def render_rbac(cp: LocalControlPlane, namespace: str) -> str:
         "templates/clusterrole.yaml",
         "templates/budget-admission-policy.yaml",
         "templates/operator-policy.yaml",
+        "templates/tenant-view.yaml",
     )
     # leader election is the default; set so the leader-election Role renders
     return helm_template(cp, namespace, templates, ["leaderElection.enabled=true"])

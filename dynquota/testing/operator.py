@@ -31,6 +31,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.names import (
+    APPLIED_PLURAL,
     BUDGET_KIND,
     BUDGET_PLURAL,
     GROUP,
@@ -41,7 +42,7 @@ from dynquota.names import (
 )
 from dynquota.operator.runtime import Runtime, run
 from dynquota.settings import Settings
-from dynquota.testing.chart import BUDGET_CRD, BUDGET_GUARD, CRD, render_rbac
+from dynquota.testing.chart import APPLIED_CRD, BUDGET_CRD, BUDGET_GUARD, CRD, render_rbac
 from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.credentials import write_kubeconfig
 from dynquota.testing.podtoken import PAUSE as PAUSE  # re-exported: the tests' pod image
@@ -244,6 +245,8 @@ def install_operator(cp: LocalControlPlane, workdir: Path, crd: Path = CRD) -> s
         cp.kubectl("apply", "-f", str(crd))
         if BUDGET_CRD.exists():
             cp.kubectl("apply", "-f", str(BUDGET_CRD))
+        if APPLIED_CRD.exists():
+            cp.kubectl("apply", "-f", str(APPLIED_CRD))
         if not _try(lambda: core.read_namespace(OPERATOR_NS)):
             cp.kubectl("create", "namespace", OPERATOR_NS)
         cp.kubectl("apply", "-f", "-", input=render_rbac(cp, OPERATOR_NS))
@@ -251,6 +254,11 @@ def install_operator(cp: LocalControlPlane, workdir: Path, crd: Path = CRD) -> s
         if BUDGET_CRD.exists():
             cp.kubectl(
                 "wait", "--for=condition=Established", f"crd/{BUDGET_PLURAL}.{GROUP}",
+                "--timeout=60s",
+            )  # fmt: skip
+        if APPLIED_CRD.exists():
+            cp.kubectl(
+                "wait", "--for=condition=Established", f"crd/{APPLIED_PLURAL}.{GROUP}",
                 "--timeout=60s",
             )  # fmt: skip
         wait_until(

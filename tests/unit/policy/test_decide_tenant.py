@@ -221,7 +221,7 @@ def test_line_for_a_budgeted_key_points_to_the_budget_not_a_raise() -> None:
     d = budgeted_run(settled(14), T0 + 10, pods=14)
     assert d.set_annotations[MSG] == (
         f"{ts(10)}: pods at its limit (used 14 of hard 14): its slice of QuotaBudget team-x: "
-        "raised only when the budget has free room (kubectl get quotabudget team-x); an "
+        "raised only when the budget has free room (kubectl dynquota status -n NS); an "
         "override gets only the budget's free room: ask the platform team for a larger budget."
     )
     assert [e.cause for e in d.events if e.reason == "QuotaAtLimit"] == ["pods:budget"]

@@ -1,0 +1,288 @@
+"""The writer of the tenant projections ``AppliedDynamicQuota`` (issue 28, part 3).
+
+One task of the leader keeps, in every namespace a policy governs (``managed`` or
+``frozen``), one namespaced object ``dynquota`` with the managed-by label whose ``status`` is
+:func:`dynquota.policy.applied.project` of what the operator knows: the governing policy, the
+kill switch, the managed quota's stamps (handed over after every reconcile through
+``Reporting.on_reported``) and the QuotaBudget it is a member of. No extra write ever lands on
+the ResourceQuota.
+
+When it writes (figures in ``docs/operator.md``, "What governs me"):
+
+- a *pass* recomputes every namespace (pure, in memory) at most every
+  :data:`SWEEP_SECONDS` seconds, and :data:`SETTLE_SECONDS` after a reconcile reported a
+  namespace (so a policy edit or a raise shows within seconds);
+- an object is written only when its content changes (:func:`~dynquota.policy.applied.should_write`:
+  the stable part at once, the budget's ``used``/``granted``/``free`` alone at most every
+  :data:`~dynquota.policy.applied.FIGURES_REFRESH` seconds): at rest, no write at all;
+- at most :data:`WRITES_PER_SECOND` writes per second across the cluster (``aiolimiter``),
+  each asked of the write gate first (:data:`~dynquota.operator.write_gate.APPLIED`: policies
+  and budgets listed, kill switch read, the Lease), and fenced server-side by the chart's Lease
+  fence (the objects carry the managed-by label) and confined by ``<fullname>-operator-writes``
+  to objects named ``dynquota`` with that label in namespaces it may manage;
+- a replace is conditional on the resourceVersion last seen (a 409: list again at the next
+  pass); every object is listed again every :data:`RELIST_SECONDS` seconds and after the
+  replica gains the Lease (one labelled LIST), so an object deleted by hand comes back;
+- a namespace no longer governed (opted out, no policy selects it, excluded) loses its object
+  (a delete with a uid precondition). The kill switch keeps them, saying
+  ``KillSwitchEngaged``: a tenant then reads why its quota vanished. ``dynquota cleanup``
+  deletes them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from aiolimiter import AsyncLimiter
+
+from dynquota._k8s.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
+from dynquota.kube.applied import AppliedObject
+from dynquota.kube.quotas import QuotaSnapshot
+from dynquota.operator.budgets import Budgets
+from dynquota.operator.ports import LeaderView
+from dynquota.operator.write_gate import APPLIED, WriteGate
+from dynquota.policy import Governance, NamespaceInfo, unit_for
+from dynquota.policy.applied import BudgetFacts, Projection, QuotaFacts, project, should_write
+from dynquota.settings import Settings
+
+__all__ = [
+    "RELIST_SECONDS",
+    "SETTLE_SECONDS",
+    "SWEEP_SECONDS",
+    "WRITES_PER_SECOND",
+    "AppliedHost",
+    "AppliedStore",
+    "AppliedWriter",
+]
+
+log = logging.getLogger("dynquota.operator")
+
+SWEEP_SECONDS: Final = 30.0
+"""Seconds between two passes when no reconcile asks for one sooner."""
+SETTLE_SECONDS: Final = 1.0
+"""Seconds a pass waits after a reconcile reported a namespace (a burst is one pass)."""
+RELIST_SECONDS: Final = 600.0
+"""Seconds between two LISTs of the stored objects (one labelled LIST)."""
+WRITES_PER_SECOND: Final = 5.0
+"""Writes (create, replace, delete) per second at most, across the cluster."""
+
+
+class AppliedStore(Protocol):
+    """The objects' I/O (:class:`dynquota.kube.applied.AppliedClient`)."""
+
+    async def list_managed(self) -> list[AppliedObject]: ...
+    async def create(self, namespace: str, status: Mapping[str, Any]) -> AppliedObject: ...
+    async def replace(
+        self, namespace: str, status: Mapping[str, Any], resource_version: str
+    ) -> AppliedObject: ...
+    async def delete(self, namespace: str, uid: str) -> bool: ...
+
+
+class AppliedHost(Protocol):
+    """What the writer reads of the operator (:class:`~dynquota.operator.reconcile.Operator`)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def namespaces(self) -> dict[str, NamespaceInfo]: ...
+    @property
+    def kill_switch(self) -> bool | None: ...
+    @property
+    def budgets(self) -> Budgets: ...
+    @property
+    def gate(self) -> LeaderView: ...
+    @property
+    def write_gate(self) -> WriteGate: ...
+    def clock(self) -> float: ...
+    def governance(self, namespace: str) -> Governance | None: ...
+
+
+@dataclass(frozen=True)
+class _Stored:
+    uid: str
+    resource_version: str
+    projection: Projection
+    written_at: float | None  # None: listed, not written by this replica
+    figures_at: float | None
+
+
+class AppliedWriter:
+    """Keeps the tenant projections (see the module docs).
+
+    Args:
+        host: the operator.
+        store: the objects' I/O.
+        monotonic: the clock of the pass schedule (never steps).
+    """
+
+    def __init__(
+        self,
+        host: AppliedHost,
+        store: AppliedStore,
+        *,
+        writes_per_second: float = WRITES_PER_SECOND,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.host = host
+        self.store = store
+        self.monotonic = monotonic
+        self._limiter = AsyncLimiter(max(1.0, writes_per_second), 1.0)
+        self._quotas: dict[str, QuotaFacts | None] = {}
+        self._stored: dict[str, _Stored] = {}
+        self._listed_at: float | None = None
+        self._wake = asyncio.Event()
+        self._crd_missing = False
+        self.writes = 0
+        """Writes made (create, replace, delete), for tests and the log."""
+
+    # -- the reconcile's hook ---------------------------------------------------------------------
+
+    def observe(self, namespace: str, quota: QuotaSnapshot | None) -> None:
+        """A reconcile reported ``namespace`` with its managed ``quota`` (``None``: none)."""
+        facts = None
+        if quota is not None and quota.managed:
+            facts = QuotaFacts(dict(quota.annotations), dict(quota.spec_hard))
+        if self._quotas.get(namespace, False) != facts:
+            self._quotas[namespace] = facts
+            self._wake.set()
+
+    # -- the task -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Pass after pass until cancelled (a failed pass is logged and retried later)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SWEEP_SECONDS):
+                    await self._wake.wait()
+                await asyncio.sleep(SETTLE_SECONDS)
+            self._wake.clear()
+            try:
+                await self.sync()
+            except KubeError as exc:
+                log.warning("tenant projections: %s; retrying in %.0f s", exc, SWEEP_SECONDS)
+
+    async def sync(self) -> int:
+        """One pass: list the stored objects if due, then write what changed. Returns the
+        number of writes made. Raises ``KubeError`` from the LIST."""
+        if not self.host.gate.is_leader:
+            self._listed_at = None  # a new term lists again: another replica may have written
+            return 0
+        if self.host.write_gate.hold(APPLIED) is not None:
+            return 0
+        steady = self.monotonic()
+        if self._listed_at is None or steady - self._listed_at >= RELIST_SECONDS:
+            try:
+                listed = await self.store.list_managed()
+            except NotFoundError:
+                if not self._crd_missing:
+                    log.warning(
+                        "tenant projections: the AppliedDynamicQuota CRD is not installed "
+                        "(crds/applieddynamicquotas.yaml); none is written"
+                    )
+                self._crd_missing = True
+                return 0
+            self._crd_missing = False
+            self._stored = {
+                o.namespace: _Stored(
+                    o.uid, o.resource_version, Projection.from_status(o.status), None, None
+                )
+                for o in listed
+            }
+            self._listed_at = steady
+        before = self.writes
+        for namespace in sorted(set(self.host.namespaces) | set(self._stored)):
+            if not await self._one(namespace):
+                break
+        return self.writes - before
+
+    def projection(self, namespace: str) -> Projection | None:
+        """What ``namespace``'s object should show now (``None``: no object, or not known
+        yet: no reconcile reported it)."""
+        host = self.host
+        governance = host.governance(namespace)
+        kill_switch = host.kill_switch
+        if governance is None or governance.kind not in ("managed", "frozen"):
+            return None
+        if kill_switch is None or (namespace not in self._quotas and not kill_switch):
+            return None
+        budget = None
+        slicing = host.budgets.slicing(namespace)
+        record = host.budgets.records.get(slicing.budget) if slicing.budget else None
+        if record is not None and record.spec is not None:
+            hard = {k: unit_for(k).text(v) for k, v in record.spec.hard.items()}
+            budget = BudgetFacts(record.name, hard, record.status)
+        return project(
+            namespace=namespace,
+            governance=governance,
+            kill_switch=kill_switch,
+            dry_run=host.settings.dry_run,
+            quota=None if kill_switch else self._quotas.get(namespace),
+            budget=budget,
+            default_ttl=host.settings.override_ttl,
+        )
+
+    async def _one(self, namespace: str) -> bool:
+        """Bring ``namespace``'s object in line; ``False`` when the pass must stop (held)."""
+        host = self.host
+        if namespace not in host.namespaces:
+            self._quotas.pop(namespace, None)  # deleted: its objects went with it
+            self._stored.pop(namespace, None)
+            return True
+        stored = self._stored.get(namespace)
+        wanted = self.projection(namespace)
+        if wanted is None:
+            governance = host.governance(namespace)
+            gone = governance is not None and governance.kind in ("unmanaged", "excluded")
+            if stored is None or not gone:
+                return True
+            return await self._write(namespace, stored, None)
+        old = stored.projection if stored is not None else None
+        written_at = stored.written_at if stored is not None else None
+        if not should_write(old, wanted, written_at, host.clock()):
+            return True
+        return await self._write(namespace, stored, wanted)
+
+    async def _write(
+        self, namespace: str, stored: _Stored | None, wanted: Projection | None
+    ) -> bool:
+        host = self.host
+        if host.write_gate.hold(APPLIED) is not None:
+            return False
+        async with self._limiter:
+            now = host.clock()
+            figures_at = now  # figures unchanged since the last write: as old as they were
+            old = stored.projection.figures if stored is not None else None
+            if stored is not None and wanted is not None and old == wanted.figures:
+                figures_at = stored.figures_at or now
+            try:
+                if wanted is None:
+                    assert stored is not None
+                    await self.store.delete(namespace, stored.uid)
+                    self._stored.pop(namespace, None)
+                    log.info("tenant projection %s/dynquota deleted: not managed", namespace)
+                else:
+                    status = wanted.status(now, figures_at)
+                    if stored is None:
+                        obj = await self.store.create(namespace, status)
+                    else:
+                        obj = await self.store.replace(namespace, status, stored.resource_version)
+                    self._stored[namespace] = _Stored(
+                        obj.uid, obj.resource_version, wanted, now, figures_at
+                    )
+            except (ConflictError, NotFoundError) as exc:
+                # changed or removed by someone else (or created meanwhile): list again next pass
+                log.info("tenant projection %s/dynquota: %s; listing again", namespace, exc)
+                self._listed_at = None
+                self._stored.pop(namespace, None)
+                return True
+            except ForbiddenError as exc:  # a namespace terminating, or the chart's RBAC off
+                log.warning("tenant projection %s/dynquota: %s", namespace, exc)
+                return True
+            self.writes += 1
+            return True
