@@ -12,6 +12,7 @@ from dynquota.cli.demo import cmd_demo
 from dynquota.cli.flags import add_connection_flags, add_namespace_flags, add_output_flag
 from dynquota.cli.plan import cmd_plan
 from dynquota.cli.run import cmd_run
+from dynquota.cli.status import cmd_status
 from dynquota.settings import add_run_flags
 
 __all__ = ["build_parser"]
@@ -57,6 +58,16 @@ def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
         "urgent first, with a summary line",
     )
     plan.set_defaults(handler=cmd_plan)
+
+    status = commands.add_parser(
+        "status",
+        help="what governs a namespace: its policy's bounds, next raises, override rules, "
+        "budget and slice (reads only its AppliedDynamicQuota: a tenant's view role suffices)",
+    )
+    add_connection_flags(status)
+    status.add_argument("-n", "--namespace", help="the namespace (required)")
+    add_output_flag(status)
+    status.set_defaults(handler=cmd_status)
 
     override = commands.add_parser(
         "override",

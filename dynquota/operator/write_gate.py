@@ -59,9 +59,7 @@ __all__ = [
     "WriteGate",
 ]
 
-WriteKind = Literal[
-    "quota", "budget-slices", "limit-range", "event", "status", "wake", "applied"
-]
+WriteKind = Literal["quota", "budget-slices", "limit-range", "event", "status", "wake", "applied"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,52 @@
+"""``dynquota status``'s text (pure) and its refusal without -n."""
+
+from __future__ import annotations
+
+import pytest
+
+from dynquota.cli import main
+from dynquota.cli.status import status_text
+
+OBJ = {
+    "metadata": {"name": "dynquota", "namespace": "team-a"},
+    "status": {
+        "asOf": "2027-01-15T08:01:40Z",
+        "state": "Enforced",
+        "message": "sized by policy p",
+        "policy": {
+            "name": "p",
+            "dryRun": False,
+            "resources": {"pods": {"minimum": "10", "maximum": "100", "bufferPercent": 40,
+                                   "upscaleCooldown": "1m", "downscaleCooldown": "5m",
+                                   "nextRaiseAfter": "2027-01-15T08:01:00Z"}},
+            "override": {"allowed": True, "ttl": "168h", "minInterval": "0s"},
+        },
+        "budget": {"name": "team", "hard": {"pods": "60"}, "slice": {"pods": "20"},
+                   "used": {"pods": "31"}, "granted": {"pods": "45"}, "free": {"pods": "15"},
+                   "figuresAsOf": "2027-01-15T08:00:00Z"},
+    },
+}  # fmt: skip
+
+
+def test_the_text_is_plain_lines_and_columns() -> None:
+    assert status_text(OBJ).splitlines() == [
+        "namespace: team-a",
+        "state: Enforced (as of 2027-01-15T08:01:40Z)",
+        "message: sized by policy p",
+        "policy: p",
+        "KEY   MINIMUM  MAXIMUM  BUFFER  UP  DOWN  NEXT RAISE AFTER",
+        "pods  10       100      40%     1m  5m    2027-01-15T08:01:00Z",
+        "override: allowed, ttl 168h, minInterval 0s",
+        "budget: team (used, granted and free as of 2027-01-15T08:00:00Z)",
+        "KEY   HARD  SLICE  USED  GRANTED  FREE",
+        "pods  60    20     31    45       15",
+    ]
+
+
+def test_status_needs_a_namespace(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["status"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "dynquota: error: status needs -n NAMESPACE (the namespace whose governance to show)\n"
+    )

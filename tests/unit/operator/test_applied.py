@@ -1,0 +1,151 @@
+"""The tenant projections' writer (issue 28, part 3) on the real ``Operator`` with fake I/O:
+what it writes, when it writes nothing, the gate, deletes, the kill switch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dynquota._k8s.errors import ConflictError
+from dynquota.kube.applied import AppliedObject
+from dynquota.operator.applied import AppliedWriter
+from dynquota.policy.applied import FIGURES_REFRESH
+
+from .test_budgets import budget
+from .test_reconcile import World, namespace, policy
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.objects: dict[str, AppliedObject] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.conflict_next = False
+        self._rv = 0
+
+    def _stored(self, ns: str, status: Mapping[str, Any]) -> AppliedObject:
+        self._rv += 1
+        obj = AppliedObject(ns, f"uid-{ns}", str(self._rv), dict(status))
+        self.objects[ns] = obj
+        return obj
+
+    async def list_managed(self) -> list[AppliedObject]:
+        self.calls.append(("list", ""))
+        return list(self.objects.values())
+
+    async def create(self, namespace: str, status: Mapping[str, Any]) -> AppliedObject:
+        self.calls.append(("create", namespace))
+        return self._stored(namespace, status)
+
+    async def replace(
+        self, namespace: str, status: Mapping[str, Any], resource_version: str
+    ) -> AppliedObject:
+        self.calls.append(("replace", namespace))
+        if self.conflict_next or self.objects[namespace].resource_version != resource_version:
+            self.conflict_next = False
+            raise ConflictError(409, "Conflict", "the object has been modified")
+        return self._stored(namespace, status)
+
+    async def delete(self, namespace: str, uid: str) -> bool:
+        self.calls.append(("delete", namespace))
+        return self.objects.pop(namespace, None) is not None
+
+
+def wired(world: World) -> tuple[AppliedWriter, FakeStore]:
+    store = FakeStore()
+    writer = AppliedWriter(world.op, store, writes_per_second=1000)
+    world.op.on_reported = writer.observe
+    return writer, store
+
+
+async def test_a_managed_namespace_gets_its_projection_once_and_nothing_at_rest() -> None:
+    world = World()
+    writer, store = wired(world)
+    world.op.on_policy(None, policy())
+    world.op.on_namespace(None, namespace("team-a"))
+    world.usage.counts[("team-a", "pods")] = 14
+    assert await writer.sync() == 0  # not reconciled yet: nothing known of its quota
+    await world.reconcile("team-a")
+    assert await writer.sync() == 1
+    status = store.objects["team-a"].status
+    assert status["state"] == "Enforced"
+    assert status["asOf"] == "2027-01-15T08:00:00Z"
+    assert status["policy"]["name"] == "p"
+    assert status["policy"]["resources"]["pods"] == {
+        "minimum": "10",
+        "maximum": "100",
+        "bufferPercent": 40,
+        "upscaleCooldown": "1m",
+        "downscaleCooldown": "5m",
+        "nextRaiseAfter": "2027-01-15T08:01:00Z",  # created at T0 + the 60 s up-cooldown
+    }
+    assert status["policy"]["override"] == {"allowed": True, "ttl": "168h", "minInterval": "0s"}
+    assert "budget" not in status
+    # at rest: the clock moves, the namespace is decided again, nothing is written
+    world.clock.now += 3600
+    await world.reconcile("team-a")
+    assert await writer.sync() == 0
+    assert [c for c in store.calls if c[0] != "list"] == [("create", "team-a")]
+
+
+async def test_a_policy_change_is_written_at_once_and_an_opt_out_deletes() -> None:
+    world = World()
+    writer, store = wired(world)
+    world.op.on_policy(None, policy())
+    world.op.on_namespace(None, namespace("team-a"))
+    await world.reconcile("team-a")
+    await writer.sync()
+    raised = {"bufferPercent": 40, "minimum": 10, "maximum": 500, "upscaleCooldown": "60s",
+              "downscaleCooldown": "300s"}  # fmt: skip
+    world.op.on_policy(None, policy(pods=raised, generation=2))
+    await world.reconcile("team-a")
+    assert await writer.sync() == 1
+    assert store.objects["team-a"].status["policy"]["resources"]["pods"]["maximum"] == "500"
+    world.op.on_namespace(None, namespace("team-a", {"dynquota.io/managed": "false"}, rv=2))
+    assert await writer.sync() == 1
+    assert "team-a" not in store.objects
+    assert store.calls[-1] == ("delete", "team-a")
+
+
+async def test_budget_figures_alone_wait_for_the_refresh_but_the_slice_does_not() -> None:
+    world = World()
+    writer, store = wired(world)
+    world.op.on_policy(None, policy())
+    world.op.on_namespace(None, namespace("team-a", {"dynquota.io/budget": "team"}))
+    record = budget("team", {"pods": 60})
+    record["status"] = {"used": {"pods": "10"}, "granted": {"pods": "20"}, "free": {"pods": "40"}}
+    world.op.budgets.on_budget(None, record)
+    await world.reconcile("team-a")
+    await writer.sync()
+    shown = store.objects["team-a"].status["budget"]
+    assert shown["name"] == "team"
+    assert shown["hard"] == {"pods": "60"}
+    assert (shown["used"], shown["free"]) == ({"pods": "10"}, {"pods": "40"})
+    assert shown["figuresAsOf"] == "2027-01-15T08:00:00Z"
+    record["status"] = {"used": {"pods": "12"}, "granted": {"pods": "20"}, "free": {"pods": "40"}}
+    world.op.budgets.on_budget("MODIFIED", record)
+    world.clock.now += FIGURES_REFRESH - 1
+    assert await writer.sync() == 0  # figures alone: not yet
+    world.clock.now += 1
+    assert await writer.sync() == 1
+    assert store.objects["team-a"].status["budget"]["used"] == {"pods": "12"}
+
+
+async def test_nothing_is_written_without_the_gate_and_a_conflict_lists_again() -> None:
+    world = World()
+    writer, store = wired(world)
+    world.op.on_policy(None, policy())
+    world.op.on_namespace(None, namespace("team-a"))
+    await world.reconcile("team-a")
+    world.leader.is_leader = False  # not the leader: no write, and a new term lists again
+    assert await writer.sync() == 0
+    assert store.calls == []
+    world.leader.is_leader = True
+    assert await writer.sync() == 1
+    world.op.kill_switch = True  # a change, but a conflict: listed again at the next pass
+    store.conflict_next = True
+    assert await writer.sync() == 0
+    assert await writer.sync() == 1
+    assert [c[0] for c in store.calls] == ["list", "create", "replace", "list", "replace"]
+    status = store.objects["team-a"].status
+    assert status["state"] == "KillSwitchEngaged"
+    assert "nextRaiseAfter" not in status["policy"]["resources"]["pods"]
