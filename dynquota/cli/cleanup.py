@@ -37,6 +37,8 @@ class _Kind:
     kind: str
     resource: Resource
     lister: Callable[[Any], Awaitable[list[ListedQuota]]]
+    quiet: bool = False
+    """Say nothing when there is none (the tenant projections: absent before 0.3)."""
 
 
 def _quotas() -> _Kind:
@@ -49,6 +51,18 @@ def _limit_ranges() -> _Kind:
     from dynquota.kube.cleanup import list_companion_limit_ranges
 
     return _Kind("companion LimitRanges", "limitrange", "limitranges", list_companion_limit_ranges)
+
+
+def _projections() -> _Kind:
+    from dynquota.kube.cleanup import list_tenant_projections
+
+    return _Kind(
+        "tenant projections",
+        "applieddynamicquota",
+        "applieddynamicquotas",
+        list_tenant_projections,
+        quiet=True,
+    )
 
 
 def _selector_string(selector: Mapping[str, Any]) -> str:
@@ -140,7 +154,8 @@ async def _cleanup(args: argparse.Namespace, settings: Settings, qps: float) -> 
                 await _scale_down(api, namespace, args.scale_down, args.timeout)
             else:
                 print(f"would scale deployment {namespace}/{args.scale_down} to 0")
-        kinds = [_quotas()] + ([_limit_ranges()] if getattr(args, "limit_ranges", False) else [])
+        kinds = [_quotas(), _projections()]
+        kinds += [_limit_ranges()] if getattr(args, "limit_ranges", False) else []
         if args.yes:
             for what in kinds:  # all or nothing: every delete is judged before any is made
                 await _check_deletes(api, args, qps, what)
@@ -285,6 +300,8 @@ async def _cleanup_kind(api: Any, args: argparse.Namespace, qps: float, what: _K
             flush=True,
         )
 
+    if what.quiet and not await listed():
+        return 0
     if not args.yes:
         quotas = await listed()
         for quota in quotas:

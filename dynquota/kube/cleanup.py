@@ -43,8 +43,9 @@ from dynquota._k8s.backoff import Backoff
 from dynquota._k8s.errors import ApiError, ConflictError, KubeError, NotFoundError
 from dynquota._k8s.paginate import ListPage, paginate
 from dynquota._k8s.request import call_api
+from dynquota.kube.applied import AppliedClient
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, MANAGED_SELECTOR
-from dynquota.names import MANAGED_LIMIT_RANGE_NAME
+from dynquota.names import APPLIED_NAME, APPLIED_PLURAL, GROUP, MANAGED_LIMIT_RANGE_NAME, VERSION
 
 __all__ = [
     "DEADLINE_MARGIN",
@@ -70,7 +71,7 @@ jittered) before it is recorded as failed (and left to the next round's list).""
 Outcome = Literal["deleted", "gone", "replaced", "failed"]
 """What happened to one listed quota (see :class:`CleanupReport`)."""
 
-Resource = Literal["resourcequotas", "limitranges"]
+Resource = Literal["resourcequotas", "limitranges", "applieddynamicquotas"]
 """What :func:`delete_managed_quotas` deletes: the managed quotas, or the companion
 LimitRanges (both named ``dynquota``, labelled managed-by=dynquota)."""
 
@@ -197,6 +198,21 @@ async def list_companion_limit_ranges(
     return await _list_managed(api_client, "limitranges", MANAGED_LIMIT_RANGE_NAME, page_size)
 
 
+async def list_tenant_projections(
+    api_client: client.ApiClient, page_size: int = 500
+) -> list[ListedQuota]:
+    """Every tenant projection (AppliedDynamicQuota ``dynquota`` with the managed-by label),
+    a consistent paginated read; none when its CRD is not installed (a release before it).
+
+    Raises: ``ApiError`` (e.g. ``ForbiddenError``) / ``TransportError``.
+    """
+    try:
+        found = await AppliedClient(api_client).list_managed(page_size)
+    except NotFoundError:
+        return []
+    return [ListedQuota(o.namespace, o.uid) for o in found]
+
+
 async def delete_managed_quotas(
     api_client: client.ApiClient,
     quotas: Sequence[ListedQuota],
@@ -217,7 +233,8 @@ async def delete_managed_quotas(
     Args:
         api_client: a configured ``kubernetes_asyncio.client.ApiClient`` (not closed here).
         quotas: as listed by :func:`list_managed_quotas` (or, with ``resource="limitranges"``,
-            by :func:`list_companion_limit_ranges`).
+            by :func:`list_companion_limit_ranges`; ``"applieddynamicquotas"``:
+            :func:`list_tenant_projections`).
         qps: at most this many deletes start per second (> 0).
         concurrency: at most this many deletes in flight (>= 1).
         deadline: seconds for all of them; default :func:`deadline_for` the count. When it
@@ -263,6 +280,15 @@ async def delete_managed_quotas(
 
     if resource == "limitranges":
         remove, name = core.delete_namespaced_limit_range, MANAGED_LIMIT_RANGE_NAME
+    elif resource == APPLIED_PLURAL:  # the tenant projections (AppliedDynamicQuota)
+        custom: Any = client.CustomObjectsApi(api_client)
+
+        def remove(name: str, namespace: str, **kw: Any) -> Any:
+            return custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, APPLIED_PLURAL, name, **kw
+            )
+
+        name = APPLIED_NAME
     else:
         remove, name = core.delete_namespaced_resource_quota, MANAGED_QUOTA_NAME
 
