@@ -213,6 +213,21 @@ WAKE_ONLY = (
 )
 
 
+APPLIED = (
+    WHO + "writes only the AppliedDynamicQuota named dynquota, labelled "
+    "app.kubernetes.io/managed-by=dynquota, in a namespace it may manage and not opted out with "
+    "dynquota.io/managed=false."
+)
+
+
+def applied(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """An AppliedDynamicQuota saying a false maximum, labelled unless ``labels`` says otherwise."""
+    return {"apiVersion": "dynquota.io/v1alpha1", "kind": "AppliedDynamicQuota",
+            "metadata": {"name": name, "labels": MANAGED if labels is None else labels},
+            "status": {"state": "Enforced", "policy": {"name": "forged", "resources": {
+                "pods": {"maximum": "100000"}}}}}  # fmt: skip
+
+
 WAKE_MARK = {"metadata": {"annotations": {"dynquota.io/wake": "1"}}}
 
 
@@ -520,6 +535,28 @@ ROWS = [
         rbac("create", "leases", "coordination.k8s.io", namespace="kube-node-lease",
              kind="leases.coordination.k8s.io")),
     # -- what the token may do: no layer bounds it (SECURITY.md: the mitigation)
+    Row("applied-kube-system", "policy",
+        lambda b: b.custom().create_namespaced_custom_object(
+            "dynquota.io", "v1alpha1", "kube-system", "applieddynamicquotas",
+            applied("dynquota"), _request_timeout=TIMEOUT),
+        POLICY.format(kind="applieddynamicquotas.dynquota.io", name="dynquota",
+                      full="{full}") + APPLIED),
+    Row("applied-foreign-name", "policy",
+        lambda b: b.custom().create_namespaced_custom_object(
+            "dynquota.io", "v1alpha1", b.tenant, "applieddynamicquotas",
+            applied("team-view"), _request_timeout=TIMEOUT),
+        "APPLIED_NAME"),
+    Row("applied-unlabelled", "policy",
+        lambda b: b.custom().create_namespaced_custom_object(
+            "dynquota.io", "v1alpha1", b.tenant, "applieddynamicquotas",
+            applied("dynquota", {}), _request_timeout=TIMEOUT),
+        POLICY.format(kind="applieddynamicquotas.dynquota.io", name="dynquota",
+                      full="{full}") + APPLIED),
+    Row("applied-forged", "nothing",
+        lambda b: b.custom().create_namespaced_custom_object(
+            "dynquota.io", "v1alpha1", b.tenant, "applieddynamicquotas",
+            applied("dynquota"), _request_timeout=TIMEOUT),
+        ADMITTED),
     Row("lease-take", "nothing", _lease_take, ADMITTED),
     Row("quota-pods-zero-managed", "nothing",
         lambda b: b.core().patch_namespaced_resource_quota(
@@ -653,6 +690,8 @@ def _expected(b: Bed, row: Row) -> str | None:
                                 "admissionregistration.k8s.io", name="{name}",
                                 kind="validatingadmissionpolicybindings.admissionregistration.k8s.io"),
         "UNLABELLED": POLICY.format(kind="resourcequotas", name="dynquota", full="{full}") + LABEL,
+        "APPLIED_NAME": POLICY.format(kind="applieddynamicquotas.dynquota.io", name="team-view",
+                                      full="{full}") + APPLIED,
         "EVENT": POLICY.format(kind="events", name="{event}", full="{full}") + EVENTS,
     }  # fmt: skip
     text = special.get(row.outcome, row.outcome)
