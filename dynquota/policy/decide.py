@@ -146,7 +146,7 @@ def decide(
             unknown). In a namespace younger than :data:`NEWBORN` seconds the usage at the
             quota's create does not lift ``hard`` past the maximum (older: adopted).
         uncharged: key -> objects the tally counts above an enforced key's ``status.used``
-            (admitted uncharged): a raise leaves them no room past the ceiling.
+            (admitted uncharged): a raise is lowered by them (not below the hard before).
         stalled: the quota controller is stalled (:mod:`dynquota.policy.stall`): raises of
             keys sized from ``status.used`` are held (it may be stale).
         exhaustion: key -> seconds until usage reaches the maximum on its recent trend

@@ -373,12 +373,13 @@ class KeyRules(SizerBase):
                         "stops at max(hard, maximum) once dynquota has sized the key)"
                     )
         uncharged = self.uncharged.get(resource, 0)
-        if ceiling is not None and uncharged > 0 and base is not None:
-            # the apiserver admits up to hard - status.used more, but status.used misses the
-            # objects admitted uncharged before enforcement: leave no room for them past the
-            # ceiling until the recount counts them
-            room = max(base, ceiling - uncharged)
-            if draft.desired > room:
+        if uncharged > 0 and base is not None and draft.desired > base:
+            # quota admission admits up to hard - status.used more, and status.used misses the
+            # objects admitted uncharged (before enforcement) until the recount: a raise gives
+            # them no room, or real usage would pass the hard written (and repairs would
+            # follow it past the cooldown)
+            room = max(base, draft.desired - uncharged)
+            if room < draft.desired:
                 draft.desired = room
                 draft.why += (
                     f", {fmt(room)} until the quota controller recounts {uncharged} object(s) "

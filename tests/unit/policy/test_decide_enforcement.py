@@ -202,8 +202,8 @@ def test_objects_admitted_uncharged_get_no_room_past_the_ceiling() -> None:
     quota = apply_decision(quota, d)
     # the recount: status.used 4, nothing uncharged: raised to the maximum
     assert step(4, 0).hard == {PODS: 4}
-    # below the ceiling the uncharged leave the raise alone
-    assert step(3, 1).hard == {PODS: 3}
+    # below the ceiling too: a raise leaves the uncharged no room (3 pods, status.used 2)
+    assert step(3, 1).changes == ()
 
 
 def test_the_tenant_line_at_the_limit_says_when_the_maximum_is_reached() -> None:
