@@ -40,7 +40,7 @@ def test_a_stalled_quota_controller_is_reported_and_holds_raises_on_status_used(
     ns = c.new_namespace(scope)
     c.policy("p-stall", scope, pods=PODS, secrets=SECRETS)
     op = start_operator(quota_sync_period=SYNC)
-    c.wait_hard(ns, {"pods": "10", "secrets": "5"})  # and enforced
+    c.wait_hard(ns, {"pods": "10", "configmaps": "50", "secrets": "5"})  # and enforced
     c.create_pods(ns, 4)
     wait_until(lambda: _condition(c, "p-stall").get("reason") == "Running", "Running")
 
@@ -58,7 +58,7 @@ def test_a_stalled_quota_controller_is_reported_and_holds_raises_on_status_used(
             time.sleep(1)  # sampling the absence for the whole window
         # a raise: pods filled to 10 (charged by admission) -> 14, never copied
         c.create_pods(ns, 6)
-        c.wait_hard(ns, {"pods": "14", "secrets": "5"}, enforced=False)
+        c.wait_hard(ns, {"pods": "14", "configmaps": "50", "secrets": "5"}, enforced=False)
         raised = time.monotonic()
         # deletions: status.used stays at 10 with 7 pods
         c.delete_pods(ns, 3)
@@ -91,7 +91,7 @@ def test_a_stalled_quota_controller_is_reported_and_holds_raises_on_status_used(
     wait_until(lambda: not stalled("copy") and not stalled("recount"), "recovery", timeout=60)
     cleared = time.monotonic() - started
     wait_until(lambda: _condition(c, "p-stall").get("reason") == "Running", "Running", timeout=20)
-    c.wait_hard(ns, {"pods": "14", "secrets": "7"}, timeout=30)  # the held raise, enforced
+    c.wait_hard(ns, {"pods": "14", "configmaps": "50", "secrets": "7"}, timeout=30)  # the held raise, enforced
     print(f"\nmeasured: copy signal {copy_after:.1f} s after the raise (bound {COPY_AFTER:.0f} + "
           f"{CHECK} s), recount signal {recount_after:.1f} s after the deletions (bound "
           f"{SYNC + RECOUNT_GRACE:.0f} + {CHECK} s), cleared {cleared:.1f} s after "
