@@ -369,6 +369,8 @@ class _Sizer(KeyRules):
         else:
             desired = base
 
+        if kind == "upscale" and not unit.tally:
+            why += " (usage is status.used: the next recount may lower it)"
         draft = self._floors(
             resource,
             profile,

@@ -27,6 +27,9 @@ from dynquota.policy.selection import Governance
 from dynquota.policy.state import hard_key, last_change_key, not_counted_key, state_name
 from dynquota.quantity import parse_quantity
 
+RECOUNT = " (usage is status.used: the next recount may lower it)"
+"""How a raise of a status-driven key says what it rests on (issue 27)."""
+
 T0 = 1795996800  # 2026-11-30T00:00:00Z
 STARTED = T0 - 86400
 
@@ -173,9 +176,9 @@ def test_upscale_rounds_to_granularity_and_never_repatches() -> None:
         "secrets": "12",
     }
     assert d.reasons == (
-        "upscale requests.cpu 500m->1500m: usage 1234m, buffer 20%",
-        "upscale requests.memory 1Gi->3687Mi: usage 3Gi, buffer 20%",
-        "upscale secrets 10->12: usage 10, buffer 20%",
+        f"upscale requests.cpu 500m->1500m: usage 1234m, buffer 20%{RECOUNT}",
+        f"upscale requests.memory 1Gi->3687Mi: usage 3Gi, buffer 20%{RECOUNT}",
+        f"upscale secrets 10->12: usage 10, buffer 20%{RECOUNT}",
     )
     again = run(stored(quota, d), T0 + 301, usage)
     assert again.action == "nothing", again
@@ -299,7 +302,7 @@ def test_a_key_created_before_it_is_counted_is_sized_from_its_first_status_used(
     assert d.hard is not None
     assert d.hard["secrets"] == 60  # 50 + 20 %, at once
     assert [r for r in d.reasons if "secrets" in r] == [
-        "upscale secrets 10->60: usage 50, buffer 20%"
+        f"upscale secrets 10->60: usage 50, buffer 20%{RECOUNT}"
     ]
 
 
@@ -472,7 +475,9 @@ def test_minimum_headroom_leaves_room_for_the_largest_create() -> None:
         "requests.storage": "200Gi",
         "secrets": "20",
     }
-    assert "upscale requests.cpu 1->2: usage 1, buffer 50%, minimum headroom 1" in up.reasons
+    assert (
+        f"upscale requests.cpu 1->2: usage 1, buffer 50%, minimum headroom 1{RECOUNT}" in up.reasons
+    )
     quota = stored(quota, up)
     usage = {"requests.cpu": 3000, "requests.storage": 100 * 2**30, "secrets": 60}
     later = run(quota, T0 + 600, usage, gov=ROOMY)
