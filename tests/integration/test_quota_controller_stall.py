@@ -91,7 +91,8 @@ def test_a_stalled_quota_controller_is_reported_and_holds_raises_on_status_used(
     wait_until(lambda: not stalled("copy") and not stalled("recount"), "recovery", timeout=60)
     cleared = time.monotonic() - started
     wait_until(lambda: _condition(c, "p-stall").get("reason") == "Running", "Running", timeout=20)
-    c.wait_hard(ns, {"pods": "14", "configmaps": "50", "secrets": "7"}, timeout=30)  # the held raise, enforced
+    # the held raise, enforced
+    c.wait_hard(ns, {"pods": "14", "configmaps": "50", "secrets": "7"}, timeout=30)
     print(f"\nmeasured: copy signal {copy_after:.1f} s after the raise (bound {COPY_AFTER:.0f} + "
           f"{CHECK} s), recount signal {recount_after:.1f} s after the deletions (bound "
           f"{SYNC + RECOUNT_GRACE:.0f} + {CHECK} s), cleared {cleared:.1f} s after "
