@@ -129,6 +129,7 @@ async def _read(
     """The header lines, the settings' source (for ``-o json``), the settings and the
     cluster snapshot of ``plan``."""
     from dynquota._k8s.errors import ForbiddenError
+    from dynquota.operator.plan import stall_lines
     from dynquota.operator.plan_scope import read_scope
     from dynquota.operator.release import (
         ReleaseNotFoundError,
@@ -193,4 +194,5 @@ async def _read(
         snapshot = await guard(
             "reading the cluster (dynamicquotapolicies...)", read_scope(api, scope)
         )
+    header += stall_lines(snapshot[0].policies)
     return header, source, settings, snapshot

@@ -8,6 +8,7 @@ import pytest
 
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.metrics import Metrics
+from dynquota.operator.plan import stall_lines
 from dynquota.operator.stall import StallWatch
 
 T0 = 1795996800.0
@@ -71,3 +72,19 @@ def test_keys_compare_in_their_units_and_a_deleted_quota_is_forgotten() -> None:
     watch.observe_quota("a", None, T0 + 1)
     assert not watch.check(T0 + 100)
     assert not watch.stalled
+
+
+def test_plan_says_the_quota_controller_is_stalled_from_the_policies_condition() -> None:
+    stalled = {
+        "type": "QuotaControllerStalled",
+        "status": "True",
+        "reason": "SpecNotCopied",
+        "lastTransitionTime": "2026-12-03T23:00:00Z",
+        "message": "spec.hard of 2 managed quota(s) not copied",
+    }
+    running = {**stalled, "status": "False", "reason": "Running"}
+    assert stall_lines([{"status": {"conditions": [running]}}]) == []
+    assert stall_lines([{}, {"status": {"conditions": [stalled]}}]) == [
+        "quota controller: STALLED (SpecNotCopied, since 2026-12-03T23:00:00Z): spec.hard of 2 "
+        "managed quota(s) not copied"
+    ]
