@@ -143,8 +143,9 @@ def decide(
             usage above hard is not followed (held) until the key is enforced, then raised at
             once to at most ``max(hard, maximum)`` (issue 27; ``docs/sizing.md``).
         born_at: the namespace's creationTimestamp (seconds since the epoch; ``None``:
-            unknown). In a namespace younger than :data:`NEWBORN` seconds the usage at the
-            quota's create does not lift ``hard`` past the maximum (older: adopted).
+            unknown). In a namespace created after ``started_at`` and younger than
+            :data:`NEWBORN` seconds the usage at the quota's create does not lift ``hard`` past
+            the maximum (older, or found at start: adopted).
         uncharged: key -> objects the tally counts above an enforced key's ``status.used``
             (admitted uncharged): a raise is lowered by them (not below the hard before).
         stalled: the quota controller is stalled (:mod:`dynquota.policy.stall`): raises of
@@ -189,7 +190,8 @@ def decide(
     sizer.uncharged = dict(uncharged or {})
     sizer.stalled = stalled
     sizer.exhaustion = dict(exhaustion or {})
-    sizer.newborn = born_at is not None and t - born_at < NEWBORN
+    # born while this operator ran: a namespace found at start is adopted (an install)
+    sizer.newborn = born_at is not None and born_at >= started_at and t - born_at < NEWBORN
     return sizer.run(dry_run or governance.dry_run)
 
 

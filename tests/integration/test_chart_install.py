@@ -187,6 +187,7 @@ def test_install_creates_every_object(release: Release, api_client: Any) -> None
     assert sorted(n for n in cluster if release.name in n) == [
         f"clusterrole.rbac.authorization.k8s.io/{full}",
         f"clusterrole.rbac.authorization.k8s.io/{full}-tenant-override",
+        f"clusterrole.rbac.authorization.k8s.io/{full}-tenant-view",
         f"clusterrolebinding.rbac.authorization.k8s.io/{full}",
         f"dynamicquotapolicy.dynquota.io/{release.policy}",
         f"validatingadmissionpolicy.admissionregistration.k8s.io/{full}-budget-guard",
