@@ -139,6 +139,7 @@ def test_default_render_objects(helm: Path) -> None:
         "ClusterRole/dq-dynquota",
         "ClusterRole/dq-dynquota-cleanup",
         "ClusterRole/dq-dynquota-tenant-override",
+        "ClusterRole/dq-dynquota-tenant-view",
         "ClusterRoleBinding/dq-dynquota",
         "ClusterRoleBinding/dq-dynquota-cleanup",
         "Deployment/dq-dynquota",
@@ -310,6 +311,15 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
             "resources": ["limitranges"],
             "resourceNames": ["dynquota"],
             "verbs": ["patch"],
+        },
+        # issue #28: the tenant projection AppliedDynamicQuota `dynquota`: no get, watch, patch
+        {"apiGroups": ["dynquota.io"], "resources": ["applieddynamicquotas"],
+         "verbs": ["list", "create"]},  # fmt: skip
+        {
+            "apiGroups": ["dynquota.io"],
+            "resources": ["applieddynamicquotas"],
+            "resourceNames": ["dynquota"],
+            "verbs": ["update", "delete"],
         },
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
         # issue #23: Events are created, never patched (where: the operator-writes policy)
@@ -507,6 +517,14 @@ def test_cleanup_hook(helm: Path) -> None:
             "resourceNames": ["dynquota"],
             "verbs": ["delete"],
         },
+        # the tenant projections go with the quotas (issue #28)
+        {"apiGroups": ["dynquota.io"], "resources": ["applieddynamicquotas"], "verbs": ["list"]},
+        {
+            "apiGroups": ["dynquota.io"],
+            "resources": ["applieddynamicquotas"],
+            "resourceNames": ["dynquota"],
+            "verbs": ["delete"],
+        },
     ]
     assert one(objs, "Role", "dq-dynquota-cleanup")["rules"] == [
         {
@@ -590,7 +608,7 @@ def test_leader_election_off_for_one_replica(helm: Path, monkeypatch: pytest.Mon
     assert [o["kind"] for o in objs if "leader" in o["metadata"]["name"]] == []
     alerts = [r["alert"] for r in one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]]
     assert "DynquotaNoLeader" not in alerts
-    assert len(alerts) == 6
+    assert len(alerts) == 7
 
 
 def test_leader_election_off_with_two_replicas_is_refused(helm: Path) -> None:
@@ -648,9 +666,15 @@ def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None
         "DynquotaNamespaceAtMaximum",
         "DynquotaNoLeader",
         "DynquotaPolicyInvalid",
+        "DynquotaQuotaControllerStalled",
         "DynquotaReconcileErrors",
         "DynquotaUsageDrift",
     ]
+    assert alerts["DynquotaQuotaControllerStalled"]["expr"] == (
+        "max by (signal) (dynquota_quota_controller_stalled"
+        f'{{namespace="{NS}", service="dq-dynquota-metrics"}}) > 0'
+    )
+    assert alerts["DynquotaQuotaControllerStalled"]["for"] == "5m"
     assert alerts["DynquotaNoLeader"]["expr"] == (
         f'max(dynquota_leader{{namespace="{NS}", service="dq-dynquota-metrics"}}) < 1'
     )
@@ -761,6 +785,7 @@ def test_alerts_without_a_service_monitor(helm: Path) -> None:
         "DynquotaNamespaceAtMaximum",
         "DynquotaNoLeader",
         "DynquotaPolicyInvalid",
+        "DynquotaQuotaControllerStalled",
         "DynquotaReconcileErrors",
         "DynquotaUsageDrift",
     ]
@@ -971,13 +996,19 @@ def test_operator_writes_policy_render(helm: Path) -> None:
             "resources": ["jobs"],
             "operations": ["CREATE", "UPDATE", "DELETE"],
         },
+        {
+            "apiGroups": ["dynquota.io"],
+            "apiVersions": ["*"],
+            "resources": ["applieddynamicquotas"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+        },
     ]
     variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
     assert json.loads(variables["forbidden"]) == [
         "kube-system", "kube-public", "kube-node-lease", NS, "legacy"
     ]  # fmt: skip
     assert json.loads(variables["included"]) == []
-    assert len(vap["spec"]["validations"]) == 7
+    assert len(vap["spec"]["validations"]) == 8  # the eighth: AppliedDynamicQuota (issue 28)
     binding = one(objs, "ValidatingAdmissionPolicyBinding", "dq-dynquota-operator-writes")
     assert binding["spec"] == {
         "policyName": "dq-dynquota-operator-writes",

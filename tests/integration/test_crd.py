@@ -86,6 +86,7 @@ def test_crd_names_scope_and_columns(crd: str, api_client: kubernetes.client.Api
         "Valid",
         "Namespaces",
         "DryRun",
+        "QuotaController",
         "Age",
     ]
 
