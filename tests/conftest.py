@@ -35,6 +35,8 @@ _SECONDS = {
     "test_operator_demo.py": 80,
     "test_chart_image.py": 60,
     "test_chart_install.py": 95,
+    "test_quota_controller_stall.py": 105,
+    "test_unenforced_runaway.py": 40,
 }
 
 

@@ -150,7 +150,10 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
     # the brake as an operator starting now would apply it (an empty window: the running
     # operator's may hold more, counting deletes it already passed)
     brake = UnmanageBrake(settings.unmanage_brake_share, settings.unmanage_brake_window_seconds)
-    managed = {n for n, q in quotas.items() if q.managed}
+    # as QuotaWriter._brake_admits: a namespace being deleted does not count
+    managed = {
+        n for n, q in quotas.items() if q.managed and n in infos and not infos[n].terminating
+    }
     for name in sorted(infos):
         info = infos[name]
         governance = governances[name]

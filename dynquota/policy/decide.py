@@ -143,7 +143,8 @@ def decide(
             usage above hard is not followed (held) until the key is enforced, then raised at
             once to at most ``max(hard, maximum)`` (issue 27; ``docs/sizing.md``).
         born_at: the namespace's creationTimestamp (seconds since the epoch; ``None``:
-            unknown). In a namespace created after ``started_at`` and younger than
+            unknown; whole seconds). In a namespace created in or after the second of
+            ``started_at`` and younger than
             :data:`NEWBORN` seconds the usage at the quota's create does not lift ``hard`` past
             the maximum (older, or found at start: adopted).
         uncharged: key -> objects the tally counts above an enforced key's ``status.used``
@@ -190,8 +191,12 @@ def decide(
     sizer.uncharged = dict(uncharged or {})
     sizer.stalled = stalled
     sizer.exhaustion = dict(exhaustion or {})
-    # born while this operator ran: a namespace found at start is adopted (an install)
-    sizer.newborn = born_at is not None and born_at >= started_at and t - born_at < NEWBORN
+    # born while this operator ran: a namespace found at start is adopted (an install). The
+    # creationTimestamp has whole seconds: one made in the second the operator started is
+    # newborn (a runaway created with it is capped at the maximum, the safe side)
+    sizer.newborn = (
+        born_at is not None and born_at >= math.floor(started_at) and t - born_at < NEWBORN
+    )
     return sizer.run(dry_run or governance.dry_run)
 
 

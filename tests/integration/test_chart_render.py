@@ -313,8 +313,11 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
             "verbs": ["patch"],
         },
         # issue #28: the tenant projection AppliedDynamicQuota `dynquota`: no get, watch, patch
-        {"apiGroups": ["dynquota.io"], "resources": ["applieddynamicquotas"],
-         "verbs": ["list", "create"]},  # fmt: skip
+        {
+            "apiGroups": ["dynquota.io"],
+            "resources": ["applieddynamicquotas"],
+            "verbs": ["list", "create"],
+        },
         {
             "apiGroups": ["dynquota.io"],
             "resources": ["applieddynamicquotas"],

@@ -66,6 +66,30 @@ async def test_the_crd_removed_holds_the_deletions_beyond_the_share_until_confir
     assert world.op.brake.held == {}
 
 
+async def test_quotas_of_namespaces_being_deleted_do_not_widen_the_share() -> None:
+    """Four managed namespaces and four more being deleted (their quotas still listed): the
+    share is of the four, so the CRD removed lets two go, not all four (a test run after 50
+    deleted namespaces saw its four un-managing deletes pass)."""
+    world = await four_managed()
+    for i in range(4):
+        gone = f"gone-{i}"
+        world.op.on_namespace(None, namespace(gone))
+        world.usage.counts[(gone, "pods")] = 1
+        await world.reconcile(gone)
+        world.op.on_quota("ADDED", world.quotas.objects[gone])
+        terminating = namespace(gone, rv=2)
+        terminating["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+        world.op.on_namespace(None, terminating)
+    policy_list(world.op, [])
+    for team in TEAMS:
+        await world.reconcile(team)
+    assert sorted(n for n in world.quotas.objects if n.startswith("team-")) == [
+        "team-2",
+        "team-3",
+    ]
+    assert held(world) == 2
+
+
 async def test_the_policies_returning_end_the_hold() -> None:
     world = await four_managed()
     policy_list(world.op, [])
