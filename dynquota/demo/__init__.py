@@ -13,7 +13,9 @@ runs the operator in-process as the chart's ServiceAccount, and drives:
 4. the kill switch on (every managed quota deleted) and off (re-created);
 5. (printed as act 6) two teams under one QuotaBudget (:mod:`dynquota.demo.budget_act`): one
    mints ConfigMaps until refused and gets only the free budget; the other is never squeezed
-   below its usage.
+   below its usage;
+6. (printed as act 7) the README's commands (:mod:`dynquota.demo.cli_act`): ``plan --at-risk``
+   as the admin, ``status`` as a tenant with only ``admin`` in its namespace.
 
 The ReplicaSet controller backs off exponentially after quota denials and is not woken by a
 quota change; the operator wakes the ReplicaSets a quota refused after each raise, and the demo

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from dynquota.demo.budget_act import budget_act
+from dynquota.demo.cli_act import cli_act
 from dynquota.demo.watch import HELM, LABEL, NAMESPACES, RUNAWAY, WEB, DemoWatch
 from dynquota.settings import Settings
 from dynquota.testing.growth import deployment
@@ -130,6 +131,7 @@ class Demo(DemoWatch):
         self.print_table(force=True)
         self.kill_switch()
         budget_act(self)
+        cli_act(self)
 
     def _secrets_hard(self, enforced: bool = False) -> int:
         quota = self.c.quota(RUNAWAY)

@@ -30,7 +30,7 @@ from dynquota.names import MANAGED_LIMIT_RANGE_NAME
 from dynquota.operator.brake import CONFIRM, UnmanageBrake
 from dynquota.operator.budgets import Budgets
 from dynquota.operator.daemons import NodeGrowth
-from dynquota.operator.decision import governance_of
+from dynquota.operator.decision import FoundAtStart, governance_of
 from dynquota.operator.ports import (
     KUBE_SYSTEM,
     WARNING_TTL,
@@ -133,6 +133,7 @@ class OperatorCache(abc.ABC):
         self.stall = StallWatch(settings.quota_sync_period, self.metrics, self._on_stall)
         self.started_at = clock()
         self.namespaces: dict[str, NamespaceInfo] = {}
+        self.found_at_start = FoundAtStart()  # fed by on_namespace and the informer's sync
         self._namespace_rv: dict[str, int] = {}
         self._deleted: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=3600)
         self._policies: dict[str, PolicyRecord] = {}
@@ -184,11 +185,9 @@ class OperatorCache(abc.ABC):
             settings.unmanage_brake_share, settings.unmanage_brake_window_seconds
         )
         """The brake on mass un-management (:mod:`dynquota.operator.brake`)."""
-        self.unmanage_confirmed_at: float | None = None
-        """The time in ``kube-system``'s :data:`~dynquota.operator.brake.CONFIRM`, if valid."""
+        self.unmanage_confirmed_at: float | None = None  # kube-system's CONFIRM time, if valid
         self._kill_task: asyncio.Task[None] | None = None
-        self._sweeping = False
-        """Whether a kill-switch sweep is deleting (reconciles then leave deletes to it)."""
+        self._sweeping = False  # a kill-switch sweep deletes: reconciles leave deletes to it
         self._status_dirty = asyncio.Event()
         self.queue = WorkQueue(
             self.reconcile,
@@ -198,8 +197,7 @@ class OperatorCache(abc.ABC):
         )
         self.budgets = Budgets(self)
         """The QuotaBudgets and their members' demands (issue #13)."""
-        self.on_decision: Callable[[str, Decision], None] | None = None
-        """Hook called after every decision (the demo's live table)."""
+        self.on_decision: Callable[[str, Decision], None] | None = None  # the demo's table
 
     # -- hooks of the layers above ------------------------------------------------------------
 
@@ -224,6 +222,7 @@ class OperatorCache(abc.ABC):
         rv = resource_version_of(obj)
         if event_type == "DELETED":
             self.namespaces.pop(name, None)
+            self.found_at_start.names.discard(name)
             self._namespace_rv.pop(name, None)
             self._deleted[name] = rv
             self._forget(name)
@@ -233,6 +232,7 @@ class OperatorCache(abc.ABC):
             return  # older than what we hold (e.g. a start-up listing racing the watch)
         self._namespace_rv[name] = rv
         self._namespace_uid[name] = str(meta.get("uid") or "")
+        self.found_at_start.seen(name, listing=event_type is None)
         if name == KUBE_SYSTEM:
             self._kube_system_uid = str(meta.get("uid") or "")
             self._observe_confirmation((meta.get("annotations") or {}).get(CONFIRM))

@@ -12,12 +12,13 @@ Pure.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 from dynquota.policy import Governance, NamespaceInfo, PolicyInfo, govern, not_counted_after
 from dynquota.settings import Settings
 
-__all__ = ["DecideArgs", "decide_args", "governance_of"]
+__all__ = ["DecideArgs", "FoundAtStart", "decide_args", "governance_of"]
 
 
 class DecideArgs(TypedDict):
@@ -46,3 +47,29 @@ def governance_of(
     """How the namespace ``info`` is governed by ``policies`` under ``settings``
     (:func:`dynquota.policy.govern` with the operator's namespace and ``Settings.excluded``)."""
     return govern(info, list(policies), settings.namespace, settings.excluded(info.name))
+
+
+@dataclass
+class FoundAtStart:
+    """The namespaces in this operator's first Namespace list: what they hold is adopted (an
+    install, a restart); a namespace that appears later was born while it ran, and a runaway
+    created with it is capped at the maximum (:func:`dynquota.policy.decide`'s ``born_at``).
+    Known from the informer, not from clocks: a creationTimestamp has whole seconds and the
+    operator's clock is not the apiserver's. ``dynquota plan`` finds everything at start."""
+
+    names: set[str] = field(default_factory=set)
+    listed: bool = False
+
+    def seen(self, name: str, listing: bool) -> None:
+        """A Namespace event; ``listing``: it came from a list, not the watch."""
+        if listing and not self.listed:
+            self.names.add(name)
+
+    def synced(self) -> None:
+        """The Namespace informer applied a full list (only the first one counts)."""
+        self.listed = True
+
+    def born_at(self, info: NamespaceInfo | None) -> float | None:
+        """The creationTimestamp (epoch seconds) of the namespace ``info`` if it was created
+        while the operator ran; ``None`` if found at start, or unknown."""
+        return None if info is None or info.name in self.names else info.created

@@ -247,7 +247,7 @@ class Operator(QuotaWriter):
             daemon_floor=self.node_growth.floor(namespace) if self.node_growth else None,
             charged={k: status_used[k] for k in phantom},
             unenforced=current.unenforced() if current is not None and not dry_run else frozenset(),
-            born_at=info.created if (info := self.namespaces.get(namespace)) else None,
+            born_at=self.found_at_start.born_at(self.namespaces.get(namespace)),
             uncharged=current.uncharged(tally) if current is not None and not dry_run else None,
             stalled=self.stall.stalled,
             exhaustion={r: t for (r, limit), t in view.exhaustion.items() if limit == "maximum"},

@@ -142,11 +142,10 @@ def decide(
             (the quota controller has not enforced them yet; creates are admitted uncharged):
             usage above hard is not followed (held) until the key is enforced, then raised at
             once to at most ``max(hard, maximum)`` (issue 27; ``docs/sizing.md``).
-        born_at: the namespace's creationTimestamp (seconds since the epoch; ``None``:
-            unknown; whole seconds). In a namespace created in or after the second of
-            ``started_at`` and younger than
-            :data:`NEWBORN` seconds the usage at the quota's create does not lift ``hard`` past
-            the maximum (older, or found at start: adopted).
+        born_at: the creationTimestamp (seconds since the epoch) of a namespace created while
+            the operator ran; ``None``: found at its start (adopted: an install) or unknown.
+            In a namespace younger than :data:`NEWBORN` seconds the usage at the quota's create
+            does not lift ``hard`` past the maximum (older, or ``None``: adopted).
         uncharged: key -> objects the tally counts above an enforced key's ``status.used``
             (admitted uncharged): a raise is lowered by them (not below the hard before).
         stalled: the quota controller is stalled (:mod:`dynquota.policy.stall`): raises of
@@ -191,12 +190,7 @@ def decide(
     sizer.uncharged = dict(uncharged or {})
     sizer.stalled = stalled
     sizer.exhaustion = dict(exhaustion or {})
-    # born while this operator ran: a namespace found at start is adopted (an install). The
-    # creationTimestamp has whole seconds: one made in the second the operator started is
-    # newborn (a runaway created with it is capped at the maximum, the safe side)
-    sizer.newborn = (
-        born_at is not None and born_at >= math.floor(started_at) and t - born_at < NEWBORN
-    )
+    sizer.newborn = born_at is not None and t - born_at < NEWBORN
     return sizer.run(dry_run or governance.dry_run)
 
 

@@ -72,6 +72,20 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
         "6. budget 60: demo-team-a 22 + demo-team-b 38 = 60 enforced; the runaway gets no more "
         "(granted at each step, max(spec.hard, status.hard) from one LIST: at most 60)"
     ) in out
+    # 7: the README's commands: the at-risk view as the admin, the tenant view as alice (admin in
+    # demo-team-b only), and one line refusing her demo-team-a's
+    act = out[out.index("7. the README's commands on this cluster") :]
+    risk = act[act.index("$ kubectl dynquota plan --local --at-risk") :]
+    assert re.search(r"\n\s+demo-team-b\s+configmaps\s+at limit\s+100%\s+", risk), act
+    assert re.search(r"\n\s+\d+ keys at risk in \d+ of \d+ namespaces: \d+ at limit", risk), act
+    tenant = act[act.index("$ kubectl dynquota status -n demo-team-b --as alice") :]
+    assert "\n      namespace: demo-team-b\n      state: Enforced (as of " in tenant, act
+    assert "\n      policy: demo-teams\n" in tenant, act
+    assert "\n      budget: demo-tenant (used, granted and free as of " in tenant, act
+    # the slice is written on change; used, granted and free at most every 5 minutes
+    assert re.search(r"\n\s+configmaps\s+60\s+38\s+\d+\s+\d+\s+\d+\n", tenant), act
+    other = act[act.index("$ kubectl dynquota status -n demo-team-a --as alice") :]
+    assert 'User "alice" cannot get resource "applieddynamicquotas"' in other.splitlines()[1]
     assert out.rstrip().endswith("everything stopped: control plane, operator, temporary files.")
     # The picture of hard and usage over time (matplotlib, the `demo` extra `make setup` installs).
     assert f"    picture: {picture}\n" in out
