@@ -96,6 +96,12 @@ def test_new_grants_are_the_new_nodes_not_granted_before() -> None:
     # at most what it is short; nothing for a DaemonSet newer than the nodes
     assert new_grants(DaemonShortfall("a", T0 - 86400, 1), nodes, set(), T0) == ["n1"]
     assert new_grants(DaemonShortfall("late", T0 - 15, 9), nodes, set(), T0) == ["n3"]
+    # creationTimestamps have whole seconds: nodes made in the DaemonSet's second count
+    same = {"n1": T0 - 10, "n2": T0 - 10, "n3": T0 - 9}
+    assert new_grants(DaemonShortfall("a", T0 - 10, 9), same, set(), T0) == ["n1", "n2", "n3"]
+    assert node_growth([DaemonShortfall("a", T0 - 10, 9, {"pods": 1})], same.values(), T0) == {
+        "pods": 3
+    }
 
 
 def test_a_downscale_is_held_at_the_floor_not_turned_into_an_upscale() -> None:
