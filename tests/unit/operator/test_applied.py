@@ -104,6 +104,15 @@ async def test_a_policy_change_is_written_at_once_and_an_opt_out_deletes() -> No
     assert await writer.sync() == 1
     assert "team-a" not in store.objects
     assert store.calls[-1] == ("delete", "team-a")
+    # a namespace being deleted takes its object along: no delete of ours
+    world.op.on_namespace(None, namespace("team-b"))
+    await world.reconcile("team-b")
+    assert await writer.sync() == 1
+    terminating = namespace("team-b", rv=2)
+    terminating["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    world.op.on_namespace(None, terminating)
+    assert await writer.sync() == 0
+    assert store.calls[-1] == ("create", "team-b")
 
 
 async def test_budget_figures_alone_wait_for_the_refresh_but_the_slice_does_not() -> None:
