@@ -238,10 +238,10 @@ class AppliedWriter:
         wanted = self.projection(namespace)
         if wanted is None:
             governance = host.governance(namespace)
-            gone = governance is not None and governance.kind in ("unmanaged", "excluded")
-            # a namespace being deleted takes its object with it: no delete of ours (50 were
-            # sent after a test's namespaces were deleted)
-            if stored is None or not gone or host.namespaces[namespace].terminating:
+            # as the managed quota: removed when unmanaged, never touched when excluded (a
+            # namespace being deleted takes its object along: 50 deletes were sent before)
+            gone = governance is not None and governance.kind == "unmanaged"
+            if stored is None or not gone:
                 return True
             return await self._write(namespace, stored, None)
         old = stored.projection if stored is not None else None

@@ -19,7 +19,7 @@ from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.names import EventReason
-from dynquota.operator.brake import CONFIRM
+from dynquota.operator.brake import CONFIRM, counted
 from dynquota.operator.killswitch import Deletion, KillSwitch
 from dynquota.operator.ports import (
     HELD_BRAKE,
@@ -261,17 +261,10 @@ class QuotaWriter(KillSwitch):
 
     def _brake_admits(self, namespace: str) -> bool:
         """Whether the brake lets the un-managing delete of ``namespace`` go now."""
-        # every managed quota the watch or a GET delivered, in a namespace not being deleted:
-        # a terminating namespace's quota goes anyway, and counting it let more through (a
-        # test after 50 deleted namespaces saw its four un-managing deletes pass unbraked)
-        active = [
-            ns
-            for ns in self._status_used
-            if (info := self.namespaces.get(ns)) is not None and not info.terminating
-        ]
         return self.brake.admit(
             namespace,
-            active,
+            # every managed quota the watch or a GET delivered
+            counted(self._status_used, self.namespaces),
             self.monotonic(),
             self.clock(),
             self.unmanage_confirmed_at,

@@ -222,7 +222,6 @@ class OperatorCache(abc.ABC):
         rv = resource_version_of(obj)
         if event_type == "DELETED":
             self.namespaces.pop(name, None)
-            self.found_at_start.names.discard(name)
             self._namespace_rv.pop(name, None)
             self._deleted[name] = rv
             self._forget(name)
@@ -393,6 +392,7 @@ class OperatorCache(abc.ABC):
         if self.node_growth is not None:
             self.node_growth.forget(namespace)
         self.stall.signals.forget(namespace)
+        self.found_at_start.forget(namespace)
         self._deleted_by_others.discard(namespace)
         self._own_deletes.pop(namespace, None)
         if namespace != KUBE_SYSTEM:

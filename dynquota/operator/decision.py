@@ -65,6 +65,10 @@ class FoundAtStart:
         if listing and not self.listed:
             self.names.add(name)
 
+    def forget(self, name: str) -> None:
+        """The namespace was deleted (one of that name made later is new)."""
+        self.names.discard(name)
+
     def synced(self) -> None:
         """The Namespace informer applied a full list (only the first one counts)."""
         self.listed = True

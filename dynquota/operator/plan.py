@@ -36,7 +36,7 @@ from dynquota.names import (
     DEFAULT_OVERRIDE_TTL,
     EventReason,
 )
-from dynquota.operator.brake import CONFIRM, UnmanageBrake
+from dynquota.operator.brake import CONFIRM, UnmanageBrake, counted
 from dynquota.operator.decision import decide_args, governance_of
 from dynquota.operator.plan_budgets import budget_plans, snapshot_budgets
 from dynquota.operator.plan_companion import companion_of, missing_defaults
@@ -150,10 +150,7 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
     # the brake as an operator starting now would apply it (an empty window: the running
     # operator's may hold more, counting deletes it already passed)
     brake = UnmanageBrake(settings.unmanage_brake_share, settings.unmanage_brake_window_seconds)
-    # as QuotaWriter._brake_admits: a namespace being deleted does not count
-    managed = {
-        n for n, q in quotas.items() if q.managed and n in infos and not infos[n].terminating
-    }
+    managed = counted([n for n, q in quotas.items() if q.managed], infos)
     for name in sorted(infos):
         info = infos[name]
         governance = governances[name]

@@ -81,9 +81,8 @@ def new_grants(
     window: float = NODE_GROWTH_WINDOW,
 ) -> list[str]:
     """The nodes (names, sorted) ``daemon`` is newly given a pod's room for: created after it
-    (or in its second)
-    (``nodes``: name -> creationTimestamp, seconds since the epoch) within the last ``window``
-    seconds, not in ``granted`` (given before), at most ``daemon.missing`` of them."""
+    or in its second (``nodes``: name -> creationTimestamp, seconds since the epoch) within the
+    last ``window`` seconds, not in ``granted`` (given before), at most ``daemon.missing``."""
     fresh = sorted(
         name
         for name, created in nodes.items()

@@ -40,6 +40,25 @@ def wait_until(
         time.sleep(interval)
 
 
+def holds_for(
+    check: Callable[[], object], what: str, seconds: float, interval: float = 0.5
+) -> None:
+    """Check that ``check`` stays truthy for ``seconds`` (an absence, a hold), polling every
+    ``interval`` seconds; the first falsy value fails at once.
+
+    Raises:
+        AssertionError: ``check`` returned a falsy value (it is shown with ``what``).
+    """
+    start = time.monotonic()
+    deadline = start + seconds
+    while True:
+        value = check()
+        assert value, f"{what} stopped holding after {time.monotonic() - start:.1f} s: {value!r}"
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(interval)
+
+
 async def async_wait_until(
     check: Callable[[], Awaitable[T | None] | T | None],
     what: str,

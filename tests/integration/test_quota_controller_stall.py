@@ -13,7 +13,7 @@ import pytest
 
 from dynquota.policy.stall import COPY_AFTER, RECOUNT_GRACE
 from dynquota.testing.operator import OperatorCluster, OperatorThread
-from dynquota.testing.wait import wait_until
+from dynquota.testing.wait import holds_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -50,12 +50,9 @@ def test_a_stalled_quota_controller_is_reported_and_holds_raises_on_status_used(
     c.cp.stop_controller_manager()
     try:
         # at rest a stopped controller leaves no trace: nothing past either bound
-        quiet_until = time.monotonic() + SYNC + RECOUNT_GRACE + CHECK
-        while time.monotonic() < quiet_until:
-            assert not stalled("copy")
-            assert not stalled("recount")
-            assert _condition(c, "p-stall")["status"] == "False"
-            time.sleep(1)  # sampling the absence for the whole window
+        holds_for(lambda: not stalled("copy") and not stalled("recount")
+                  and _condition(c, "p-stall")["status"] == "False",
+                  "no stall at rest", SYNC + RECOUNT_GRACE + CHECK, interval=1)  # fmt: skip
         # a raise: pods filled to 10 (charged by admission) -> 14, never copied
         c.create_pods(ns, 6)
         c.wait_hard(ns, {"pods": "14", "configmaps": "50", "secrets": "5"}, enforced=False)
@@ -80,10 +77,10 @@ def test_a_stalled_quota_controller_is_reported_and_holds_raises_on_status_used(
             c.core.create_namespaced_secret(
                 ns, {"metadata": {"name": f"s{i}"}, "type": "Opaque"}, _request_timeout=30
             )
-        held_until = time.monotonic() + 3 * 2 + CHECK  # three cooldowns and a check
-        while time.monotonic() < held_until:
-            assert (c.hard(ns) or {}).get("secrets") == "5"
-            time.sleep(0.5)  # sampling the hold for the whole window
+        # three cooldowns and a check
+        holds_for(
+            lambda: (c.hard(ns) or {}).get("secrets") == "5", "secrets held at 5", 3 * 2 + CHECK
+        )
         assert (c.hard(ns) or {}).get("pods") == "14"  # tally-driven: 7 pods, no raise
     finally:
         c.cp.start_controller_manager()

@@ -138,42 +138,27 @@ def test_a_policy_change_is_bounded_by_the_ceiling_too() -> None:
 
 
 def test_a_newborn_namespace_s_usage_is_not_adopted_past_the_maximum() -> None:
+    def create(now: float, started_at: float, born_at: float | None) -> Decision:
+        """The quota's create in a namespace holding 200 pods (maximum 120)."""
+        return decide(
+            governance=GOV,
+            usage={PODS: 200, CONFIGMAPS: 0},
+            peak={PODS: 200},
+            quota=None,
+            kill_switch=False,
+            now=now,
+            started_at=started_at,
+            born_at=born_at,
+        )
+
     # a runaway that beat the operator's create in a namespace created 3 s ago
-    d = decide(
-        governance=GOV,
-        usage={PODS: 200, CONFIGMAPS: 0},
-        peak={PODS: 200},
-        quota=None,
-        kill_switch=False,
-        now=T0 + 3,
-        started_at=T0 - 7200,
-        born_at=T0,
-    )
+    d = create(T0 + 3, T0 - 7200, T0)
     assert d.action == "create"
     assert d.hard == {PODS: 120}
     # a namespace older than NEWBORN holding it is adopted at usage
-    d = decide(
-        governance=GOV,
-        usage={PODS: 200, CONFIGMAPS: 0},
-        peak={PODS: 200},
-        quota=None,
-        kill_switch=False,
-        now=T0 + NEWBORN,
-        started_at=T0 - 7200,
-        born_at=T0,
-    )
-    assert d.hard == {PODS: 200}
+    assert create(T0 + NEWBORN, T0 - 7200, T0).hard == {PODS: 200}
     # found when the operator started (an install, a restart: born_at None): adopted at usage
-    d = decide(
-        governance=GOV,
-        usage={PODS: 200, CONFIGMAPS: 0},
-        peak={PODS: 200},
-        quota=None,
-        kill_switch=False,
-        now=T0 + 3,
-        started_at=T0 + 1,
-    )
-    assert d.hard == {PODS: 200}
+    assert create(T0 + 3, T0 + 1, None).hard == {PODS: 200}
 
 
 def test_objects_admitted_uncharged_get_no_room_past_the_ceiling() -> None:
