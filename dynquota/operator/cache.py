@@ -30,7 +30,7 @@ from dynquota.names import MANAGED_LIMIT_RANGE_NAME
 from dynquota.operator.brake import CONFIRM, UnmanageBrake
 from dynquota.operator.budgets import Budgets
 from dynquota.operator.daemons import NodeGrowth
-from dynquota.operator.decision import FoundAtStart, governance_of
+from dynquota.operator.decision import Lineage, governance_of
 from dynquota.operator.ports import (
     KUBE_SYSTEM,
     WARNING_TTL,
@@ -133,7 +133,7 @@ class OperatorCache(abc.ABC):
         self.stall = StallWatch(settings.quota_sync_period, self.metrics, self._on_stall)
         self.started_at = clock()
         self.namespaces: dict[str, NamespaceInfo] = {}
-        self.found_at_start = FoundAtStart()  # fed by on_namespace and the informer's sync
+        self.lineage = Lineage()  # fed by on_namespace and the informer's sync
         self._namespace_rv: dict[str, int] = {}
         self._deleted: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=3600)
         self._policies: dict[str, PolicyRecord] = {}
@@ -231,7 +231,7 @@ class OperatorCache(abc.ABC):
             return  # older than what we hold (e.g. a start-up listing racing the watch)
         self._namespace_rv[name] = rv
         self._namespace_uid[name] = str(meta.get("uid") or "")
-        self.found_at_start.seen(name, listing=event_type is None)
+        self.lineage.seen(name, listing=event_type is None)
         if name == KUBE_SYSTEM:
             self._kube_system_uid = str(meta.get("uid") or "")
             self._observe_confirmation((meta.get("annotations") or {}).get(CONFIRM))
@@ -392,7 +392,7 @@ class OperatorCache(abc.ABC):
         if self.node_growth is not None:
             self.node_growth.forget(namespace)
         self.stall.signals.forget(namespace)
-        self.found_at_start.forget(namespace)
+        self.lineage.forget(namespace)
         self._deleted_by_others.discard(namespace)
         self._own_deletes.pop(namespace, None)
         if namespace != KUBE_SYSTEM:

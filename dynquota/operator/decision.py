@@ -11,14 +11,22 @@ Pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from dynquota.policy import Governance, NamespaceInfo, PolicyInfo, govern, not_counted_after
+from dynquota.kube.quotas import QuotaSnapshot
+from dynquota.policy import (
+    Governance,
+    NamespaceInfo,
+    PolicyInfo,
+    govern,
+    not_counted_after,
+)
+from dynquota.quantity import Quantity
 from dynquota.settings import Settings
 
-__all__ = ["DecideArgs", "FoundAtStart", "decide_args", "governance_of"]
+__all__ = ["DecideArgs", "Lineage", "decide_args", "governance_of"]
 
 
 class DecideArgs(TypedDict):
@@ -50,15 +58,26 @@ def governance_of(
 
 
 @dataclass
-class FoundAtStart:
-    """The namespaces in this operator's first Namespace list: what they hold is adopted (an
-    install, a restart); a namespace that appears later was born while it ran, and a runaway
-    created with it is capped at the maximum (:func:`dynquota.policy.decide`'s ``born_at``).
-    Known from the informer, not from clocks: a creationTimestamp has whole seconds and the
-    operator's clock is not the apiserver's. ``dynquota plan`` finds everything at start."""
+class Lineage:
+    """What this operator remembers of each namespace's past, in memory (a restart adopts).
+
+    *Found at start*: the namespaces in its first Namespace list; what they hold is adopted
+    (an install, a restart); a namespace that appears later was born while it ran, and a
+    runaway created with it is capped at the maximum (:func:`dynquota.policy.decide`'s
+    ``born_at``). Known from the informer, not from clocks: a creationTimestamp has whole
+    seconds and the operator's clock is not the apiserver's.
+
+    *Hard before*: the last ``spec.hard`` of the namespace's managed quota seen while it stayed
+    governed and enforced. A quota re-created after the kill switch (or a delete by someone
+    else) is then not lifted past ``max(that hard, maximum)`` by usage that grew while no
+    quota stood (``decide``'s ``hard_before``). Forgotten when governance lapses (opted out,
+    dry run) and when the namespace is deleted: what an admin let grow is adopted, like an
+    install.
+    ``dynquota plan`` finds everything at start and remembers no hard."""
 
     names: set[str] = field(default_factory=set)
     listed: bool = False
+    hards: dict[str, Mapping[str, Quantity | int]] = field(default_factory=dict)
 
     def seen(self, name: str, listing: bool) -> None:
         """A Namespace event; ``listing``: it came from a list, not the watch."""
@@ -68,6 +87,7 @@ class FoundAtStart:
     def forget(self, name: str) -> None:
         """The namespace was deleted (one of that name made later is new)."""
         self.names.discard(name)
+        self.hards.pop(name, None)
 
     def synced(self) -> None:
         """The Namespace informer applied a full list (only the first one counts)."""
@@ -77,3 +97,21 @@ class FoundAtStart:
         """The creationTimestamp (epoch seconds) of the namespace ``info`` if it was created
         while the operator ran; ``None`` if found at start, or unknown."""
         return None if info is None or info.name in self.names else info.created
+
+    def hard_before(
+        self, name: str, governance: Governance, dry_run: bool, quota: QuotaSnapshot | None
+    ) -> Mapping[str, Quantity | int]:
+        """The hard to cap a re-created managed quota of namespace ``name`` at (key ->
+        quantity; empty: adopt), after recording ``quota`` (its managed quota now, ``None``:
+        none). Forgets it unless ``governance`` is managed or frozen and not ``dry_run``."""
+        if governance.kind not in ("managed", "frozen") or dry_run:
+            self.hards.pop(name, None)
+            return {}
+        self.saw(name, quota)
+        return self.hards.get(name, {})
+
+    def saw(self, name: str, quota: QuotaSnapshot | None) -> None:
+        """``quota`` is namespace ``name``'s managed quota, read or just written (``None``:
+        none; what was remembered stays)."""
+        if quota is not None:
+            self.hards[name] = dict(quota.state().hard)

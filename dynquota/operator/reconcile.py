@@ -184,6 +184,7 @@ class Operator(QuotaWriter):
             if applied.outcome is not None:
                 return applied.outcome, applied.result
             written, result = applied.quota, "ok"
+            self.lineage.saw(namespace, written)
             break
         else:
             log.warning(
@@ -247,7 +248,8 @@ class Operator(QuotaWriter):
             daemon_floor=self.node_growth.floor(namespace) if self.node_growth else None,
             charged={k: status_used[k] for k in phantom},
             unenforced=current.unenforced() if current is not None and not dry_run else frozenset(),
-            born_at=self.found_at_start.born_at(self.namespaces.get(namespace)),
+            born_at=self.lineage.born_at(self.namespaces.get(namespace)),
+            hard_before=self.lineage.hard_before(namespace, governance, dry_run, current),
             uncharged=current.uncharged(tally) if current is not None and not dry_run else None,
             stalled=self.stall.stalled,
             exhaustion={r: t for (r, limit), t in view.exhaustion.items() if limit == "maximum"},

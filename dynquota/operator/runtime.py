@@ -164,7 +164,7 @@ class Runtime:
         self.operator.usage = self.watcher
         self.objects = ObjectInformers(
             api_client,
-            namespaces=Stream(self.operator.on_namespace, self.operator.found_at_start.synced),
+            namespaces=Stream(self.operator.on_namespace, self.operator.lineage.synced),
             quotas=Stream(self.operator.on_quota),
             limit_ranges=Stream(self.operator.on_limit_range),
             policies=Stream(self.operator.on_policy, self.operator.on_policies_synced),

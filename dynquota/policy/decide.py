@@ -87,6 +87,7 @@ def decide(
     charged: Mapping[str, int] | None = None,
     unenforced: frozenset[str] = frozenset(),
     born_at: float | None = None,
+    hard_before: Mapping[str, Quantity | int] | None = None,
     uncharged: Mapping[str, int] | None = None,
     stalled: bool = False,
     exhaustion: Mapping[str, float] | None = None,
@@ -146,6 +147,11 @@ def decide(
             the operator ran; ``None``: found at its start (adopted: an install) or unknown.
             In a namespace younger than :data:`NEWBORN` seconds the usage at the quota's create
             does not lift ``hard`` past the maximum (older, or ``None``: adopted).
+        hard_before: with ``quota=None``, the ``spec.hard`` of the managed quota dynquota
+            last saw in this namespace while it stayed governed (deleted since by the kill
+            switch or by someone else): a key in it is not lifted past
+            ``max(that hard, maximum)`` by usage that grew while no quota stood
+            (:class:`dynquota.operator.decision.Lineage`; empty or ``None``: adopted).
         uncharged: key -> objects the tally counts above an enforced key's ``status.used``
             (admitted uncharged): a raise is lowered by them (not below the hard before).
         stalled: the quota controller is stalled (:mod:`dynquota.policy.stall`): raises of
@@ -191,6 +197,7 @@ def decide(
     sizer.stalled = stalled
     sizer.exhaustion = dict(exhaustion or {})
     sizer.newborn = born_at is not None and t - born_at < NEWBORN
+    sizer.hard_before = dict(hard_before or {}) if quota is None else {}
     return sizer.run(dry_run or governance.dry_run)
 
 
@@ -258,7 +265,7 @@ class _Sizer(KeyRules):
             self._hold_unknown(resource, base, fmt)
             return
         edited = base is not None and (spec_units is None or spec_units != base)
-        ceiling = self._ceiling(base, record_raw, profile)
+        ceiling = self._ceiling(resource, base, record_raw, profile)
         stamp_keys = (last_upscale_key(resource), last_change_key(resource))
         if base is None:
             last_upscale = last_change = now

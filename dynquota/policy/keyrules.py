@@ -26,7 +26,7 @@ from dynquota.policy.state import (
     resource_keys,
 )
 from dynquota.policy.tenant import SizerBase
-from dynquota.policy.units import KeyUnit
+from dynquota.policy.units import KeyUnit, unit_for
 from dynquota.quantity import Quantity, QuantityError
 
 __all__ = [
@@ -302,15 +302,21 @@ class KeyRules(SizerBase):
         return True
 
     def _ceiling(
-        self, base: int | None, record_raw: str | None, profile: ResourceProfile
+        self, resource: str, base: int | None, record_raw: str | None, profile: ResourceProfile
     ) -> int | None:
         """How high never-below-usage may lift a key's hard (units; ``None``: no bound).
 
         Past the maximum only for usage dynquota found (adoption: no hard yet in a namespace
-        not :attr:`newborn`, or a hard without dynquota's record); otherwise never past
-        ``max(hard, maximum)``: usage that got past a quota not yet enforced is not followed."""
+        neither :attr:`newborn` nor in :attr:`hard_before`, or a hard without dynquota's
+        record); otherwise never past ``max(hard, maximum)``: usage that got past a quota not
+        yet enforced, or grew while no quota stood, is not followed."""
         if base is None:
-            return profile.maximum if self.newborn else None
+            if self.newborn:
+                return profile.maximum
+            before = self.hard_before.get(resource)
+            return (
+                None if before is None else max(unit_for(resource).units(before), profile.maximum)
+            )
         return None if record_raw is None else max(base, profile.maximum)
 
     def _floors(

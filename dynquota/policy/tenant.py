@@ -34,6 +34,7 @@ from dynquota.policy.state import (
     parse_time,
 )
 from dynquota.policy.units import unit_for
+from dynquota.quantity import Quantity
 
 __all__ = ["TENANT_MESSAGE_REFRESH", "SizerBase"]
 
@@ -90,6 +91,8 @@ class SizerBase:
         """Key -> ``status.used`` above the tally (phantom charges): a floor, never a target."""
         self.newborn = False
         """The namespace was created moments ago: its usage is not adopted past the maximum."""
+        self.hard_before: dict[str, Quantity | int] = {}
+        """Key -> the hard of a managed quota deleted since (kill switch, others): a cap."""
         self.exhaustion: dict[str, float] = {}
         """Key -> seconds until usage reaches the maximum on its trend (the tenant line)."""
         self.stalled = False
