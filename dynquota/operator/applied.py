@@ -22,7 +22,8 @@ When it writes (figures in ``docs/operator.md``, "What governs me"):
   to objects named ``dynquota`` with that label in namespaces it may manage;
 - a replace is conditional on the resourceVersion last seen (a 409: list again at the next
   pass); every object is listed again every :data:`RELIST_SECONDS` seconds and after the
-  replica gains the Lease (one labelled LIST), so an object deleted by hand comes back;
+  replica gains the Lease (one labelled LIST), so an object deleted or edited by hand comes
+  back (an edit is logged);
 - a namespace no longer governed (opted out, no policy selects it, excluded) loses its object
   (a delete with a uid precondition). The kill switch keeps them, saying
   ``KillSwitchEngaged``: a tenant then reads why its quota vanished. ``dynquota cleanup``
@@ -67,8 +68,9 @@ SWEEP_SECONDS: Final = 30.0
 """Seconds between two passes when no reconcile asks for one sooner."""
 SETTLE_SECONDS: Final = 1.0
 """Seconds a pass waits after a reconcile reported a namespace (a burst is one pass)."""
-RELIST_SECONDS: Final = 600.0
-"""Seconds between two LISTs of the stored objects (one labelled LIST)."""
+RELIST_SECONDS: Final = 120.0
+"""Seconds between two LISTs of the stored objects (one labelled LIST): an object edited or
+deleted by hand is restored within it (600 s let a forged status stand for ten minutes)."""
 WRITES_PER_SECOND: Final = 5.0
 """Writes (create, replace, delete) per second at most, across the cluster."""
 
@@ -188,12 +190,25 @@ class AppliedWriter:
                 self._crd_missing = True
                 return 0
             self._crd_missing = False
-            self._stored = {
-                o.namespace: _Stored(
-                    o.uid, o.resource_version, Projection.from_status(o.status), None, None
-                )
-                for o in listed
-            }
+            before, self._stored = (
+                self._stored,
+                {
+                    o.namespace: _Stored(
+                        o.uid, o.resource_version, Projection.from_status(o.status), None, None
+                    )
+                    for o in listed
+                },
+            )
+            for namespace, stored in self._stored.items():
+                ours = before.get(namespace)
+                if ours is not None and ours.resource_version != stored.resource_version:
+                    log.warning(
+                        "tenant projection %s/dynquota was changed by someone else "
+                        "(resourceVersion %s, ours %s): restored",
+                        namespace,
+                        stored.resource_version,
+                        ours.resource_version,
+                    )
             self._listed_at = steady
         before = self.writes
         for namespace in sorted(set(self.host.namespaces) | set(self._stored)):

@@ -8,7 +8,7 @@ from typing import Any
 
 from dynquota._k8s.errors import ConflictError
 from dynquota.kube.applied import AppliedObject
-from dynquota.operator.applied import AppliedWriter
+from dynquota.operator.applied import RELIST_SECONDS, AppliedWriter
 from dynquota.policy.applied import FIGURES_REFRESH
 
 from .test_budgets import budget
@@ -158,3 +158,25 @@ async def test_nothing_is_written_without_the_gate_and_a_conflict_lists_again() 
     status = store.objects["team-a"].status
     assert status["state"] == "KillSwitchEngaged"
     assert "nextRaiseAfter" not in status["policy"]["resources"]["pods"]
+
+
+async def test_an_edit_by_someone_else_is_restored_at_the_next_list(caplog: Any) -> None:
+    """An admin forges the policy maximum; the next LIST (RELIST_SECONDS later) restores it."""
+    world = World()
+    steady = [0.0]
+    store = FakeStore()
+    writer = AppliedWriter(world.op, store, writes_per_second=1000, monotonic=lambda: steady[0])
+    world.op.on_reported = writer.observe
+    world.op.on_policy(None, policy())
+    world.op.on_namespace(None, namespace("team-a"))
+    await world.reconcile("team-a")
+    assert await writer.sync() == 1
+    forged = dict(store.objects["team-a"].status)
+    forged["policy"] = {**forged["policy"], "resources": {"pods": {"maximum": "9999"}}}
+    store._stored("team-a", forged)
+    steady[0] = RELIST_SECONDS - 1
+    assert await writer.sync() == 0  # not listed yet: unseen
+    steady[0] = RELIST_SECONDS
+    assert await writer.sync() == 1
+    assert store.objects["team-a"].status["policy"]["resources"]["pods"]["maximum"] == "100"
+    assert "changed by someone else (resourceVersion 2, ours 1): restored" in caplog.text
