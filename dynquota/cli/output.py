@@ -72,7 +72,7 @@ def render_jsonpath(document: Any, template: str) -> str:
     out: list[str] = []
     position = 0
     for match in _PART.finditer(template):
-        out.append(template[position : match.start()])
+        _text(template[position : match.start()], out)
         position = match.end()
         expr = match.group(1).strip()
         if expr.startswith('"') and expr.endswith('"') and len(expr) >= 2:
@@ -89,8 +89,16 @@ def render_jsonpath(document: Any, template: str) -> str:
         except (JsonPathLexerError, JsonPathParserError, Exception) as exc:
             raise OutputError(f"jsonpath {{{expr}}}: {exc}") from exc
         out.append(" ".join(_scalar(v) for v in found))
-    out.append(template[position:])
+    _text(template[position:], out)
     return "".join(out)
+
+
+def _text(text: str, out: list[str]) -> None:
+    """Literal text of a template; a ``{`` in it opens an action never closed (kubectl:
+    ``unclosed action``), raised as :class:`OutputError`."""
+    if "{" in text:
+        raise OutputError(f"jsonpath template {text!r}: unclosed action (a {{ without its }})")
+    out.append(text)
 
 
 def _scalar(value: Any) -> str:

@@ -1,5 +1,7 @@
 """``dynquota status -n NS``: what governs one namespace, as its tenant may read it.
 
+Without ``-n``: the kubeconfig context's namespace (``default`` when it names none), as kubectl.
+
 Reads only the namespace's ``AppliedDynamicQuota`` ``dynquota`` (one GET, with the short
 timeout of :mod:`dynquota._k8s.timeouts`), which the operator writes and the chart lets the
 built-in ``view``, ``edit`` and ``admin`` roles read: no cluster-scoped read, so it works with a
@@ -26,7 +28,7 @@ __all__ = ["cmd_status", "status_text"]
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the AppliedDynamicQuota of ``-n NAMESPACE``."""
     if not args.namespace:
-        raise UserError("status needs -n NAMESPACE (the namespace whose governance to show)")
+        args.namespace = _context_namespace(args)
     obj = asyncio.run(_read(args))
     if args.output in ("table", "wide"):
         print(status_text(obj))
@@ -36,6 +38,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     except OutputError as exc:
         raise UserError(str(exc)) from exc
     return 0
+
+
+def _context_namespace(args: argparse.Namespace) -> str:
+    """Without ``-n``: the kubeconfig context's namespace, as kubectl (``default`` if none)."""
+    from dynquota.kube.identity import context_namespace
+
+    target = target_of(args)
+    try:
+        return context_namespace(target.kubeconfig, target.context)
+    except Exception as exc:  # a malformed kubeconfig: one line, as connect would say it
+        raise UserError(f"reading the kubeconfig: {exc}") from exc
 
 
 async def _read(args: argparse.Namespace) -> dict[str, Any]:
@@ -50,9 +63,9 @@ async def _read(args: argparse.Namespace) -> dict[str, Any]:
         )
     if obj is None:
         raise UserError(
-            f"namespace {namespace} has no {APPLIED_KIND} {APPLIED_NAME}: dynquota does not "
-            "manage it (no policy selects it, or it is opted out), or the operator has not "
-            "written it yet"
+            f"namespace {namespace} has no {APPLIED_KIND} {APPLIED_NAME}: the namespace does "
+            "not exist, dynquota does not manage it (no policy selects it, or it is opted "
+            "out), or the operator has not written it yet"
         )
     (obj.get("metadata") or {}).pop("managedFields", None)
     return obj

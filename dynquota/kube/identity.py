@@ -228,6 +228,21 @@ def read_kubeconfig(kubeconfig: str | None, context: str | None) -> tuple[Any, I
     return loader, Identity()
 
 
+def context_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig's context (``context`` or ``current-context``), as
+    kubectl picks one when ``-n`` is not given: ``default`` when the context names none or no
+    kubeconfig exists (in-cluster: the pod's own namespace).
+
+    Raises what :func:`read_kubeconfig` raises, except :class:`KubeconfigMissingError`."""
+    try:
+        loader, _ = read_kubeconfig(kubeconfig, context)
+    except KubeconfigMissingError:
+        own = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        return own.read_text().strip() if own.exists() else "default"
+    current = _plain(loader.current_context) or {}
+    return str((_plain(current.get("context")) or {}).get("namespace") or "default")
+
+
 def _plain(node: Any) -> Any:
     """A kubernetes_asyncio ``ConfigNode``'s value (the node itself when it is none)."""
     return getattr(node, "value", node)

@@ -207,6 +207,9 @@ def test_output_formats() -> None:
     assert render_jsonpath(document, "ns={.rows[1].namespace};") == "ns=b;"
     with pytest.raises(OutputError, match=r"range/end and filters are not supported"):
         render_jsonpath(document, "{range .rows[*]}{.namespace}{end}")
+    with pytest.raises(OutputError, match=r"unclosed action"):
+        render_jsonpath(document, "{.rows[0].namespace")  # kubectl: an error, not the text
+    assert render_jsonpath(document, "{.rows[0].namespace}}") == "a}"
     assert columns([("A", "BB", "C"), ("aaa", "b", "")]) == "A    BB  C\naaa  b"
 
 

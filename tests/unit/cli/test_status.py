@@ -1,11 +1,14 @@
-"""``dynquota status``'s text (pure) and its refusal without -n."""
+"""``dynquota status``'s text (pure) and its namespace without -n (the context's, as kubectl)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from dynquota.cli import main
 from dynquota.cli.status import status_text
+from dynquota.kube.identity import context_namespace
 
 OBJ = {
     "metadata": {"name": "dynquota", "namespace": "team-a"},
@@ -43,10 +46,22 @@ def test_the_text_is_plain_lines_and_columns() -> None:
     ]
 
 
-def test_status_needs_a_namespace(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["status"])
-    assert exited.value.code == 2
-    assert capsys.readouterr().err == (
-        "dynquota: error: status needs -n NAMESPACE (the namespace whose governance to show)\n"
+def test_status_without_n_reads_the_context_namespace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As kubectl: the context's namespace, ``default`` when it names none (port 9 refuses)."""
+    config = tmp_path / "config"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: a, context: {cluster: c, user: u, namespace: team-q}},"
+        " {name: b, context: {cluster: c, user: u}}]\n"
     )
+    assert context_namespace(str(config), None) == "team-q"
+    assert context_namespace(str(config), "b") == "default"
+    with pytest.raises(SystemExit) as exited:
+        main(["status", "--kubeconfig", str(config)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dynquota: error: reading AppliedDynamicQuota dynquota in team-q: ")
