@@ -190,7 +190,7 @@ class AppliedWriter:
                 self._crd_missing = True
                 return 0
             self._crd_missing = False
-            before, self._stored = (
+            previous, self._stored = (
                 self._stored,
                 {
                     o.namespace: _Stored(
@@ -200,7 +200,7 @@ class AppliedWriter:
                 },
             )
             for namespace, stored in self._stored.items():
-                ours = before.get(namespace)
+                ours = previous.get(namespace)
                 if ours is not None and ours.resource_version != stored.resource_version:
                     log.warning(
                         "tenant projection %s/dynquota was changed by someone else "

@@ -73,6 +73,7 @@ class BudgetTaskHost(Protocol):
         key: str,
         *,
         cause: str = "",
+        value: str = "",
         logged: bool = False,
     ) -> None: ...
 

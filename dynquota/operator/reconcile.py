@@ -125,6 +125,7 @@ class Operator(QuotaWriter):
                 EventReason.MANAGED_LABEL_IGNORED,
                 governance.warning,
                 key=namespace,
+                value=governance.warning,
             )
         dry_run = self.settings.dry_run or governance.dry_run
         result: ReconcileResult

@@ -212,7 +212,12 @@ class Reporting(OperatorCache):
                 await self._emit(ref, event.type, event.reason, event.message)
             elif event.reason in RECURRING_REASONS:
                 await self._warn_once(
-                    ref, event.reason, event.message, key=namespace, cause=event.cause
+                    ref,
+                    event.reason,
+                    event.message,
+                    key=namespace,
+                    cause=event.cause,
+                    value=event.value,
                 )
             else:
                 await self._warn(ref, event.reason, event.message)
@@ -299,18 +304,22 @@ class Reporting(OperatorCache):
         key: str,
         *,
         cause: str = "",
+        value: str = "",
         logged: bool = False,
     ) -> None:
-        """:meth:`_warn`, unless a Warning with this ``reason`` about this ``cause`` was
-        posted for ``key`` within the last hour (Warnings that recur while their cause lasts).
+        """:meth:`_warn`, unless a Warning with this ``reason`` about this ``cause`` and this
+        ``value`` was posted for ``key`` within the last hour (Warnings that recur while their
+        cause lasts).
 
         Keyed on ``(key, reason, cause)``, never on ``message``: a message changes with usage
-        and with what a tenant writes, and a tenant-chosen key would let the cache grow.
+        and with what a tenant writes, and a tenant-chosen key would let the cache grow. The
+        entry holds the last ``value`` (e.g. an invalid annotation's text): a new one is
+        reported at once, one entry per key all the same.
         """
         if not self.write_gate.may(EVENT):
             return
         cache_key = (key, reason, cause)
-        if cache_key in self._warned:
+        if self._warned.get(cache_key) == value:
             return
-        self._warned[cache_key] = True
+        self._warned[cache_key] = value
         await self._warn(ref, reason, message, logged=logged)

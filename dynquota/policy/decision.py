@@ -170,12 +170,14 @@ class Event:
     Warning is about (a resource name, a rule, or ``""`` for the whole quota); a caller
     posting Warnings of :data:`RECURRING_REASONS` once per hour keys them on ``(namespace,
     reason, cause)``, never on the message (which changes with usage and with what a tenant
-    writes)."""
+    writes). ``value``: the written value such a Warning is about (an annotation's or label's
+    text): a different value is reported again at once (only the latest is remembered)."""
 
     type: EventType
     reason: str
     message: str
     cause: str = field(default="", compare=False)
+    value: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)

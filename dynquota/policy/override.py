@@ -105,6 +105,7 @@ def read_override(
                 "Warning",
                 EventReason.OVERRIDE_REJECTED,
                 f"{OVERRIDE}={quoted(raw)} is not a valid request (the only value is max); ignored",
+                value=raw,
             )
         )
     granted_raw = annotations.get(OVERRIDE_GRANTED_AT)

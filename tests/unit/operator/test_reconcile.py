@@ -518,6 +518,12 @@ async def test_managed_label_without_effect_is_a_warning_on_the_namespace(
     assert warnings == [("team-a", "Warning", "ManagedLabelIgnored", message)]
     assert caplog.messages == [f"ManagedLabelIgnored on Namespace team-a: {message}"]
     assert world.quotas.writes == [("create", "team-a")]  # still managed
+    world.op.on_namespace(None, namespace("team-a", {"dynquota.io/managed": "off"}, rv=2))
+    await world.reconcile("team-a")  # another value: reported at once
+    assert [e[3].split(" ")[1] for e in world.events.posted if e[1] == "Warning"] == [
+        'dynquota.io/managed="no"',
+        'dynquota.io/managed="off"',
+    ]
 
 
 async def test_foreign_same_named_quota_is_left_alone_and_reported_once(world: World) -> None:
@@ -748,7 +754,7 @@ async def test_override_grants_maximum_then_expires_to_the_peak_target() -> None
     assert sample(world, "dynquota_overrides_active", namespace="team-a") is None
 
 
-async def test_malformed_override_is_a_warning_posted_once_and_no_change(world: World) -> None:
+async def test_malformed_override_is_a_warning_posted_once_per_value_and_no_change(world: World) -> None:
     await setup_team(world, pods=14)
     await world.reconcile("team-a")
     world.quotas.objects["team-a"]["metadata"]["annotations"]["dynquota.io/override"] = "forever"
@@ -758,6 +764,15 @@ async def test_malformed_override_is_a_warning_posted_once_and_no_change(world: 
     warnings = [e for e in world.events.posted if e[1] == "Warning"]
     assert len(warnings) == 1
     assert warnings[0][2] == "OverrideRejected"
+    # another invalid value within the hour is reported at once; the same one is not
+    world.quotas.objects["team-a"]["metadata"]["annotations"]["dynquota.io/override"] = "always"
+    await world.reconcile("team-a")
+    await world.reconcile("team-a")
+    warnings = [e for e in world.events.posted if e[1] == "Warning"]
+    assert [w[3].split(" ")[0] for w in warnings] == [
+        "dynquota.io/override='forever'",
+        "dynquota.io/override='always'",
+    ]
 
 
 async def test_conflict_and_server_errors_retry_validation_errors_do_not(world: World) -> None:
