@@ -754,7 +754,7 @@ async def test_override_grants_maximum_then_expires_to_the_peak_target() -> None
     assert sample(world, "dynquota_overrides_active", namespace="team-a") is None
 
 
-async def test_malformed_override_is_a_warning_posted_once_per_value_and_no_change(world: World) -> None:
+async def test_malformed_override_is_warned_once_per_value_and_no_change(world: World) -> None:
     await setup_team(world, pods=14)
     await world.reconcile("team-a")
     world.quotas.objects["team-a"]["metadata"]["annotations"]["dynquota.io/override"] = "forever"
