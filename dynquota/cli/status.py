@@ -96,7 +96,7 @@ def status_text(obj: Mapping[str, Any]) -> str:
                     f"{p.get('bufferPercent', '')}%",
                     str(p.get("upscaleCooldown", "")),
                     str(p.get("downscaleCooldown", "")),
-                    str(p.get("nextRaiseAfter", "now")),
+                    str(p.get("nextRaiseAfter", "-")),
                 ]
             )
         lines.append(columns(table))
@@ -106,6 +106,8 @@ def status_text(obj: Mapping[str, Any]) -> str:
             f"override: {'allowed' if override.get('allowed') else 'not allowed'}, ttl "
             f"{override.get('ttl', '')}, minInterval {override.get('minInterval', '')}"
         )
+        if status.get("state") != "Enforced":
+            text += " (the policy's rules; no effect while nothing is enforced)"
         if "activeUntil" in override:
             text += f"; active until {override['activeUntil']}"
         if "nextGrantAfter" in override:

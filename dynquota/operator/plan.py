@@ -230,8 +230,12 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
             general += f"; next check at {format_time(math.ceil(decision.requeue_at))}"
         if quota is not None and OVERRIDE_EXPIRES_AT in quota.annotations:
             general += f"; override until {quota.annotations[OVERRIDE_EXPIRES_AT]}"
-        for warning in decision.warnings:
-            general += f"; warning: {warning}"
+        # namespace-wide warnings once, on its first row (not repeated on every key's)
+        warned = "".join(
+            f"; warning: {w}"
+            for w in [governance.warning, *decision.warnings]
+            if w and w not in held.values()
+        )
         written = (
             "dry run, not written: " if decision.dry_run and decision.action != "nothing" else ""
         )
@@ -256,9 +260,10 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
                         hard_now,
                         None,
                         "held",
-                        f"NeedsDefaultRequests: {held[resource]}",
+                        f"NeedsDefaultRequests: {held[resource]}" + warned,
                     )
                 )
+                warned = ""
                 continue
             why = by_resource.get(resource, general)
             if braked:
@@ -287,11 +292,13 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
                     goal,
                     "held" if braked else action,
                     written
-                    + why
+                    + why.rstrip(".")
                     + _lower_limits(others, name, resource, goal or hard_now)
-                    + _enforced_note(quota, resource),
+                    + _enforced_note(quota, resource)
+                    + warned,
                 )
             )
+            warned = ""
     plans = budget_plans(budgets, quotas, snapshot.tally)
     return Plan(rows, not_managed, others, companions, plans)
 

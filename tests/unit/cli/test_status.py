@@ -46,6 +46,20 @@ def test_the_text_is_plain_lines_and_columns() -> None:
     ]
 
 
+def test_dry_run_says_the_override_does_nothing_and_no_raise_time() -> None:
+    import copy
+
+    dry = copy.deepcopy(OBJ)
+    dry["status"]["state"] = "DryRun"  # type: ignore[index]
+    del dry["status"]["policy"]["resources"]["pods"]["nextRaiseAfter"]  # type: ignore[index]
+    lines = status_text(dry).splitlines()
+    assert lines[5] == "pods  10       100      40%     1m  5m    -"
+    assert lines[6] == (
+        "override: allowed, ttl 168h, minInterval 0s (the policy's rules; no effect while "
+        "nothing is enforced)"
+    )
+
+
 def test_status_without_n_reads_the_context_namespace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -541,3 +541,16 @@ def test_plan_shows_the_releases_of_a_policy_switched_to_dry_run() -> None:
     rows = [r for r in build_plan(snap, operator_dry, now=NOW).rows if r.resource == "pods"]
     assert [r.next for r in rows] == ["delete"] * 4
     assert rows[0].why.startswith("released (operator.dryRun is in dry run")
+
+
+def test_a_namespace_warning_is_said_once_and_no_stray_full_stop() -> None:
+    """team-b's managed label has no effect: said on its first row only, not on every key's;
+    a reason ending in a full stop takes the enforcement note without '.;'."""
+    labelled = snapshot()
+    labelled.namespaces[2] = ns("team-b", **{"dynquota.io/managed": "no"})
+    rows = [r for r in compute_plan(labelled, now=NOW) if r.namespace == "team-b"]
+    assert len(rows) == 2
+    assert [r.why.count('warning: label dynquota.io/managed="no"') for r in rows] == [1, 0]
+    team_a = [r for r in compute_plan(labelled, now=NOW) if r.namespace == "team-a"]
+    assert [r.why.count("warning: pods at its limit") for r in team_a] == [1, 0]
+    assert all(".;" not in r.why for r in compute_plan(labelled, now=NOW))
