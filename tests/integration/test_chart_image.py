@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,6 +88,17 @@ def test_installed_wheel_has_the_cli_and_no_source_tree(image_venv: Path) -> Non
         [str(image_venv / "python"), "-c", "import pytest"], capture_output=True, check=False
     )
     assert missing.returncode == 1
+    # Only the product ships: no test bed, no demo (issue 25); `dynquota demo` says so.
+    (wheel,) = (image_venv.parent.parent / "wheels").glob("dynquota-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        packages = {n.rsplit("/", 1)[0] for n in archive.namelist() if n.endswith(".py")}
+    assert "dynquota/operator" in packages
+    assert not {p for p in packages if p.startswith(("dynquota/testing", "dynquota/demo"))}
+    demo = subprocess.run(
+        [str(image_venv / "dynquota"), "demo"], capture_output=True, text=True, check=False
+    )
+    assert demo.returncode == 2
+    assert "source checkout (dynquota.demo is not installed)" in demo.stderr
 
 
 @pytest.fixture
