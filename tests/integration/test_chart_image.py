@@ -6,6 +6,7 @@ token of the chart's ServiceAccount (not as cluster admin)."""
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -54,9 +55,17 @@ def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     constraints.txt. Returns the virtualenv's bin directory."""
     pytest.importorskip("dynquota.cli", reason="the CLI (dynquota.cli) is not written yet")
     work = tmp_path_factory.mktemp("image")
+    # the Dockerfile's COPY list, so a build/ left in the checkout cannot leak into the wheel
+    source = work / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "constraints.txt", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(
+        ROOT / "dynquota", source / "dynquota", ignore=shutil.ignore_patterns("__pycache__")
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
-         "--wheel-dir", str(work / "wheels"), str(ROOT)],
+         "--wheel-dir", str(work / "wheels"), str(source)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     (wheel,) = (work / "wheels").glob("dynquota-*.whl")
