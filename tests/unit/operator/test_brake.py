@@ -10,7 +10,7 @@ from typing import Any
 from dynquota.operator.brake import CONFIRM, UnmanageBrake
 from dynquota.testing.wait import async_wait_until
 
-from .test_reconcile import T0, World, namespace, policy, policy_list
+from .fakes import T0, World, namespace, policy, policy_list
 
 TEAMS = [f"team-{i}" for i in range(4)]
 

@@ -14,7 +14,7 @@ from dynquota.names import BUDGET_LABEL
 from dynquota.operator.budgets import read_budget
 from dynquota.policy import Decision
 
-from .test_reconcile import World, namespace, policy
+from .fakes import World, namespace, policy
 
 PODS = {
     "bufferPercent": 50,

@@ -17,7 +17,7 @@ from dynquota.operator import reconcile as reconcile_module
 from dynquota.operator.killswitch import Deletion
 from dynquota.testing.wait import async_wait_until
 
-from .test_reconcile import T0, FakeQuotas, World, namespace, policy, policy_list, setup_team
+from .fakes import T0, FakeQuotas, World, namespace, policy, policy_list, setup_team
 
 H = 3600
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from dynquota._k8s.errors import ConflictError, ForbiddenError
 
-from .test_reconcile import World, namespace, policy
+from .fakes import World, namespace, policy
 
 LABELLED = {"app.kubernetes.io/managed-by": "dynquota"}
 CPU = {

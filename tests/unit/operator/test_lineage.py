@@ -8,7 +8,7 @@ from dynquota.operator.decision import Lineage
 from dynquota.policy import NamespaceInfo
 from dynquota.testing.wait import async_wait_until
 
-from .test_reconcile import T0, World, namespace, policy
+from .fakes import T0, World, namespace, policy
 
 
 def test_only_the_first_list_is_lineage() -> None:

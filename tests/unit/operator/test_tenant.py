@@ -10,7 +10,7 @@ import pytest
 
 from dynquota._k8s.errors import ApiError
 
-from .test_reconcile import T0, World, namespace, policy, setup_team
+from .fakes import T0, World, namespace, policy, setup_team
 
 RELEASED = (
     "policy p is in dry run (spec.dryRun): dynquota enforces nothing in this namespace: the "

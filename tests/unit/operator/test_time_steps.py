@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dynquota._k8s.clock import ServerClock
 
-from .test_reconcile import T0, Clock, World, namespace, policy
+from .fakes import T0, Clock, World, namespace, policy
 
 H = 3600.0
 PODS = {

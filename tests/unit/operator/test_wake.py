@@ -177,7 +177,7 @@ async def test_a_held_pass_is_tried_again() -> None:
 async def test_a_deleted_namespace_is_forgotten_by_the_operators_waker() -> None:
     """The operator's namespace DELETED reaches the waker (its per-namespace state would
     otherwise grow with every namespace ever seen)."""
-    from .test_reconcile import World, namespace
+    from .fakes import World, namespace
 
     world = World()
     store = Store([rs("web", 60, 56)])

@@ -27,7 +27,7 @@ from dynquota.operator.write_gate import (
     WriteGate,
 )
 
-from .test_reconcile import World
+from .fakes import World
 
 PATCH = Write("quota")
 SHRINK = Write("quota", shrinks=True)
