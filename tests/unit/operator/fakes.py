@@ -272,3 +272,59 @@ async def setup_team(world: World, pods: int = 0, **policy_args: Any) -> None:
     world.op.on_policy(None, policy(**policy_args))
     world.op.on_namespace(None, namespace("team-a"))
     world.usage.counts[("team-a", "pods")] = pods
+
+
+class FakeBudgetStatus:
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    async def patch_budget_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self.patches.append((name, dict(status)))
+
+
+def budget(name: str, hard: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "generation": 1},
+        "spec": {"hard": hard},
+    }
+
+
+LABELLED = {"app.kubernetes.io/managed-by": "dynquota"}
+
+
+class FakeLimitRanges:
+    """In-memory LimitRanges per namespace, with a call log and injectable failures."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, list[dict[str, Any]]] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.fail: list[Exception] = []
+        self.rv = 500
+
+    def put(self, ns: str, name: str, item: dict[str, Any], labels: dict[str, str]) -> None:
+        self.rv += 1
+        self.objects.setdefault(ns, []).append(
+            {
+                "metadata": {"name": name, "labels": labels, "resourceVersion": str(self.rv)},
+                "spec": {"limits": [item]},
+            }
+        )
+
+    async def list_limit_ranges(self, namespace: str) -> list[dict[str, Any]]:
+        self.calls.append(("list", namespace))
+        return copy.deepcopy(self.objects.get(namespace, []))
+
+    async def create_limit_range(self, namespace: str, item: Mapping[str, Any]) -> None:
+        self.calls.append(("create", namespace))
+        if self.fail:
+            raise self.fail.pop(0)
+        self.put(namespace, "dynquota", dict(item), dict(LABELLED))
+
+    async def patch_limit_range(
+        self, namespace: str, item: Mapping[str, Any], resource_version: str
+    ) -> None:
+        self.calls.append(("patch", namespace))
+        found = next(o for o in self.objects[namespace] if o["metadata"]["name"] == "dynquota")
+        if found["metadata"]["resourceVersion"] != resource_version:
+            raise ConflictError(409, "Conflict", "modified")
+        found["spec"]["limits"] = [dict(item)]

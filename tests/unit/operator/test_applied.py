@@ -11,8 +11,7 @@ from dynquota.kube.applied import AppliedObject
 from dynquota.operator.applied import RELIST_SECONDS, AppliedWriter
 from dynquota.policy.applied import FIGURES_REFRESH
 
-from .fakes import World, namespace, policy
-from .test_budgets import budget
+from .fakes import World, budget, namespace, policy
 
 
 class FakeStore:

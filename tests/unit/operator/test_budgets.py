@@ -4,7 +4,6 @@ only into observed room, conflicts and frozen namespaces write nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from dynquota.names import BUDGET_LABEL
 from dynquota.operator.budgets import read_budget
 from dynquota.policy import Decision
 
-from .fakes import World, namespace, policy
+from .fakes import FakeBudgetStatus, World, budget, namespace, policy
 
 PODS = {
     "bufferPercent": 50,
@@ -23,21 +22,6 @@ PODS = {
     "upscaleCooldown": "0s",
     "downscaleCooldown": "1h",
 }
-
-
-class FakeBudgetStatus:
-    def __init__(self) -> None:
-        self.patches: list[tuple[str, dict[str, Any]]] = []
-
-    async def patch_budget_status(self, name: str, status: Mapping[str, Any]) -> None:
-        self.patches.append((name, dict(status)))
-
-
-def budget(name: str, hard: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "uid": f"uid-{name}", "generation": 1},
-        "spec": {"hard": hard},
-    }
 
 
 @pytest.fixture

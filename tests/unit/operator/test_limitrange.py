@@ -4,15 +4,12 @@ test_reconcile."""
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
 from typing import Any
 
-from dynquota._k8s.errors import ConflictError, ForbiddenError
+from dynquota._k8s.errors import ForbiddenError
 
-from .fakes import World, namespace, policy
+from .fakes import LABELLED, FakeLimitRanges, World, namespace, policy
 
-LABELLED = {"app.kubernetes.io/managed-by": "dynquota"}
 CPU = {
     "bufferPercent": 50,
     "minimum": "500m",
@@ -20,44 +17,6 @@ CPU = {
     "upscaleCooldown": "60s",
     "downscaleCooldown": "300s",
 }
-
-
-class FakeLimitRanges:
-    """In-memory LimitRanges per namespace, with a call log and injectable failures."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, list[dict[str, Any]]] = {}
-        self.calls: list[tuple[str, str]] = []
-        self.fail: list[Exception] = []
-        self.rv = 500
-
-    def put(self, ns: str, name: str, item: dict[str, Any], labels: dict[str, str]) -> None:
-        self.rv += 1
-        self.objects.setdefault(ns, []).append(
-            {
-                "metadata": {"name": name, "labels": labels, "resourceVersion": str(self.rv)},
-                "spec": {"limits": [item]},
-            }
-        )
-
-    async def list_limit_ranges(self, namespace: str) -> list[dict[str, Any]]:
-        self.calls.append(("list", namespace))
-        return copy.deepcopy(self.objects.get(namespace, []))
-
-    async def create_limit_range(self, namespace: str, item: Mapping[str, Any]) -> None:
-        self.calls.append(("create", namespace))
-        if self.fail:
-            raise self.fail.pop(0)
-        self.put(namespace, "dynquota", dict(item), dict(LABELLED))
-
-    async def patch_limit_range(
-        self, namespace: str, item: Mapping[str, Any], resource_version: str
-    ) -> None:
-        self.calls.append(("patch", namespace))
-        found = next(o for o in self.objects[namespace] if o["metadata"]["name"] == "dynquota")
-        if found["metadata"]["resourceVersion"] != resource_version:
-            raise ConflictError(409, "Conflict", "modified")
-        found["spec"]["limits"] = [dict(item)]
 
 
 def setup(world: World, dry_run: bool = False, **fields: Any) -> FakeLimitRanges:
