@@ -68,7 +68,7 @@ class Demo(DemoWatch):
             operator_settings(self.c, override_ttl=f"{t.ttl}s", resync_seconds=30)
         )
         assert self.op.runtime is not None
-        self.op.runtime.operator.on_decision = self.on_decision
+        self.op.runtime.operator.reporter.on_decision = self.on_decision
         self.show.line(
             "demo", "operator running in-process as ServiceAccount dynquota-system/dynquota"
         )

@@ -104,7 +104,7 @@ class DemoWatch:
 
     def rows(self) -> list[tuple[str, str, str, str, str]]:
         rows = []
-        views = self.op.runtime.operator.views if self.op and self.op.runtime else {}
+        views = self.op.runtime.operator.reporter.views if self.op and self.op.runtime else {}
         for ns in NAMESPACES:
             hard = self.c.hard(ns) or {}
             view = views.get(ns)
@@ -166,7 +166,7 @@ class DemoWatch:
         hard: dict[tuple[str, str], int] = {}
         usage: dict[tuple[str, str], int] = {}
         overrides = set()
-        views = self.op.runtime.operator.views if self.op and self.op.runtime else {}
+        views = self.op.runtime.operator.reporter.views if self.op and self.op.runtime else {}
         for ns in NAMESPACES:
             quota = self.c.quota(ns)
             if quota is not None:

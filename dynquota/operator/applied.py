@@ -4,7 +4,7 @@ One task of the leader keeps, in every namespace a policy governs (``managed`` o
 ``frozen``), one namespaced object ``dynquota`` with the managed-by label whose ``status`` is
 :func:`dynquota.policy.applied.project` of what the operator knows: the governing policy, the
 kill switch, the managed quota's stamps (handed over after every reconcile through
-``Reporting.on_reported``) and the QuotaBudget it is a member of. No extra write ever lands on
+``Reporter.on_reported``) and the QuotaBudget it is a member of. No extra write ever lands on
 the ResourceQuota.
 
 When it writes (figures in ``docs/operator.md``, "What governs me"):
@@ -46,7 +46,7 @@ from dynquota._k8s.errors import ConflictError, ForbiddenError, KubeError, NotFo
 from dynquota.kube.applied import AppliedObject
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.operator.budgets import Budgets
-from dynquota.operator.ports import LeaderView
+from dynquota.operator.ports import LeaderView, SwitchView
 from dynquota.operator.write_gate import APPLIED, WriteGate
 from dynquota.policy import Governance, NamespaceInfo, unit_for
 from dynquota.policy.applied import BudgetFacts, Projection, QuotaFacts, project, should_write
@@ -57,7 +57,6 @@ __all__ = [
     "SETTLE_SECONDS",
     "SWEEP_SECONDS",
     "WRITES_PER_SECOND",
-    "AppliedHost",
     "AppliedStore",
     "AppliedWriter",
 ]
@@ -86,25 +85,6 @@ class AppliedStore(Protocol):
     async def delete(self, namespace: str, uid: str) -> bool: ...
 
 
-class AppliedHost(Protocol):
-    """What the writer reads of the operator (:class:`~dynquota.operator.reconcile.Operator`)."""
-
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def namespaces(self) -> dict[str, NamespaceInfo]: ...
-    @property
-    def kill_switch(self) -> bool | None: ...
-    @property
-    def budgets(self) -> Budgets: ...
-    @property
-    def gate(self) -> LeaderView: ...
-    @property
-    def write_gate(self) -> WriteGate: ...
-    def clock(self) -> float: ...
-    def governance(self, namespace: str) -> Governance | None: ...
-
-
 @dataclass(frozen=True)
 class _Stored:
     uid: str
@@ -118,21 +98,43 @@ class AppliedWriter:
     """Keeps the tenant projections (see the module docs).
 
     Args:
-        host: the operator.
         store: the objects' I/O.
+        settings: ``dry_run``, ``override_ttl`` (shown).
+        namespaces: the known namespaces (a live mapping: the cluster view's).
+        governance: how a namespace is governed now.
+        switch: the kill switch (shown; unknown: nothing written).
+        budgets: the budget a namespace is a member of (shown).
+        leader: only the leader writes.
+        write_gate: asked before every write
+            (:data:`~dynquota.operator.write_gate.APPLIED`).
+        clock: the cluster's time, seconds since the epoch (``asOf``).
         monotonic: the clock of the pass schedule (never steps).
     """
 
     def __init__(
         self,
-        host: AppliedHost,
         store: AppliedStore,
         *,
+        settings: Settings,
+        namespaces: Mapping[str, NamespaceInfo],
+        governance: Callable[[str], Governance | None],
+        switch: SwitchView,
+        budgets: Budgets,
+        leader: LeaderView,
+        write_gate: WriteGate,
+        clock: Callable[[], float] = time.time,
         writes_per_second: float = WRITES_PER_SECOND,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.host = host
         self.store = store
+        self.settings = settings
+        self.namespaces = namespaces
+        self.governance = governance
+        self.switch = switch
+        self.budgets = budgets
+        self.leader = leader
+        self.write_gate = write_gate
+        self.clock = clock
         self.monotonic = monotonic
         self._limiter = AsyncLimiter(max(1.0, writes_per_second), 1.0)
         self._quotas: dict[str, QuotaFacts | None] = {}
@@ -172,10 +174,10 @@ class AppliedWriter:
     async def sync(self) -> int:
         """One pass: list the stored objects if due, then write what changed. Returns the
         number of writes made. Raises ``KubeError`` from the LIST."""
-        if not self.host.gate.is_leader:
+        if not self.leader.is_leader:
             self._listed_at = None  # a new term lists again: another replica may have written
             return 0
-        if self.host.write_gate.hold(APPLIED) is not None:
+        if self.write_gate.hold(APPLIED) is not None:
             return 0
         steady = self.monotonic()
         if self._listed_at is None or steady - self._listed_at >= RELIST_SECONDS:
@@ -211,7 +213,7 @@ class AppliedWriter:
                     )
             self._listed_at = steady
         before = self.writes
-        for namespace in sorted(set(self.host.namespaces) | set(self._stored)):
+        for namespace in sorted(set(self.namespaces) | set(self._stored)):
             if not await self._one(namespace):
                 break
         return self.writes - before
@@ -219,16 +221,15 @@ class AppliedWriter:
     def projection(self, namespace: str) -> Projection | None:
         """What ``namespace``'s object should show now (``None``: no object, or not known
         yet: no reconcile reported it)."""
-        host = self.host
-        governance = host.governance(namespace)
-        kill_switch = host.kill_switch
+        governance = self.governance(namespace)
+        kill_switch = self.switch.engaged
         if governance is None or governance.kind not in ("managed", "frozen"):
             return None
         if kill_switch is None or (namespace not in self._quotas and not kill_switch):
             return None
         budget = None
-        slicing = host.budgets.slicing(namespace)
-        record = host.budgets.records.get(slicing.budget) if slicing.budget else None
+        slicing = self.budgets.slicing(namespace)
+        record = self.budgets.records.get(slicing.budget) if slicing.budget else None
         if record is not None and record.spec is not None:
             hard = {k: unit_for(k).text(v) for k, v in record.spec.hard.items()}
             budget = BudgetFacts(record.name, hard, record.status)
@@ -236,23 +237,22 @@ class AppliedWriter:
             namespace=namespace,
             governance=governance,
             kill_switch=kill_switch,
-            dry_run=host.settings.dry_run,
+            dry_run=self.settings.dry_run,
             quota=None if kill_switch else self._quotas.get(namespace),
             budget=budget,
-            default_ttl=host.settings.override_ttl,
+            default_ttl=self.settings.override_ttl,
         )
 
     async def _one(self, namespace: str) -> bool:
         """Bring ``namespace``'s object in line; ``False`` when the pass must stop (held)."""
-        host = self.host
-        if namespace not in host.namespaces:
+        if namespace not in self.namespaces:
             self._quotas.pop(namespace, None)  # deleted: its objects went with it
             self._stored.pop(namespace, None)
             return True
         stored = self._stored.get(namespace)
         wanted = self.projection(namespace)
         if wanted is None:
-            governance = host.governance(namespace)
+            governance = self.governance(namespace)
             # as the managed quota: removed when unmanaged, never touched when excluded (a
             # namespace being deleted takes its object along: 50 deletes were sent before)
             gone = governance is not None and governance.kind == "unmanaged"
@@ -261,18 +261,17 @@ class AppliedWriter:
             return await self._write(namespace, stored, None)
         old = stored.projection if stored is not None else None
         written_at = stored.written_at if stored is not None else None
-        if not should_write(old, wanted, written_at, host.clock()):
+        if not should_write(old, wanted, written_at, self.clock()):
             return True
         return await self._write(namespace, stored, wanted)
 
     async def _write(
         self, namespace: str, stored: _Stored | None, wanted: Projection | None
     ) -> bool:
-        host = self.host
-        if host.write_gate.hold(APPLIED) is not None:
+        if self.write_gate.hold(APPLIED) is not None:
             return False
         async with self._limiter:
-            now = host.clock()
+            now = self.clock()
             figures_at = now  # figures unchanged since the last write: as old as they were
             old = stored.projection.figures if stored is not None else None
             if stored is not None and wanted is not None and old == wanted.figures:

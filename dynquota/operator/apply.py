@@ -1,10 +1,13 @@
-"""Writing one decision (a layer of :class:`~dynquota.operator.reconcile.Operator`).
+"""The quota writer: one decision written, or held (a part of
+:class:`~dynquota.operator.assembly.Operator`, built alone in tests).
 
-:meth:`QuotaWriter._apply` writes a :class:`~dynquota.policy.Decision` with one create,
+:meth:`QuotaWriter.apply` writes a :class:`~dynquota.policy.Decision` with one create,
 conditional JSON merge-patch (the ``resourceVersion`` read) or delete (the ``uid`` read), or
-holds it (:meth:`QuotaWriter.hold_reason`: no write without positive knowledge); it returns an
-:class:`~dynquota.operator.ports.Applied`. :meth:`QuotaWriter._release` releases (deletes) the
-managed quota of a namespace in dry run.
+holds it (the write gate's answer: no write without positive knowledge); it returns an
+:class:`~dynquota.operator.ports.Applied`. :meth:`QuotaWriter.release` releases (deletes) the
+managed quota of a namespace in dry run. The writer owns the brake on mass un-management
+(:mod:`dynquota.operator.brake`) and reads its confirmation on ``kube-system``
+(:meth:`QuotaWriter.observe_confirmation`).
 """
 
 from __future__ import annotations
@@ -18,16 +21,23 @@ from dynquota._k8s.errors import ApiError, ConflictError, NotFoundError
 from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
+from dynquota.metrics import Metrics
 from dynquota.names import EventReason
-from dynquota.operator.brake import CONFIRM, counted
-from dynquota.operator.killswitch import Deletion, KillSwitch
+from dynquota.operator.brake import CONFIRM, UnmanageBrake, counted
+from dynquota.operator.cluster_view import ClusterView
+from dynquota.operator.deleter import Deleter, Deletion
 from dynquota.operator.ports import (
     HELD_BRAKE,
     KUBE_SYSTEM,
     Applied,
+    LeaderView,
+    QuotaStore,
+    Requeue,
+    SwitchView,
     namespace_terminating,
 )
-from dynquota.operator.write_gate import Write
+from dynquota.operator.reporting import Reporter
+from dynquota.operator.write_gate import WriteGate, quota_write
 from dynquota.policy import (
     POLICY,
     TRACKED_RESOURCES,
@@ -36,7 +46,8 @@ from dynquota.policy import (
     QuotaState,
     hard_text,
 )
-from dynquota.policy.state import format_time
+from dynquota.policy.state import format_time, parse_time
+from dynquota.settings import Settings
 
 __all__ = [
     "QuotaWriter",
@@ -49,25 +60,86 @@ RESTORER = "who may update dynamicquotapolicies.dynquota.io"
 labels (the chart's governance-labels policy: docs/tenants.md)."""
 
 
-class QuotaWriter(KillSwitch):
-    """Writes (or holds) one decision."""
+class QuotaWriter:
+    """Writes (or holds) one decision.
 
-    after_check: Callable[[str, Decision], Awaitable[None]] | None = None
-    """Test hook: awaited with the namespace and the decision after every client-side check
-    passed (:meth:`hold_reason`), just before the request is sent — where a replica paused by
-    SIGSTOP or a VM pause would stop. ``None`` in production."""
+    Args:
+        quotas: the managed-quota I/O.
+        deleter: every delete.
+        reporter: Events (``QuotaRemoved``, ``QuotaReleased``, ``UnmanageHeld``,
+            ``QuotaWriteFailed``).
+        write_gate: asked before every write.
+        switch: the kill switch (a create or patch decided before it moved is decided again).
+        cluster: the namespaces with a managed quota (the brake's share), their uids.
+        leader: only the leader writes.
+        requeue: a create that raced an engaging kill switch is decided again at once.
+        metrics: ``dynquota_writes_held_total``.
+        settings: ``dry_run``, the brake's share and window.
+        clock: the cluster's time, seconds since the epoch; ``monotonic``: seconds on a
+            clock that never steps (the brake's window; default ``clock``).
+    """
 
-    def hold_reason(self, decision: Decision) -> str | None:
-        """Why writing ``decision`` must wait (one of :data:`HOLD_REASONS`), or ``None``: the
-        write gate's answer (:mod:`dynquota.operator.write_gate`) for this quota write."""
-        return self.write_gate.hold(
-            Write(
-                "quota",
-                creates=decision.action == "create",
-                shrinks=decision.shrinks,
-                kill_switch_delete=decision.action == "delete" and bool(self.kill_switch),
-            )
+    def __init__(
+        self,
+        quotas: QuotaStore,
+        *,
+        deleter: Deleter,
+        reporter: Reporter,
+        write_gate: WriteGate,
+        switch: SwitchView,
+        cluster: ClusterView,
+        leader: LeaderView,
+        requeue: Requeue,
+        metrics: Metrics,
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
+    ) -> None:
+        self.quotas = quotas
+        self.deleter = deleter
+        self.reporter = reporter
+        self.write_gate = write_gate
+        self.switch = switch
+        self.cluster = cluster
+        self.leader = leader
+        self.requeue = requeue
+        self.metrics = metrics
+        self.settings = settings
+        self.clock = clock
+        self.monotonic = monotonic if monotonic is not None else clock
+        self.brake = UnmanageBrake(
+            settings.unmanage_brake_share, settings.unmanage_brake_window_seconds
         )
+        """The brake on mass un-management (:mod:`dynquota.operator.brake`)."""
+        self.confirmed_at: float | None = None
+        """``kube-system``'s :data:`~dynquota.operator.brake.CONFIRM` time, if valid."""
+        self.after_check: Callable[[str, Decision], Awaitable[None]] | None = None
+        """Test hook: awaited with the namespace and the decision after every client-side check
+        passed, just before the request is sent — where a replica paused by SIGSTOP or a VM
+        pause would stop. ``None`` in production."""
+        self._held_logged: dict[str, float] = {}
+
+    def observe_confirmation(self, value: str | None) -> None:
+        """``kube-system``'s :data:`~dynquota.operator.brake.CONFIRM` annotation: a valid time
+        releases the holds begun at or before it (each held namespace is decided again);
+        anything else confirms nothing."""
+        try:
+            confirmed: float | None = float(parse_time(value)) if value else None
+        except ValueError:
+            confirmed = None
+        if confirmed != self.confirmed_at:
+            self.confirmed_at = confirmed
+            if confirmed is not None:
+                self.requeue.add_all(list(self.brake.held))
+                since = self.brake.held_since
+                if since is not None and confirmed < math.floor(since):
+                    log.warning(
+                        "%s=%s confirms nothing: the hold began at %s (use a time not before it)",
+                        CONFIRM, value, format_time(since),
+                    )  # fmt: skip
+
+    def _hold_reason(self, decision: Decision) -> str | None:
+        return self.write_gate.hold(quota_write(decision, self.switch.engaged))
 
     def _hold(self, namespace: str, decision: Decision, why: str) -> Applied:
         """Count and log (at most once a minute per reason) a held write."""
@@ -84,7 +156,7 @@ class QuotaWriter(KillSwitch):
             )
         return Applied(outcome=Outcome(retry=True), result="held")
 
-    async def _apply(
+    async def apply(
         self,
         namespace: str,
         governance: Governance,
@@ -92,24 +164,24 @@ class QuotaWriter(KillSwitch):
         current: QuotaSnapshot | None,
     ) -> Applied:
         """Write ``decision`` (conditionally on what was read: the patch carries
-        ``current``'s resourceVersion, a delete its uid), or hold it (:meth:`hold_reason`)."""
+        ``current``'s resourceVersion, a delete its uid), or hold it (the write gate)."""
         if decision.action != "delete":
             self.brake.settle(namespace)  # e.g. the policies returned
             if governance.kind == "managed" and not governance.dry_run:
                 self.brake.returned(namespace)  # its passed delete pre-approves nothing
         if decision.action == "nothing":
             return Applied(current)
-        if not self.gate.is_leader:
+        if not self.leader.is_leader:
             return Applied(outcome=Outcome(), result="standby")
-        if decision.action in ("create", "patch") and self.kill_switch is not False:
+        if decision.action in ("create", "patch") and self.switch.engaged is not False:
             # the switch moved since the decision: decide again
             return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
-        why = self.hold_reason(decision)
+        why = self._hold_reason(decision)
         if why is not None:
             return self._hold(namespace, decision, why)
         if (
             decision.action == "delete"
-            and not self.kill_switch
+            and not self.switch.engaged
             and self._unmanaging(governance)
             and not self._brake_admits(namespace)
         ):
@@ -124,11 +196,11 @@ class QuotaWriter(KillSwitch):
                     hard_text(decision.hard),
                     dict(decision.set_annotations),
                 )
-                self._deleted_by_others.discard(namespace)
-                if self.kill_switch is not False:
+                self.deleter.created(namespace)
+                if self.switch.engaged is not False:
                     # engaged while the create was in flight: a sweep that listed before it
                     # landed missed it, so decide again (the decision is then a delete)
-                    self.queue.add_now(namespace)
+                    self.requeue.add_now(namespace)
                 return Applied(created)
             if decision.action == "patch":
                 assert current is not None
@@ -149,7 +221,7 @@ class QuotaWriter(KillSwitch):
             return await self._refused(namespace, uid, exc, decision.action)
         raise AssertionError(f"unknown action {decision.action!r}")
 
-    async def _release(
+    async def release(
         self,
         namespace: str,
         governance: Governance,
@@ -180,13 +252,13 @@ class QuotaWriter(KillSwitch):
         was = current.annotations.get(POLICY)
         moved = not self.settings.dry_run and was is not None and was != governance.policy
         release = Decision("delete", notes=(why,))
-        if not self.gate.is_leader:
+        if not self.leader.is_leader:
             return Applied(outcome=Outcome(), result="standby")
-        held = self.hold_reason(release)
+        held = self._hold_reason(release)
         if held is not None:
             return self._hold(namespace, release, held)
         if (
-            not self.kill_switch
+            not self.switch.engaged
             and not self.settings.dry_run
             and self._unmanaging(governance)
             and not self._brake_admits(namespace)
@@ -194,7 +266,7 @@ class QuotaWriter(KillSwitch):
             await self._report_brake(namespace)
             return self._hold(namespace, release, HELD_BRAKE)
         try:
-            deleted = await self._delete_managed(namespace, current.uid, "dry-run", why)
+            deleted = await self.deleter.delete(namespace, current.uid, "dry-run", why)
         except ConflictError:
             return Applied(conflict=True)
         except NotFoundError:
@@ -214,7 +286,7 @@ class QuotaWriter(KillSwitch):
                 f"; policy {was} governed this namespace until its labels (or the policies) "
                 f"changed: {RESTORER} can restore it"
             )
-        await self._emit(
+        await self.reporter.emit(
             ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, current.uid),
             "Warning" if moved else "Normal",
             EventReason.QUOTA_RELEASED,
@@ -226,15 +298,15 @@ class QuotaWriter(KillSwitch):
         self, namespace: str, governance: Governance, current: QuotaSnapshot | None
     ) -> Applied:
         uid = current.uid if current else None
-        if self.kill_switch:
-            deletion = await self._delete_managed(
+        if self.switch.engaged:
+            deletion = await self.deleter.delete(
                 namespace, uid, "kill-switch", "kill switch engaged"
             )
             if deletion is not Deletion.DELETED:
                 return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
             return Applied(None)
         why = governance.reason
-        if await self._delete_managed(namespace, uid, "unmanaged", why) is not Deletion.DELETED:
+        if await self.deleter.delete(namespace, uid, "unmanaged", why) is not Deletion.DELETED:
             # gone or replaced meanwhile: decide again
             return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
         restore = (
@@ -242,8 +314,8 @@ class QuotaWriter(KillSwitch):
             if governance.label_change
             else ""
         )
-        await self._warn(
-            ObjectRef.namespace_object(namespace, self._namespace_uid.get(namespace, "")),
+        await self.reporter.warn(
+            ObjectRef.namespace_object(namespace, self.cluster.namespace_uid(namespace)),
             EventReason.QUOTA_REMOVED,
             f"the managed ResourceQuota {MANAGED_QUOTA_NAME} was deleted: {why}{restore}",
             logged=True,
@@ -264,10 +336,10 @@ class QuotaWriter(KillSwitch):
         return self.brake.admit(
             namespace,
             # every managed quota the watch or a GET delivered
-            counted(self._status_used, self.namespaces),
+            counted(self.cluster.with_quota(), self.cluster.namespaces),
             self.monotonic(),
             self.clock(),
-            self.unmanage_confirmed_at,
+            self.confirmed_at,
         )
 
     async def _report_brake(self, namespace: str) -> None:
@@ -275,8 +347,8 @@ class QuotaWriter(KillSwitch):
         with changes) that the brake holds un-managing deletes."""
         since = self.brake.held_since
         stamp = format_time(since) if since is not None else "now"
-        await self._warn_once(
-            ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
+        await self.reporter.warn_once(
+            ObjectRef.namespace_object(KUBE_SYSTEM, self.cluster.kube_system_uid),
             EventReason.UNMANAGE_HELD,
             f"holding the deletion of managed quotas ({len(self.brake.held)} so far, e.g. in "
             f"{namespace}; dynquota plan lists them): no policy enforces them any more, more than "
@@ -310,7 +382,7 @@ class QuotaWriter(KillSwitch):
             log.error("%s of quota in %s refused: %s", what, namespace, exc)
         else:
             log.error("%s of the quota in %s refused: %s", log_as, namespace, exc)
-        await self._warn_once(
+        await self.reporter.warn_once(
             ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, uid),
             EventReason.QUOTA_WRITE_FAILED,
             f"{what} of the managed quota refused by the apiserver "

@@ -5,77 +5,35 @@ merge-patch of the status subresource, only when it changed): ``used``, ``grante
 commitments after the pass), ``free``, the slices per namespace and the
 conditions ``Valid``, ``OverBudget``, ``AtRisk``, ``Rebalancing``, ``Guarded``; the Events
 ``Rebalanced``, ``OverBudget`` (when a key goes over) and ``BudgetInvalid``; and the
-``dynquota_budget_*`` metrics. :class:`BudgetTaskHost` is what the budget's task and this
-reporter use of the operator.
+``dynquota_budget_*`` metrics.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from dynquota._k8s.errors import NotFoundError
-from dynquota.kube.events import EventType, ObjectRef
+from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.metrics import Metrics
 from dynquota.names import API_VERSION, BUDGET_KIND, EventReason
 from dynquota.operator.budgets import BudgetRecord, Budgets
-from dynquota.operator.ports import (
-    BudgetStatusSink,
-    LeaderView,
-    QuotaStore,
-    UsageView,
-)
+from dynquota.operator.ports import BudgetStatusSink
+from dynquota.operator.reporting import Reporter
 from dynquota.operator.write_gate import STATUS, WriteGate
 from dynquota.policy import hard_text, unit_for
 from dynquota.policy.budget import Allocation
 from dynquota.policy.status import now_rfc3339, set_condition
-from dynquota.settings import Settings
 
-__all__ = ["STATUS_INTERVAL", "BudgetReporter", "BudgetTaskHost", "PassResult"]
+__all__ = ["STATUS_INTERVAL", "BudgetReporter", "PassResult"]
 
 STATUS_INTERVAL = 1.0
 """Seconds between two status writes of one budget when only its figures changed (used,
 granted, slices): under load every pass changes them."""
-
-
-class BudgetTaskHost(Protocol):
-    """What a pass reads and uses of the operator
-    (:class:`~dynquota.operator.reconcile.Operator`)."""
-
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def gate(self) -> LeaderView: ...
-    @property
-    def metrics(self) -> Metrics: ...
-    @property
-    def quotas(self) -> QuotaStore: ...
-    @property
-    def usage(self) -> UsageView | None: ...
-    @property
-    def budget_status(self) -> BudgetStatusSink | None: ...
-    @property
-    def kill_switch(self) -> bool | None: ...
-    @property
-    def write_gate(self) -> WriteGate: ...
-    def clock(self) -> float: ...
-    async def _emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None: ...
-    async def _warn_once(
-        self,
-        ref: ObjectRef,
-        reason: str,
-        message: str,
-        key: str,
-        *,
-        cause: str = "",
-        value: str = "",
-        logged: bool = False,
-    ) -> None: ...
 
 
 @dataclass
@@ -97,11 +55,30 @@ def _text(key: str, units: int) -> str:
 
 
 class BudgetReporter:
-    """Reports each pass of the budgets of ``owner`` (see the module docs)."""
+    """Reports each pass of ``budgets`` (see the module docs).
 
-    def __init__(self, owner: BudgetTaskHost, budgets: Budgets) -> None:
-        self.owner = owner
+    Args:
+        budgets: the budgets (their records, members' demands and unsized keys).
+        reporter: the Events.
+        write_gate: asked before a status write (:data:`~dynquota.operator.write_gate.STATUS`).
+        status: the budgets' status writes (``None``: none written; unit tests).
+        metrics: the ``dynquota_budget_*`` metrics.
+    """
+
+    def __init__(
+        self,
+        budgets: Budgets,
+        *,
+        reporter: Reporter,
+        write_gate: WriteGate,
+        status: BudgetStatusSink | None,
+        metrics: Metrics,
+    ) -> None:
         self.budgets = budgets
+        self.events = reporter
+        self.write_gate = write_gate
+        self.status = status
+        self.metrics = metrics
         self._over: dict[str, frozenset[str]] = {}
         self._written: dict[str, float] = {}
 
@@ -109,7 +86,7 @@ class BudgetReporter:
         """Budget ``name`` was deleted."""
         self._over.pop(name, None)
         self._written.pop(name, None)
-        self.owner.metrics.forget_budget(name)
+        self.metrics.forget_budget(name)
 
     async def report(
         self,
@@ -123,7 +100,7 @@ class BudgetReporter:
         ``unguarded``: its keys (-> kind) whose kind the chart's budget guard does not hold
         back (:func:`~dynquota.policy.budget_guard.unguarded_keys`); ``listed``: the pass's
         LIST (namespace -> quota)."""
-        o = self.owner
+        events = self.events
         ref = ObjectRef(API_VERSION, BUDGET_KIND, record.name, "", record.uid)
         conditions = [dict(c) for c in record.status.get("conditions") or []]
         stamp = now_rfc3339()
@@ -131,7 +108,7 @@ class BudgetReporter:
         status: dict[str, Any] = {"observedGeneration": gen}
         if record.spec is None:
             set_condition(conditions, "Valid", "False", "Invalid", record.error, gen, stamp)
-            await o._warn_once(
+            await events.warn_once(
                 ref, EventReason.BUDGET_INVALID, f"{record.error}; it has no members: namespaces "
                 "labelled with it are sized by their own policy",
                 key=f"budget/{record.name}", cause=str(gen),
@@ -161,7 +138,7 @@ class BudgetReporter:
             if (keys := self.budgets.unsized.get(ns, frozenset()) & set(allocations))
         }
         if unsized:
-            await o._warn_once(
+            await events.warn_once(
                 ref, EventReason.BUDGET_KEY_NOT_SIZED,
                 "the DynamicQuotaPolicy of "
                 + "; ".join(f"{ns} does not size {', '.join(k)}" for ns, k in unsized.items())
@@ -219,13 +196,13 @@ class BudgetReporter:
                 f"{_text(k, allocations[k].budget)}"
                 for k in sorted(over)
             )
-            await o._emit(
+            await events.emit(
                 ref, "Warning", EventReason.OVER_BUDGET,
                 f"{message}: nothing is granted, no slice shrunk below its usage",
             )  # fmt: skip
         self._over[record.name] = over
         if result.writes:
-            o.metrics.budget_rebalances.labels(record.name).inc()
+            self.metrics.budget_rebalances.labels(record.name).inc()
             parts = []
             for key, allocation in sorted(allocations.items()):
                 moved = [
@@ -238,7 +215,7 @@ class BudgetReporter:
                         f"{key}: {', '.join(moved)} (budget {_text(key, allocation.budget)}, "
                         f"committed {_text(key, allocation.committed_after)})"
                     )
-            await o._emit(ref, "Normal", EventReason.REBALANCED, "; ".join(parts))
+            await events.emit(ref, "Normal", EventReason.REBALANCED, "; ".join(parts))
         namespaces: dict[str, Any] = {}
         used_sum: dict[str, int] = {}
         for ns in members:
@@ -262,9 +239,11 @@ class BudgetReporter:
             namespaces.setdefault(ns, None)  # left the budget: removed by the merge-patch
         for key, allocation in allocations.items():
             base = unit_for(key).base
-            o.metrics.budget_hard.labels(record.name, key).set(base(allocation.budget))
-            o.metrics.budget_granted.labels(record.name, key).set(base(allocation.committed_after))
-            o.metrics.budget_used.labels(record.name, key).set(base(used_sum.get(key, 0)))
+            self.metrics.budget_hard.labels(record.name, key).set(base(allocation.budget))
+            self.metrics.budget_granted.labels(record.name, key).set(
+                base(allocation.committed_after)
+            )
+            self.metrics.budget_used.labels(record.name, key).set(base(used_sum.get(key, 0)))
         status.update(
             namespaceCount=len(members),
             used={k: _text(k, used_sum.get(k, 0)) for k in allocations},
@@ -290,20 +269,19 @@ class BudgetReporter:
         same = same and {k: v for k, v in (status.get("namespaces") or {}).items() if v} == (
             old.get("namespaces") or {}
         )
-        if same or self.owner.budget_status is None or not self.owner.write_gate.may(STATUS):
+        if same or self.status is None or not self.write_gate.may(STATUS):
             return False
         now = time.monotonic()
         if same_conditions and now - self._written.get(record.name, -math.inf) < STATUS_INTERVAL:
             return True  # figures only, written a moment ago: under load, not on every pass
         self._written[record.name] = now
         try:
-            await self.owner.budget_status.patch_budget_status(record.name, status)
+            await self.status.patch_budget_status(record.name, status)
         except NotFoundError:
             return False  # deleted meanwhile
         merged = {**old, **status}
         merged["namespaces"] = {k: v for k, v in (status.get("namespaces") or {}).items() if v}
-        if self.budgets.records.get(record.name) is record:
-            self.budgets.records[record.name] = dataclasses.replace(record, status=merged)
+        self.budgets.status_written(record, merged)
         return False
 
 

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dynquota._k8s.errors import (
@@ -35,13 +35,18 @@ from dynquota._k8s.errors import (
     NotFoundError,
 )
 from dynquota.kube.quotas import QuotaSnapshot
-from dynquota.names import BUDGET_LABEL, TRACKED_RESOURCES
-from dynquota.operator.budget_report import BudgetReporter, BudgetTaskHost, PassResult
+from dynquota.metrics import Metrics
+from dynquota.names import BUDGET_LABEL
+from dynquota.operator.budget_report import BudgetReporter, PassResult
 from dynquota.operator.budgets import Budgets, leaving, member_slice, reserved
 from dynquota.operator.ports import (
     RECONCILE_TIMEOUT,
+    BudgetStatusSink,
+    LeaderView,
+    QuotaStore,
 )
-from dynquota.operator.write_gate import BUDGET_SLICES
+from dynquota.operator.reporting import Reporter
+from dynquota.operator.write_gate import BUDGET_SLICES, WriteGate
 from dynquota.policy import hard_text
 from dynquota.policy.budget import Slice, allocate
 from dynquota.policy.budget_guard import unguarded_keys
@@ -52,6 +57,7 @@ from dynquota.policy.state import (
     last_change_key,
     last_upscale_key,
 )
+from dynquota.settings import Settings
 
 __all__ = ["BudgetTasks"]
 
@@ -62,18 +68,49 @@ class BudgetTasks:
     """Starts, wakes and stops one asyncio task per stored QuotaBudget.
 
     Args:
-        owner: the operator (gate, kill switch, informers, quotas, Events, metrics).
-        budgets: its :class:`~dynquota.operator.budgets.Budgets`.
+        budgets: the budgets, their members and demands (wire its ``on_wake`` to
+            :meth:`wake` and ``on_records`` to :meth:`sync`).
+        quotas: the managed-quota I/O (one LIST a pass, the slice patches).
+        write_gate: asked before a pass and before each patch
+            (:data:`~dynquota.operator.write_gate.BUDGET_SLICES`).
+        leader: only the leader passes.
+        reporter: the budgets' Events.
+        status: the budgets' status writes (``None``: none written; unit tests).
+        metrics: the budget metrics and held writes.
+        settings: ``resync_seconds`` (an idle task's pass), ``coalesce_seconds``,
+            ``budget_guard_kinds``.
+        tally: the informers' count of a key in a namespace at an instant (``None``: not
+            counted), for a member's usage.
+        clock: the cluster's time, seconds since the epoch (the grow stamps).
     """
 
-    def __init__(self, owner: BudgetTaskHost, budgets: Budgets) -> None:
-        self.owner = owner
+    def __init__(
+        self,
+        budgets: Budgets,
+        *,
+        quotas: QuotaStore,
+        write_gate: WriteGate,
+        leader: LeaderView,
+        reporter: Reporter,
+        status: BudgetStatusSink | None,
+        metrics: Metrics,
+        settings: Settings,
+        tally: Callable[[str, str, float], int | None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.budgets = budgets
-        budgets.on_wake = self.wake
-        budgets.on_records = self.sync
+        self.quotas = quotas
+        self.write_gate = write_gate
+        self.leader = leader
+        self.metrics = metrics
+        self.settings = settings
+        self.tally = tally
+        self.clock = clock
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wakes: dict[str, asyncio.Event] = {}
-        self.reporter = BudgetReporter(owner, budgets)
+        self.reporter = BudgetReporter(
+            budgets, reporter=reporter, write_gate=write_gate, status=status, metrics=metrics
+        )
         self._held_logged: dict[str, float] = {}
         self.running = False
         self.last: dict[str, PassResult] = {}
@@ -130,7 +167,7 @@ class BudgetTasks:
 
     async def _run(self, name: str) -> None:
         wake = self._wakes[name]
-        idle = float(self.owner.settings.resync_seconds)
+        idle = float(self.settings.resync_seconds)
         due: float | None = None
         failures = 0
         while True:
@@ -138,8 +175,8 @@ class BudgetTasks:
                 async with asyncio.timeout(idle if due is None else due):
                     await wake.wait()
             wake.clear()
-            if self.owner.settings.coalesce_seconds:
-                await asyncio.sleep(self.owner.settings.coalesce_seconds)  # one pass per burst
+            if self.settings.coalesce_seconds:
+                await asyncio.sleep(self.settings.coalesce_seconds)  # one pass per burst
             try:
                 async with asyncio.timeout(RECONCILE_TIMEOUT):
                     result = await self.run_pass(name)
@@ -155,28 +192,22 @@ class BudgetTasks:
 
     # -- one pass -------------------------------------------------------------------------------
 
-    def hold_reason(self) -> str | None:
-        """Why no pass may write now (a ``dynquota_writes_held_total`` reason), or ``None``:
-        the write gate's answer for budget slices (a pass may shrink)."""
-        return self.owner.write_gate.hold(BUDGET_SLICES)
-
     async def run_pass(self, name: str) -> PassResult:
         """One pass for budget ``name`` (see the module docs). Raises ``KubeError`` (the LIST
         or a status write failed: the task retries with backoff)."""
-        o = self.owner
         record = self.budgets.records.get(name)
         result = PassResult()
         if record is None:
             return result
-        if not o.gate.is_leader:
+        if not self.leader.is_leader:
             result.again = 1.0  # a standby looks again (cheap: no API call)
             return result
         if record.spec is None:
             await self.reporter.report(record, result, [], {})
             return result
-        why = self.hold_reason()
+        why = self.write_gate.hold(BUDGET_SLICES)  # a pass may shrink
         if why is not None:
-            o.metrics.writes_held.labels(why).inc()
+            self.metrics.writes_held.labels(why).inc()
             now = time.monotonic()
             if now - self._held_logged.get(name, -math.inf) >= 60.0:
                 self._held_logged[name] = now
@@ -185,7 +216,7 @@ class BudgetTasks:
             return result
         members = self.budgets.members(name)
         listed = await self.list_quotas(name, members)
-        now = o.clock()
+        now = self.clock()
         # quotas this budget last wrote whose namespace is no member now: their slices stay
         # held until their reconcile re-sized them (docs/budgets.md, "Leaving a budget")
         result.leaving = leaving(name, set(members), listed)
@@ -224,7 +255,7 @@ class BudgetTasks:
                 )  # a label alone where an earlier version marked without it (one write)
                 if not values and not mark_only:
                     continue
-                if not o.write_gate.may(BUDGET_SLICES):  # asked again before each patch
+                if not self.write_gate.may(BUDGET_SLICES):  # asked again before each patch
                     result.again = 1.0
                     break
                 try:
@@ -233,9 +264,9 @@ class BudgetTasks:
                         if mark_only
                         else self._body(name, name if marked else None, values, quota, grows, now)
                     )
-                    patched = await o.quotas.patch(ns, body, versions[ns])
+                    patched = await self.quotas.patch(ns, body, versions[ns])
                 except ConflictError:
-                    o.metrics.write_conflicts.labels("retried").inc()
+                    self.metrics.write_conflicts.labels("retried").inc()
                     result.again = 0.0  # changed since the LIST: decide again from a new one
                     break
                 except NotFoundError:
@@ -259,7 +290,7 @@ class BudgetTasks:
             "budget %s: pass over %s: %s", name, members,
             {k: (a.writes, a.targets, a.committed) for k, a in result.allocations.items()},
         )  # fmt: skip
-        unguarded = unguarded_keys(record.spec.hard, o.settings.budget_guard_kinds)
+        unguarded = unguarded_keys(record.spec.hard, self.settings.budget_guard_kinds)
         await self.reporter.report(record, result, members, unguarded, listed)
         self.last[name] = result
         return result
@@ -275,7 +306,7 @@ class BudgetTasks:
 
         Raises: ``KubeError``.
         """
-        quotas = self.owner.quotas
+        quotas = self.quotas
         known = self._labelled.get(name)
         if known is not None and known.issuperset(members):
             own = {q.namespace: q for q in await quotas.list_managed(f"{BUDGET_LABEL}={name}")}
@@ -292,10 +323,7 @@ class BudgetTasks:
     def _slice(
         self, ns: str, key: str, quota: QuotaSnapshot | None, now: float, hard: int, members: int
     ) -> Slice:
-        usage = self.owner.usage
-        tally = (
-            usage.usage(ns, key, now) if usage is not None and key in TRACKED_RESOURCES else None
-        )
+        tally = self.tally(ns, key, now)
         demand = self.budgets.demand_for(ns, key, hard, members)
         return member_slice(ns, key, quota, tally, demand, self.budgets.step_for(ns, key))
 

@@ -21,13 +21,12 @@ room, the guard refuses creates) until C's slice is in force.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from pydantic import ValidationError
 
-from dynquota._k8s.workqueue import WorkQueue
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import BUDGET_LABEL, TRACKED_RESOURCES
 from dynquota.operator.budget_shape import mark_as_label, strip_keys
@@ -40,7 +39,6 @@ from dynquota.policy.state import (
 from dynquota.settings import Settings
 
 __all__ = [
-    "BudgetHost",
     "BudgetRecord",
     "Budgets",
     "Slicing",
@@ -51,19 +49,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("dynquota.operator")
-
-
-class BudgetHost(Protocol):
-    """What :class:`Budgets` reads of the operator
-    (:class:`~dynquota.operator.cache.OperatorCache`)."""
-
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def namespaces(self) -> dict[str, NamespaceInfo]: ...
-    @property
-    def queue(self) -> WorkQueue: ...
-    def governance(self, namespace: str) -> Governance | None: ...
 
 
 @dataclass(frozen=True)
@@ -181,15 +166,28 @@ class Budgets:
     """The budgets one operator replica knows, their members' demands, and the reconcile's hook.
 
     Args:
-        owner: the operator (its namespaces, governance, quotas, gate and settings).
+        settings: the operator settings (its global dry run: no member).
+        namespaces: the known namespaces (a live mapping: the cluster view's).
+        governance: how a namespace is governed now.
+        requeue_all: queues every known namespace when membership may have changed
+            (``None``: nothing is queued, as in ``dynquota plan``).
 
     Feed it with :meth:`on_budget` and :meth:`on_budgets_synced` (an informer) or
     :meth:`on_budget_list`; the reconcile calls
     :meth:`shape`; :class:`~dynquota.operator.budget_task.BudgetTasks` runs the passes.
     """
 
-    def __init__(self, owner: BudgetHost) -> None:
-        self.owner = owner
+    def __init__(
+        self,
+        settings: Settings,
+        namespaces: Mapping[str, NamespaceInfo],
+        governance: Callable[[str], Governance | None],
+        requeue_all: Callable[[], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.namespaces = namespaces
+        self.governance = governance
+        self.requeue_all = requeue_all
         self.records: dict[str, BudgetRecord] = {}
         self.listed = False
         """Whether a consistent LIST of the budgets succeeded (or their CRD is not served):
@@ -200,10 +198,12 @@ class Budgets:
         """Member namespace -> its budgeted keys its policy does not size (no demand of its
         own: :meth:`demand_for` gives it an even share of the budget)."""
         self._member_of: dict[str, str | None] = {}
-        self.on_wake: Any = None
-        """Called with a budget name when its task should run a pass (set by the tasks)."""
-        self.on_records: Any = None
-        """Called after the set of budgets changed (set by the tasks)."""
+        self.on_wake: Callable[[str], None] | None = None
+        """Called with a budget name when its task should run a pass (the assembly wires it
+        to :meth:`~dynquota.operator.budget_task.BudgetTasks.wake`)."""
+        self.on_records: Callable[[], None] | None = None
+        """Called after the set of budgets changed (the assembly wires it to
+        :meth:`~dynquota.operator.budget_task.BudgetTasks.sync`)."""
 
     # -- watches --------------------------------------------------------------------------------
 
@@ -242,17 +242,27 @@ class Budgets:
         on writes may proceed."""
         if not self.listed:
             self.listed = True
-            self.owner.queue.add_all(list(self.owner.namespaces))
+            self._requeue_all()
             if self.on_records is not None:
                 self.on_records()
 
     def _changed(self, name: str) -> None:
         # membership may change anywhere: every namespace decides again (its demand and
         # whether the reconcile writes its keys), every task looks again
-        self.owner.queue.add_all(list(self.owner.namespaces))
+        self._requeue_all()
         if self.on_records is not None:
             self.on_records()
         self.wake(name)
+
+    def _requeue_all(self) -> None:
+        if self.requeue_all is not None:
+            self.requeue_all()
+
+    def status_written(self, record: BudgetRecord, status: Mapping[str, Any]) -> None:
+        """The operator wrote ``status`` (merged as stored) to ``record``'s budget: it is what
+        is stored now, unless the budget changed meanwhile."""
+        if self.records.get(record.name) is record:
+            self.records[record.name] = replace(record, status=status)
 
     def wake(self, budget: str | None) -> None:
         """Ask the task of ``budget`` for a pass (no-op for ``None``)."""
@@ -289,7 +299,7 @@ class Budgets:
     def step_for(self, namespace: str, key: str) -> int:
         """The whole step a slice of ``key`` is given room in: the ``minimumHeadroom`` of the
         profile governing ``namespace`` for ``key`` (1: none, or not governed). Units."""
-        governance = self.owner.governance(namespace)
+        governance = self.governance(namespace)
         profile = governance.profiles.get(key) if governance is not None else None
         return max(profile.minimum_headroom, 1) if profile is not None else 1
 
@@ -305,14 +315,14 @@ class Budgets:
         """How budgets bear on ``namespace`` now (see :class:`Slicing`): a member of the
         budget its label names when that budget exists and is valid and a policy manages the
         namespace (not in dry run)."""
-        info = self.owner.namespaces.get(namespace)
+        info = self.namespaces.get(namespace)
         if info is None:
             return NOT_BUDGETED
         label = info.labels.get(BUDGET_LABEL) or None
-        governance = self.owner.governance(namespace)
+        governance = self.governance(namespace)
         if governance is None or governance.kind != "managed":
             return Slicing(label=label)
-        if governance.dry_run or self.owner.settings.dry_run:
+        if governance.dry_run or self.settings.dry_run:
             return Slicing(label=label)
         record = self.records.get(label) if label is not None else None
         if record is None or record.spec is None:
@@ -330,7 +340,7 @@ class Budgets:
         """The member namespaces of ``budget``, sorted."""
         return sorted(
             ns
-            for ns, info in self.owner.namespaces.items()
+            for ns, info in self.namespaces.items()
             if info.labels.get(BUDGET_LABEL) == budget and self.slicing(ns).budget == budget
         )
 
@@ -355,7 +365,7 @@ class Budgets:
             return mark_as_label(decision, current, slicing.label)
         if not slicing.keys or decision.action == "delete":
             return decision
-        governance = self.owner.governance(namespace)
+        governance = self.governance(namespace)
         profiles = governance.profiles if governance is not None else {}
         unsized = frozenset(k for k in slicing.keys if k not in profiles)
         if self.unsized.get(namespace, frozenset()) != unsized:

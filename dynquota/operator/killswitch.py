@@ -1,62 +1,127 @@
-"""The kill switch (a layer of :class:`~dynquota.operator.reconcile.Operator`).
+"""The kill switch (a part of :class:`~dynquota.operator.assembly.Operator`, built alone in
+tests).
 
 ``dynquota.io/kill-switch=true`` on ``kube-system`` deletes every managed quota and creates
-none. The sweep (:meth:`KillSwitch.engage_kill_switch`) needs only a consistent read of
-``kube-system`` showing it engaged, and the Lease; every delete of a managed quota, by the
-sweep or by a reconcile, goes through :meth:`KillSwitch._delete_managed` (uid precondition,
-the shared rate limit ``KILL_SWITCH_DELETE_QPS``, counted by cause).
+none. :class:`KillSwitch` owns the switch's state (:class:`SwitchState`, which the write gate
+and the writers read), reads it from ``kube-system`` (:meth:`KillSwitch.observe`), confirms a
+change seen in a watch event with a consistent read (:meth:`KillSwitch.confirm`), and sweeps
+(:meth:`KillSwitch.engage`): the sweep needs only a consistent read of ``kube-system`` showing it
+engaged, and the Lease. Every delete goes through the :class:`~dynquota.operator.deleter.Deleter`
+(uid precondition, the shared rate limit ``KILL_SWITCH_DELETE_QPS``, counted by cause).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from dynquota._k8s.backoff import Backoff
 from dynquota._k8s.errors import KubeError
 from dynquota.kube.events import ObjectRef
+from dynquota.metrics import Metrics
 from dynquota.names import EventReason
-from dynquota.operator.policy_status import PolicyStatusWriter
+from dynquota.operator.deleter import Deleter, Deletion
 from dynquota.operator.ports import (
     KUBE_SYSTEM,
+    LeaderView,
+    NamespaceReader,
+    QuotaStore,
 )
-from dynquota.operator.write_gate import KILL_SWITCH_DELETE, UNMANAGING_DELETE
-from dynquota.policy import (
-    KILL_SWITCH,
-    TRACKED_RESOURCES,
-    resolve_kill_switch,
-)
+from dynquota.operator.reporting import Reporter
+from dynquota.operator.write_gate import KILL_SWITCH_DELETE, WriteGate
+from dynquota.policy import KILL_SWITCH, resolve_kill_switch
+from dynquota.settings import Settings
 
-__all__ = [
-    "Deletion",
-    "KillSwitch",
-]
+__all__ = ["KillSwitch", "SwitchState"]
 
 log = logging.getLogger("dynquota.operator")
 
 
-class Deletion(enum.Enum):
-    """What :meth:`KillSwitch._delete_managed` did: ``DELETED`` the quota; found it ``GONE``
-    (404) or replaced (uid precondition); or ``HELD`` it back because the Lease or the kill
-    switch no longer allowed the delete after the rate limiter's wait."""
+@dataclass
+class SwitchState:
+    """The kill switch as this replica knows it (:class:`~dynquota.operator.ports.SwitchView`;
+    written only by :class:`KillSwitch`).
 
-    DELETED = "deleted"
-    GONE = "gone"
-    HELD = "held"
+    ``engaged``: ``True``, ``False`` released, ``None`` unknown (nothing is written).
+    ``release_confirmed``: ``False`` from a watch event releasing the switch until a
+    consistent read of ``kube-system`` confirms it (creates are held meanwhile).
+    ``managed_quotas_exist``: whether managed quotas existed at start-up (read only when the
+    annotation is invalid then; ``None``: not known). ``sweeping``: a sweep deletes, so
+    reconciles leave deletes to it.
+    """
+
+    engaged: bool | None = None
+    release_confirmed: bool = True
+    managed_quotas_exist: bool | None = None
+    sweeping: bool = False
 
 
-class KillSwitch(PolicyStatusWriter):
-    """The kill-switch state, its confirmation reads and the sweep."""
+class KillSwitch:
+    """The kill switch's state, its confirming reads and the sweep.
 
-    # -- kill switch ---------------------------------------------------------------------------
+    Args:
+        state: the state it owns (handed in so the write gate can read it first).
+        settings: ``dry_run`` (a sweep only says what it would delete),
+            ``kill_switch_delete_qps`` (said in the ``KillSwitchEngaged`` Event).
+        deleter: every delete of a managed quota.
+        reporter: Events and the ``KillSwitchInvalid`` Warning.
+        write_gate: asked before every delete of the sweep.
+        quotas: lists the managed quotas to sweep.
+        leader: only the leader sweeps.
+        metrics: ``dynquota_kill_switch`` and ``dynquota_kill_switch_state``.
+        requeue_all: queues every known namespace (on each change of the switch).
+        reread: applies a consistent read of ``kube-system`` that disagrees with a watch
+            event, as a Namespace listing (the operator's ``on_namespace``).
+        kube_system_uid: the uid of ``kube-system`` (for the Events on it).
+        namespace_reader: consistent reads of ``kube-system`` confirming a change seen in a
+            watch event before it deletes or re-creates quotas (``None``: the event is
+            trusted; unit tests only).
+    """
 
-    def observe_kill_switch(self, value: str | None, *, consistent: bool = True) -> None:
+    def __init__(
+        self,
+        state: SwitchState,
+        settings: Settings,
+        *,
+        deleter: Deleter,
+        reporter: Reporter,
+        write_gate: WriteGate,
+        quotas: QuotaStore,
+        leader: LeaderView,
+        metrics: Metrics,
+        requeue_all: Callable[[], None],
+        reread: Callable[[Mapping[str, Any]], None],
+        kube_system_uid: Callable[[], str],
+        namespace_reader: NamespaceReader | None = None,
+    ) -> None:
+        self.state = state
+        self.settings = settings
+        self.deleter = deleter
+        self.reporter = reporter
+        self.write_gate = write_gate
+        self.quotas = quotas
+        self.leader = leader
+        self.metrics = metrics
+        self.requeue_all = requeue_all
+        self.reread = reread
+        self.kube_system_uid = kube_system_uid
+        self.namespace_reader = namespace_reader
+        self._observed = False
+        self._logged: str | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- reading the switch -------------------------------------------------------------------
+
+    def observe(self, value: str | None, *, consistent: bool = True) -> None:
         """The ``dynquota.io/kill-switch`` annotation of ``kube-system`` as read now.
 
         An invalid value keeps the last valid state; with none yet (start-up), the state is
-        released if :attr:`managed_quotas_exist` (set at start-up), else unknown (nothing is
+        released if ``managed_quotas_exist`` (set at start-up), else unknown (nothing is
         written) — see :func:`dynquota.policy.resolve_kill_switch`.
 
         ``consistent``: the value comes from a consistent read (a GET or LIST), not from a
@@ -64,20 +129,21 @@ class KillSwitch(PolicyStatusWriter):
         read of ``kube-system`` confirms it; an engage seen in one is confirmed the same way
         by the sweep before it deletes.
         """
-        observed_before, self._kill_switch_observed = self._kill_switch_observed, True
+        state = self.state
+        observed_before, self._observed = self._observed, True
         reading = resolve_kill_switch(
             value,
-            self.kill_switch,
-            managed_quotas_exist=self.managed_quotas_exist if self.kill_switch is None else None,
+            state.engaged,
+            managed_quotas_exist=state.managed_quotas_exist if state.engaged is None else None,
         )
-        for state in ("engaged", "released", "unknown"):
-            self.metrics.kill_switch_state.labels(state).set(1 if state == reading.state else 0)
-        if reading.warning and reading.warning != self._kill_switch_logged:
-            self._kill_switch_logged = reading.warning  # the same value read again: once
+        for name in ("engaged", "released", "unknown"):
+            self.metrics.kill_switch_state.labels(name).set(1 if name == reading.state else 0)
+        if reading.warning and reading.warning != self._logged:
+            self._logged = reading.warning  # the same value read again: once
             log.warning("%s", reading.warning)
             self._spawn(
-                self._warn_once(
-                    ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
+                self.reporter.warn_once(
+                    ObjectRef.namespace_object(KUBE_SYSTEM, self.kube_system_uid()),
                     EventReason.KILL_SWITCH_INVALID,
                     reading.warning,
                     key=KUBE_SYSTEM,
@@ -85,46 +151,46 @@ class KillSwitch(PolicyStatusWriter):
                 )
             )
         if consistent and reading.engaged is False:
-            self._release_confirmed = True
-        if reading.engaged is None or reading.engaged == self.kill_switch:
+            state.release_confirmed = True
+        if reading.engaged is None or reading.engaged == state.engaged:
             return
         # the first reading since start-up announces nothing (the change was announced when
         # it happened); leaving the unknown state later is a change like any other
         first = not observed_before
-        released_by_switch = self.kill_switch is not False and not reading.engaged
-        self.kill_switch = reading.engaged
+        released_by_switch = state.engaged is not False and not reading.engaged
+        state.engaged = reading.engaged
         if released_by_switch:
-            self._deleted_by_others.clear()  # deleted by the switch (maybe by a peer)
+            self.deleter.released()  # deleted by the switch (maybe by a peer)
         self.metrics.kill_switch.set(1 if reading.engaged else 0)
-        if self._kill_task is not None:
-            self._kill_task.cancel()
-            self._kill_task = None
-            self._sweeping = False
-        if reading.engaged and not self.gate.is_leader:
+        if self._sweep_task is not None:
+            self._sweep_task.cancel()
+            self._sweep_task = None
+            state.sweeping = False
+        if reading.engaged and not self.leader.is_leader:
             log.warning("kill switch engaged: the leader deletes every managed quota (standby)")
         elif reading.engaged:
             log.warning("kill switch engaged: deleting every managed quota, creating none")
-            self._start_sweep(announce=not first)
+            self.start_sweep(announce=not first)
         elif not first:
             log.warning("kill switch released: re-creating quotas for every managed namespace")
             if not consistent and self.namespace_reader is not None:
-                self._release_confirmed = False
-            self._spawn(self._release_kill_switch())
-        self.queue.add_all(list(self.namespaces))
+                state.release_confirmed = False
+            self._spawn(self._release())
+        self.requeue_all()
 
-    async def confirm_kill_switch(self, engaged: bool) -> bool:
+    async def confirm(self, engaged: bool) -> bool:
         """Whether a consistent read of ``kube-system`` shows the kill switch ``engaged``
-        (``True``) or released (``False``), as the in-memory state says.
+        (``True``) or released (``False``), as the state says.
 
-        Retries the read with backoff (each request has its own timeout) while the in-memory
-        state still says ``engaged``; returns ``False`` once it says otherwise. A read that
-        disagrees is applied (:meth:`on_namespace`) and ``False`` is returned. Without a
-        :attr:`namespace_reader` the watch event is trusted: ``True``.
+        Retries the read with backoff (each request has its own timeout) while the state
+        still says ``engaged``; returns ``False`` once it says otherwise. A read that
+        disagrees is applied (``reread``) and ``False`` is returned. Without a
+        ``namespace_reader`` the watch event is trusted: ``True``.
         """
         if self.namespace_reader is None:
             return True
         backoff = Backoff(initial=1.0, maximum=30.0)
-        while self.kill_switch is engaged:
+        while self.state.engaged is engaged:
             try:
                 obj = await self.namespace_reader.read_namespace(KUBE_SYSTEM)
             except KubeError as exc:
@@ -146,16 +212,19 @@ class KillSwitch(PolicyStatusWriter):
                 "engaged" if engaged else "released",
                 KUBE_SYSTEM,
             )
-            self.on_namespace(None, obj)
+            self.reread(obj)
             return False
         return False
 
-    def _start_sweep(self, announce: bool = False) -> None:
-        # marked before any reconcile queued with it can run, so they leave deletes to it
-        self._sweeping = not self.settings.dry_run
-        self._kill_task = self._spawn(self.engage_kill_switch(announce=announce))
+    # -- the sweep ----------------------------------------------------------------------------
 
-    async def engage_kill_switch(self, announce: bool = False) -> int:
+    def start_sweep(self, announce: bool = False) -> None:
+        """Start a sweep in the background (:meth:`engage`)."""
+        # marked before any reconcile queued with it can run, so they leave deletes to it
+        self.state.sweeping = not self.settings.dry_run
+        self._sweep_task = self._spawn(self.engage(announce=announce))
+
+    async def engage(self, announce: bool = False) -> int:
         """Delete every managed quota in the cluster (rate-limited); returns how many this
         sweep deleted (quotas already gone, 404, are not counted).
 
@@ -165,40 +234,30 @@ class KillSwitch(PolicyStatusWriter):
         reconciles leave deletes to it. Each deletion is logged; the summary is one WARNING
         line with exact counts. Stops early if the switch is released or leadership is lost.
         """
-        self._sweeping = not self.settings.dry_run
+        self.state.sweeping = not self.settings.dry_run
         try:
             return await self._sweep(announce)
         finally:
-            self._sweeping = False
+            self.state.sweeping = False
 
     async def _sweep(self, announce: bool) -> int:
-        """The body of :meth:`engage_kill_switch`."""
-        if not await self.confirm_kill_switch(True):
+        """The body of :meth:`engage`."""
+        if not await self.confirm(True):
             return 0
-        if announce and self.gate.is_leader:
-            await self._emit(
-                ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
+        if announce and self.leader.is_leader:
+            await self.reporter.emit(
+                ObjectRef.namespace_object(KUBE_SYSTEM, self.kube_system_uid()),
                 "Normal",
                 EventReason.KILL_SWITCH_ENGAGED,
                 f"{KILL_SWITCH}=true: deleting every managed quota "
                 f"(at most {self.settings.kill_switch_delete_qps:g}/s); none is created",
             )
         if self.settings.dry_run:
-            try:
-                found = await self.quotas.list_managed()
-            except KubeError as exc:
-                log.warning("(dry run) kill switch: listing managed quotas failed: %s", exc)
-                return 0
-            for quota in found:
-                log.warning(
-                    "(dry run) kill switch: would delete the managed quota of %s", quota.namespace
-                )
-            log.warning("(dry run) kill switch: would delete %d managed quotas", len(found))
-            return 0
+            return await self._dry_run_sweep()
         deleted = gone = held = 0
         complete = False
         try:
-            while self.kill_switch and self.gate.is_leader:
+            while self.state.engaged and self.leader.is_leader:
                 try:
                     found = await self.quotas.list_managed()
                 except KubeError as exc:
@@ -210,7 +269,7 @@ class KillSwitch(PolicyStatusWriter):
                     break
                 failed = 0
                 for quota in found:
-                    if not self.kill_switch:
+                    if not self.state.engaged:
                         break
                     why = self.write_gate.hold(KILL_SWITCH_DELETE)
                     if why is not None:
@@ -220,7 +279,7 @@ class KillSwitch(PolicyStatusWriter):
                         failed += 1
                         break
                     try:
-                        result = await self._delete_managed(
+                        result = await self.deleter.delete(
                             quota.namespace, quota.uid, "kill-switch", "kill switch engaged"
                         )
                     except KubeError as exc:
@@ -240,7 +299,7 @@ class KillSwitch(PolicyStatusWriter):
                 if failed:
                     await asyncio.sleep(1)  # then list again and retry what is left
         finally:
-            self._sweeping = False
+            self.state.sweeping = False
         # a delete held back after its rate-limit wait was not sent: not "already gone"
         skipped = f"{gone} already gone" + (f", {held} held back" if held else "")
         if complete:
@@ -250,80 +309,58 @@ class KillSwitch(PolicyStatusWriter):
         else:
             log.warning(
                 "kill switch: sweep stopped (%s) after deleting %d managed quotas (%s)",
-                "released" if not self.kill_switch else "not leading",
+                "released" if not self.state.engaged else "not leading",
                 deleted,
                 skipped,
             )
         return deleted
 
-    async def _delete_managed(
-        self, namespace: str, uid: str | None, cause: str, why: str
-    ) -> Deletion:
-        """Delete the managed quota of ``namespace`` (the object ``uid``) for ``cause``
-        (``kill-switch``, ``unmanaged`` or ``dry-run``): waits for the shared client-side rate
-        limit (``KILL_SWITCH_DELETE_QPS``), then asks the write gate again (for ``kill-switch``
-        also that the switch is still engaged), logs the deletion with ``why`` at WARNING,
-        counts it in ``dynquota_quota_deletions_total{cause}``. Returns
-        :attr:`Deletion.DELETED`; :attr:`Deletion.GONE` if the quota was already gone or
-        replaced; :attr:`Deletion.HELD` if the check after the wait failed (nothing was sent;
-        the caller decides again). Raises :class:`~dynquota._k8s.errors.KubeError`.
-        """
-        await self._delete_limiter.acquire()
-        # The wait can be long (a sweep shares the rate): what allowed this delete — the Lease
-        # for the whole request, the kill switch for its deletes — is checked again after it.
-        write = KILL_SWITCH_DELETE if cause == "kill-switch" else UNMANAGING_DELETE
-        if not self.write_gate.may(write) or (
-            cause == "kill-switch" and self.kill_switch is not True
-        ):
-            log.info(
-                "managed quota of %s not deleted (%s): the Lease or the kill switch changed "
-                "while the delete waited for its turn",
-                namespace,
-                cause,
-            )
-            return Deletion.HELD
-        self._own_deletes[namespace] = True
+    async def _dry_run_sweep(self) -> int:
+        """What a sweep would delete, logged (the operator in dry run deletes nothing)."""
         try:
-            deleted = await self.quotas.delete(namespace, uid)
-        except BaseException:
-            self._own_deletes.pop(namespace, False)
-            raise
-        if not deleted:
-            log.info("managed quota of %s already gone (%s)", namespace, why)
-            return Deletion.GONE
-        log.warning("deleted the managed quota of %s: %s", namespace, why)
-        self.metrics.quota_deletions.labels(cause).inc()
-        view = self._record_view(namespace, "delete", (why,))
-        view.hard = {}
-        for resource in self._metric_keys.get(namespace, TRACKED_RESOURCES):
-            with contextlib.suppress(KeyError):
-                self.metrics.hard.remove(namespace, resource)
-        return Deletion.DELETED
+            found = await self.quotas.list_managed()
+        except KubeError as exc:
+            log.warning("(dry run) kill switch: listing managed quotas failed: %s", exc)
+            return 0
+        for quota in found:
+            log.warning(
+                "(dry run) kill switch: would delete the managed quota of %s", quota.namespace
+            )
+        log.warning("(dry run) kill switch: would delete %d managed quotas", len(found))
+        return 0
 
-    async def _release_kill_switch(self) -> None:
-        if not self._release_confirmed:
-            if not await self.confirm_kill_switch(False):
+    async def _release(self) -> None:
+        if not self.state.release_confirmed:
+            if not await self.confirm(False):
                 return
-            self._release_confirmed = True
-            self.queue.add_all(list(self.namespaces))
-        if self.gate.is_leader:
-            await self._emit(
-                ObjectRef.namespace_object(KUBE_SYSTEM, self._kube_system_uid),
+            self.state.release_confirmed = True
+            self.requeue_all()
+        if self.leader.is_leader:
+            await self.reporter.emit(
+                ObjectRef.namespace_object(KUBE_SYSTEM, self.kube_system_uid()),
                 "Normal",
                 EventReason.KILL_SWITCH_RELEASED,
                 f"{KILL_SWITCH} released: re-creating quotas for every managed namespace",
             )
 
-    async def on_leadership(self, leading: bool) -> None:
-        """Leadership changed: report it; a new leader catches up on everything."""
-        self.metrics.leader.set(1 if leading else 0)
-        if self.waker is not None:
-            if leading:
-                self.waker.sweep(self._watched.values())  # raises made while standing by
-            else:
-                self.waker.reset()
-        if leading:
-            if self.kill_switch:
-                self._start_sweep()
-            self.queue.add_all(list(self.namespaces))
-            self.mark_policy_status_dirty()
+    def on_leadership(self, leading: bool) -> None:
+        """Leadership changed: a new leader sweeps if the switch is engaged."""
+        if leading and self.state.engaged:
+            self.start_sweep()
+
+    # -- background tasks ---------------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def stop(self) -> None:
+        """Cancel the sweep and the Event tasks this part started, and wait for them."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

@@ -5,19 +5,19 @@
 :func:`~dynquota.operator.plan_snapshot.read_cluster` or
 :func:`~dynquota.operator.plan_scope.read_scope`) with the operator's own code, given the
 operator's :class:`~dynquota.settings.Settings` (the running release's, see
-:mod:`dynquota.operator.release`): the same :func:`~dynquota.operator.decision.governance_of`
-and :func:`~dynquota.operator.decision.decide_args` the operator uses, on the same conversions
-(:meth:`QuotaSnapshot.state <dynquota.kube.quotas.QuotaSnapshot.state>`,
-:func:`dynquota.policy.observed_usage`). It also says why each namespace is not
+:mod:`dynquota.operator.release`): the same :func:`~dynquota.operator.decision.governance_of`,
+:func:`~dynquota.operator.decision.observe` and
+:func:`~dynquota.operator.decision.decide_namespace` the reconcile uses (without a replica's
+memory). It also says why each namespace is not
 managed or not enforced, and lists the other (non-dynquota) ResourceQuotas of each namespace:
 admission checks a create against every quota of the namespace, so the lowest limit wins.
 
-It takes every LimitRange as the reconcile does before adding a compute key (the compute trap,
-``Operator._missing_defaults`` and ``Operator._ensure_companion`` in
-:mod:`dynquota.operator.reconcile`): a compute key with no LimitRange default is shown
-``held`` (``NeedsDefaultRequests``) where the operator holds it, and the state of each
-companion LimitRange ``dynquota`` (in place, would be created or patched, foreign, dry run,
-left over) is listed (:mod:`dynquota.operator.plan_companion`).
+It takes every LimitRange as the reconcile does before adding a compute key (the compute trap
+and the companion rules of :mod:`dynquota.policy.companion`, which
+:class:`~dynquota.operator.companion.Companions` follows): a compute key with no LimitRange
+default is shown ``held`` (``NeedsDefaultRequests``) where the operator holds it, and the state
+of each companion LimitRange ``dynquota`` (in place, would be created or patched, foreign, dry
+run, left over) is listed (:mod:`dynquota.operator.plan_companion`).
 
 The plan has no usage history: it takes the peak as the current usage ``U``, and assumes the
 operator has been running for longer than every cooldown. The operator itself may therefore
@@ -37,7 +37,7 @@ from dynquota.names import (
     EventReason,
 )
 from dynquota.operator.brake import CONFIRM, UnmanageBrake, counted
-from dynquota.operator.decision import decide_args, governance_of
+from dynquota.operator.decision import decide_namespace, governance_of, observe
 from dynquota.operator.plan_budgets import budget_plans, snapshot_budgets
 from dynquota.operator.plan_companion import companion_of, missing_defaults
 from dynquota.operator.plan_model import (
@@ -58,11 +58,8 @@ from dynquota.policy import (
     Governance,
     NamespaceInfo,
     QuotaKeyError,
-    decide,
     format_time,
-    observed_usage,
     parse_kill_switch,
-    resource_order,
     target,
     unit_for,
     validate_policy,
@@ -143,7 +140,7 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
         name = str(meta["name"])
         labels = dict(meta.get("labels") or {})
         infos[name] = NamespaceInfo(name, labels, bool(meta.get("deletionTimestamp")))
-    # as Operator.governance: the settings' verdict, then the policies
+    # as ClusterView.governance: the settings' verdict, then the policies
     governances = {name: governance_of(info, policies, settings) for name, info in infos.items()}
     # the operator's own membership and demand code (Budgets.slicing, Budgets.shape)
     budgets = snapshot_budgets(settings, infos, governances, snapshot.budgets)
@@ -189,20 +186,22 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
         if governance.kind == "unmanaged" and quota is None and kill_switch is not None:
             continue  # nothing to do: said in not_managed
         tally = {r: snapshot.tally.get((name, r), 0) for r in TRACKED_RESOURCES}
-        keys = resource_order(set(TRACKED_RESOURCES) | set(governance.profiles))
-        usage = observed_usage(tally, quota.used_counts() if quota is not None else {}, keys)
+        observed = observe(governance, quota.used_counts() if quota is not None else {}, tally)
+        keys, usage = observed.keys, observed.usage
         missing = missing_defaults(governance, quota, limit_ranges.get(name, []), companion)
-        decision = decide(
-            governance=governance,
-            usage=usage,
-            peak=usage,
-            quota=quota.state() if quota is not None else None,
+        decision = decide_namespace(
+            name,
+            governance,
+            observed,
+            quota.state() if quota is not None else None,
+            current=quota,
             kill_switch=kill_switch,
             now=when,
-            started_at=0.0,
+            settings=settings,
+            dry_run=dry_run,
             missing_defaults=missing,
             budgeted=budgets.budgeted(name),
-            **decide_args(settings),
+            replica=None,
         )
         if not decision.dry_run:
             # as the reconcile: budgeted keys are the budget task's; their hard is its demand

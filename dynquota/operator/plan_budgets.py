@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dynquota._k8s.workqueue import WorkQueue
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.operator.budgets import (
     BudgetRecord,
@@ -39,9 +38,9 @@ def snapshot_budgets(
     budgets: Sequence[Mapping[str, Any]],
 ) -> Budgets:
     """The operator's :class:`~dynquota.operator.budgets.Budgets` over a snapshot: its
-    ``namespaces`` and their ``governances`` (as ``Operator.governance``), and every
-    QuotaBudget object of the snapshot (``budgets``), listed."""
-    found = Budgets(_PlanBudgetHost(settings, namespaces, governances))
+    ``namespaces`` and their ``governances`` (as ``ClusterView.governance``), and every
+    QuotaBudget object of the snapshot (``budgets``), listed; the plan queues nothing."""
+    found = Budgets(settings, namespaces, governances.get)
     found.records = {r.name: r for r in map(read_budget, budgets)}
     found.listed = True
     return found
@@ -58,36 +57,6 @@ def budget_plans(
         _budget_plan(record, budgets, quotas, tally)
         for _, record in sorted(budgets.records.items())
     ]
-
-
-class _PlanBudgetHost:
-    """What :class:`~dynquota.operator.budgets.Budgets` reads of the operator, from a
-    snapshot (``namespaces`` and their ``governances``); the plan never queues."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        namespaces: dict[str, NamespaceInfo],
-        governances: Mapping[str, Governance],
-    ) -> None:
-        self._settings = settings
-        self._namespaces = namespaces
-        self._governances = governances
-
-    @property
-    def settings(self) -> Settings:
-        return self._settings
-
-    @property
-    def namespaces(self) -> dict[str, NamespaceInfo]:
-        return self._namespaces
-
-    @property
-    def queue(self) -> WorkQueue:
-        raise RuntimeError("the plan never queues a namespace")
-
-    def governance(self, namespace: str) -> Governance | None:
-        return self._governances.get(namespace)
 
 
 def _budget_plan(

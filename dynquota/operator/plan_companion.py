@@ -1,7 +1,7 @@
 """The companion LimitRanges of ``dynquota plan`` (pure): what the reconcile does with a
-namespace's LimitRanges before adding a compute key (the compute trap,
-``Operator._missing_defaults`` and ``Operator._ensure_companion`` in
-:mod:`dynquota.operator.reconcile`).
+namespace's LimitRanges before adding a compute key, by the same rules
+(:mod:`dynquota.policy.companion`, which :class:`~dynquota.operator.companion.Companions`
+follows).
 
 :func:`companion_of` is the state of a namespace's companion LimitRange ``dynquota`` (in
 place, would be created or patched, foreign, dry run, left over);
@@ -17,8 +17,10 @@ from typing import Any
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MANAGED_LIMIT_RANGE_NAME
 from dynquota.operator.plan_model import Companion
-from dynquota.policy import Governance, unit_for
-from dynquota.policy.limitrange import ContainerDefaults, limit_range_covers, owned_limit_range
+from dynquota.policy import Governance
+from dynquota.policy.companion import CompanionStep, companion_step, trapped_keys
+from dynquota.policy.companion import missing_defaults as uncovered
+from dynquota.policy.limitrange import ContainerDefaults
 
 __all__ = ["companion_of", "missing_defaults"]
 
@@ -31,17 +33,12 @@ def missing_defaults(
 ) -> frozenset[str]:
     """The policy's compute keys (the compute trap) not in the quota yet that no LimitRange
     of the namespace (``items``) gives a default for, counting the companion as the
-    reconcile does once it is in place or written (``Operator._missing_defaults``)."""
+    reconcile does once it is in place or written (``Companions.missing_defaults``)."""
     if governance.kind != "managed":
         return frozenset()
-    hard = quota.spec_hard if quota is not None else {}
-    trapped = frozenset(
-        k for k in governance.profiles if k not in hard and unit_for(k).info.compute_trap
-    )
-    covered = limit_range_covers(items)
-    if companion is not None and companion.state in ("in place", "create", "patch"):
-        covered |= governance.container_defaults.covers()
-    return trapped - covered
+    trapped = trapped_keys(governance.profiles, quota.spec_hard if quota is not None else {})
+    in_place = companion is not None and companion.state in ("in place", "create", "patch")
+    return uncovered(trapped, items, governance.container_defaults if in_place else None)
 
 
 def companion_of(
@@ -53,13 +50,22 @@ def companion_of(
     kill_switch: bool | None,
 ) -> Companion | None:
     """The state of ``namespace``'s companion LimitRange given the ``defaults`` its managing
-    policy asks for (``None``: not managed), as ``Operator._ensure_companion`` would find and
-    write it; ``None`` when there is none and none is asked for."""
-    found, owned = owned_limit_range(items)
-    wanted = defaults is not None and defaults.wanted
-    if not wanted:
-        if found is None or not owned:
-            return None
+    policy asks for (``None``: not managed), as ``Companions`` would find and write it
+    (:func:`~dynquota.policy.companion.companion_step`, the write allowed while the kill switch
+    is released); ``None`` when there is none and none is asked for."""
+    step = companion_step(defaults, items, dry_run=dry_run, may_write=kill_switch is False)
+    return _shown(namespace, defaults, step)
+
+
+def _shown(
+    namespace: str, defaults: ContainerDefaults | None, step: CompanionStep
+) -> Companion | None:
+    """How the plan says ``step``."""
+    found = step.found
+    if step.step == "none":
+        return None
+    if step.step == "left over":
+        assert found is not None
         stored = _limits_text((found.get("spec") or {}).get("limits"))
         return Companion(
             namespace,
@@ -70,7 +76,8 @@ def companion_of(
         )
     assert defaults is not None
     text = _limits_text([defaults.limits_item()])
-    if found is not None and not owned:
+    action = "create" if found is None else "patch"
+    if step.step == "foreign":
         return Companion(
             namespace,
             "foreign",
@@ -79,14 +86,13 @@ def companion_of(
             f"{MANAGED_BY_VALUE} exists: never written (Warning ForeignLimitRange); the "
             "compute keys its own defaults do not cover stay held",
         )
-    if found is not None and defaults.matches((found.get("spec") or {}).get("limits")):
+    if step.step == "in place":
         return Companion(namespace, "in place", text, "holds the policy's defaults")
-    action = "create" if found is None else "patch"
-    if dry_run:
+    if step.step == "dry run":
         return Companion(
             namespace, "not written", text, f"dry run: would {action} it; compute keys held"
         )
-    if kill_switch is not False:
+    if step.step == "held":
         return Companion(
             namespace, "not written", text, f"kill switch engaged: would {action} it once released"
         )

@@ -1,5 +1,5 @@
-"""Policy status: each DynamicQuotaPolicy's ``status`` (a layer of
-:class:`~dynquota.operator.reconcile.Operator`).
+"""Policy status: each DynamicQuotaPolicy's ``status`` (a part of
+:class:`~dynquota.operator.assembly.Operator`, built alone in tests).
 
 The pure parts (tallies per policy, the ``Valid`` and ``Shadowed`` conditions,
 :func:`~dynquota.policy.status.set_condition`) live in :mod:`dynquota.policy.status`; this
@@ -16,12 +16,13 @@ from typing import Any
 
 from dynquota._k8s.errors import KubeError
 from dynquota.kube.events import ObjectRef
+from dynquota.metrics import Metrics
 from dynquota.names import API_VERSION, KIND, EventReason
-from dynquota.operator.ports import (
-    PolicyRecord,
-)
-from dynquota.operator.reporting import Reporting
-from dynquota.operator.write_gate import STATUS
+from dynquota.operator.cluster_view import ClusterView
+from dynquota.operator.ports import LeaderView, PolicyRecord, PolicyStatusSink
+from dynquota.operator.reporting import Reporter
+from dynquota.operator.stall import StallWatch
+from dynquota.operator.write_gate import STATUS, WriteGate
 from dynquota.policy.status import (
     PolicyTally,
     guarded_condition,
@@ -31,6 +32,7 @@ from dynquota.policy.status import (
     stall_condition,
     valid_condition,
 )
+from dynquota.settings import Settings
 
 __all__ = [
     "PolicyStatusWriter",
@@ -42,29 +44,69 @@ STALLED = "QuotaControllerStalled"
 """The condition type of a stalled quota controller (:mod:`dynquota.operator.stall`)."""
 
 
-class PolicyStatusWriter(Reporting):
-    """Keeps every policy's status current."""
+class PolicyStatusWriter:
+    """Keeps every policy's status current.
 
-    async def run_policy_status(self, debounce: float = 1.0) -> None:
+    Args:
+        cluster: the policies, the namespaces and how each is governed.
+        sink: the policies' status writes.
+        reporter: the ``PolicyInvalid`` Warning.
+        write_gate: asked before the writes (:data:`~dynquota.operator.write_gate.STATUS`).
+        leader: only the leader writes.
+        metrics: ``dynquota_managed_namespaces``, ``dynquota_frozen_namespaces``.
+        stall: the quota controller's state (condition ``QuotaControllerStalled``).
+        settings: the label keys the chart guards (condition ``Guarded``).
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterView,
+        sink: PolicyStatusSink,
+        *,
+        reporter: Reporter,
+        write_gate: WriteGate,
+        leader: LeaderView,
+        metrics: Metrics,
+        stall: StallWatch,
+        settings: Settings,
+    ) -> None:
+        self.cluster = cluster
+        self.sink = sink
+        self.reporter = reporter
+        self.write_gate = write_gate
+        self.leader = leader
+        self.metrics = metrics
+        self.stall = stall
+        self.settings = settings
+        self._dirty = asyncio.Event()
+        self._invalid_reported: dict[str, int] = {}
+        """Policy name -> the generation whose ``PolicyInvalid`` Event was posted."""
+
+    def mark_dirty(self) -> None:
+        """Ask :meth:`run` to recompute the policies' status."""
+        self._dirty.set()
+
+    async def run(self, debounce: float = 1.0) -> None:
         """Keep each policy's status (``Valid`` condition, namespaces governed) current;
         runs until cancelled. Writes only what differs, only while leading."""
         while True:
-            await self._status_dirty.wait()
+            await self._dirty.wait()
             await asyncio.sleep(debounce)
-            self._status_dirty.clear()
+            self._dirty.clear()
             try:
-                await self.write_policy_status()
+                await self.write()
             except KubeError as exc:
                 log.warning("policy status: %s; retrying", exc)
                 await asyncio.sleep(2)
-                self._status_dirty.set()
+                self._dirty.set()
 
-    def policy_tallies(self) -> tuple[dict[str, PolicyTally], int, int]:
+    def tallies(self) -> tuple[dict[str, PolicyTally], int, int]:
         """``({policy: PolicyTally}, managed, frozen)`` over the known namespaces (counts)."""
-        tallies = {name: PolicyTally() for name in self._policies}
+        policies = self.cluster.policy_records
+        tallies = {name: PolicyTally() for name in policies}
         managed = frozen = 0
-        for name in self.namespaces:
-            governance = self.governance(name)
+        for name, info in self.cluster.namespaces.items():
+            governance = self.cluster.governance(name)
             if governance is None or governance.policy is None:
                 continue
             if governance.kind == "frozen":
@@ -75,8 +117,8 @@ class PolicyStatusWriter(Reporting):
                 continue
             managed += 1
             tallies.setdefault(governance.policy, PolicyTally()).governed += 1
-            labels = self.namespaces[name].labels
-            for policy_name, record in self._policies.items():
+            labels = info.labels
+            for policy_name, record in policies.items():
                 spec = record.info.spec
                 if spec is None or not spec.namespace_selector.matches(labels):
                     continue
@@ -101,14 +143,14 @@ class PolicyStatusWriter(Reporting):
         self._invalid_reported[name] = record.generation
         if already:
             return
-        await self._warn(
+        await self.reporter.warn(
             ObjectRef(API_VERSION, KIND, name, "", record.uid),
             EventReason.POLICY_INVALID,
             f"{record.info.reason}; it freezes {frozen} namespaces (their managed quota is "
             "left as it is) until it is fixed",
         )
 
-    async def write_policy_status(self) -> int:
+    async def write(self) -> int:
         """Patch the status of every policy whose status differs; returns how many.
 
         Status: ``observedGeneration``, ``namespaces`` (governed), ``frozenNamespaces``
@@ -119,19 +161,20 @@ class PolicyStatusWriter(Reporting):
         (:func:`~dynquota.policy.status.stall_condition`). An invalid
         policy also gets a ``PolicyInvalid`` Warning Event, once per generation.
         """
-        tallies, managed, frozen = self.policy_tallies()
+        tallies, managed, frozen = self.tallies()
         self.metrics.managed.set(managed)
         self.metrics.frozen.set(frozen)
-        if not self.gate.is_leader:
+        if not self.leader.is_leader:
             return 0  # a standby; leadership gained marks the status dirty again
         if not self.write_gate.may(STATUS):
-            self._status_dirty.set()  # leading, but the Lease could lapse within a write
+            self._dirty.set()  # leading, but the Lease could lapse within a write
             return 0
+        policies = self.cluster.policy_records
         for name in list(self._invalid_reported):
-            if name not in self._policies or self._policies[name].info.valid:
+            if name not in policies or policies[name].info.valid:
                 del self._invalid_reported[name]
         written = 0
-        for name, record in list(self._policies.items()):
+        for name, record in list(policies.items()):
             info = record.info
             tally = tallies.get(name, PolicyTally())
             old = record.status
@@ -142,7 +185,7 @@ class PolicyStatusWriter(Reporting):
                 )
             wanted = [("Valid", *valid_condition(info.valid, info.reason))]
             if info.valid:
-                priorities = {n: r.info.priority for n, r in self._policies.items()}
+                priorities = {n: r.info.priority for n, r in policies.items()}
                 wanted.append(("Shadowed", *shadowed_condition(name, tally, priorities)))
             if info.spec is not None:
                 guarded = guarded_condition(
@@ -181,7 +224,7 @@ class PolicyStatusWriter(Reporting):
                 and old.get("observedGeneration") == record.generation
             ):
                 continue
-            await self.policy_status.patch_policy_status(name, status)
-            record.status = status
+            await self.sink.patch_policy_status(name, status)
+            self.cluster.policy_status_written(name, status)
             written += 1
         return written

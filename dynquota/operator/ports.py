@@ -2,17 +2,18 @@
 
 The operator talks to the cluster only through the small Protocols here
 (:class:`QuotaStore`, :class:`EventSink`, :class:`UsageView`, :class:`PolicyStatusSink`,
-:class:`NamespaceReader`, :class:`LeaderView`), so unit tests fake them at that boundary. Also
-here: the constants every concern of :class:`~dynquota.operator.reconcile.Operator` shares
-(Event reasons, write and reconcile timeouts, hold reasons), :class:`Applied` (what writing one
-decision came to) and :class:`NamespaceView` (what was last decided, for ``plan``, the demo and
-tests).
+:class:`NamespaceReader`, :class:`LeaderView`), so unit tests fake them at that boundary; its
+parts hand each other work through :class:`Requeue` (the workqueue) and read the kill switch
+through :class:`SwitchView`. Also here: the constants the parts of
+:class:`~dynquota.operator.assembly.Operator` share (write and reconcile timeouts, hold
+reasons), :class:`Applied` (what writing one decision came to) and :class:`NamespaceView` (what
+was last decided, for ``plan``, the demo and tests).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -38,6 +39,8 @@ __all__ = [
     "PolicyStatusSink",
     "QuotaStore",
     "ReconcileResult",
+    "Requeue",
+    "SwitchView",
     "UsageView",
     "WorkloadLister",
 ]
@@ -160,10 +163,37 @@ class LeaderView(Protocol):
 
 
 class AlwaysLeading:
+    """A :class:`LeaderView` that always leads (no leader election; unit tests)."""
+
     is_leader = True
 
     def can_write(self, seconds: float) -> bool:
         return True
+
+
+class Requeue(Protocol):
+    """Queues namespaces for a reconcile (:class:`dynquota._k8s.workqueue.WorkQueue`):
+    ``add`` (coalesced), ``add_now`` (at once, past the coalescing window), ``add_all``."""
+
+    def add(self, key: str) -> None: ...
+    def add_now(self, key: str) -> None: ...
+    def add_all(self, keys: Iterable[str]) -> None: ...
+
+
+class SwitchView(Protocol):
+    """The kill switch as the parts read it (:class:`dynquota.operator.killswitch.SwitchState`).
+
+    ``engaged``: ``True`` engaged, ``False`` released, ``None`` unknown (nothing is written).
+    ``release_confirmed``: ``False`` from a release seen in a watch event until a consistent
+    read confirms it. ``sweeping``: a sweep is deleting (reconciles leave deletes to it).
+    """
+
+    @property
+    def engaged(self) -> bool | None: ...
+    @property
+    def release_confirmed(self) -> bool: ...
+    @property
+    def sweeping(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -184,6 +214,9 @@ class Applied:
 
 @dataclass
 class PolicyRecord:
+    """One stored DynamicQuotaPolicy as the operator read it: its validated ``info``, its
+    ``generation``, its ``status`` as stored (or as last written by the operator) and ``uid``."""
+
     info: PolicyInfo
     generation: int
     status: Mapping[str, Any]

@@ -1,26 +1,28 @@
-"""Reporting: metrics, Events, warn-once and the per-namespace view (a layer of
-:class:`~dynquota.operator.reconcile.Operator`).
+"""The reporter: metrics, Events, warn-once and the per-namespace view (a part of
+:class:`~dynquota.operator.assembly.Operator`, built alone in tests).
 
-Events are posted only while leading. A Warning whose cause lasts is posted at most once an
-hour per ``(namespace or object, reason, cause)`` (:meth:`Reporting._warn_once`).
+Events are posted only when the write gate lets an Event go (the Lease). A Warning whose cause
+lasts is posted at most once an hour per ``(namespace or object, reason, cause)``
+(:meth:`Reporter.warn_once`). The reporter owns the per-namespace
+:class:`~dynquota.operator.ports.NamespaceView` (``plan``, the demo, tests), the per-key metric
+series of each namespace and the active-override gauge.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
+from cachetools import TTLCache
+
 from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
+from dynquota.metrics import Metrics
 from dynquota.names import EventReason
-from dynquota.operator.cache import OperatorCache
-from dynquota.operator.ports import (
-    NamespaceView,
-)
+from dynquota.operator.ports import WARNING_TTL, EventSink, NamespaceView
 from dynquota.operator.write_gate import EVENT, WriteGate
 from dynquota.policy import (
     OVERRIDE,
@@ -29,6 +31,7 @@ from dynquota.policy import (
     TRACKED_RESOURCES,
     Decision,
     Governance,
+    QuotaState,
     resource_order,
     target,
     unit_for,
@@ -37,10 +40,7 @@ from dynquota.policy.decide import reject_unmanaged_override
 from dynquota.policy.forecast import Trend, eta
 from dynquota.quantity import QuantityError, parse_quantity
 
-__all__ = [
-    "NEW_VALUE_AFTER",
-    "Reporting",
-]
+__all__ = ["NEW_VALUE_AFTER", "Reporter", "observe_trend"]
 
 log = logging.getLogger("dynquota.operator")
 
@@ -48,62 +48,93 @@ NEW_VALUE_AFTER: Final = 60.0
 """Seconds after a recurring Warning before one about a different written value is posted."""
 
 
-class Reporting(OperatorCache):
-    """Metrics, Events and the per-namespace view; what the write gate asks."""
+def observe_trend(
+    view: NamespaceView,
+    key: str,
+    used: int,
+    maximum: int,
+    current: QuotaSnapshot | None,
+    steady: float,
+) -> None:
+    """Observe ``used`` (units of ``key``) in the key's trend of ``view`` at ``steady``
+    (monotonic seconds); forecast when it reaches hard and ``maximum`` (into
+    ``view.exhaustion``)."""
+    trend = view.trends.setdefault(key, Trend())
+    trend.observe(steady, used)
+    hard = current.hard_int(key) if current is not None else None
+    for limit, value in (("hard", hard), ("maximum", maximum)):
+        if value is not None and (left := eta(trend, value, steady)) is not None:
+            view.exhaustion[(key, limit)] = left
 
-    objects_fresh: Callable[[float], bool] | None = None
-    """Whether the object informers (namespaces, quotas, LimitRanges, policies, budgets)
-    completed a watch cycle within their timeout plus ``margin`` seconds
-    (:meth:`dynquota.kube.objects.ObjectInformers.healthy`; the runtime sets it)."""
-    on_reported: Callable[[str, QuotaSnapshot | None], None] | None = None
-    """Called with the managed quota after every decision reported (the tenant projection's
-    writer, :mod:`dynquota.operator.applied`; the runtime sets it)."""
 
-    # -- what the write gate asks (operator/write_gate.py) --------------------------------------
+class Reporter:
+    """Metrics, Events and the per-namespace view.
 
-    @functools.cached_property
-    def write_gate(self) -> WriteGate:
-        """The one client-side gate every write of this operator asks first."""
-        return WriteGate(self)
+    Args:
+        events: where Events are posted.
+        write_gate: asked before every Event (:data:`~dynquota.operator.write_gate.EVENT`).
+        metrics: the replica's metrics.
+        clock: the cluster's time, seconds since the epoch (the views' ``at``; the warn-once
+            cache's hour).
+        watched: the managed quota of a namespace as its watch delivered it last (the uid
+            of the ``Woken`` Event's object).
+    """
 
-    @property
-    def budgets_listed(self) -> bool:
-        return self.budgets.listed
+    def __init__(
+        self,
+        events: EventSink,
+        write_gate: WriteGate,
+        metrics: Metrics,
+        clock: Callable[[], float],
+        *,
+        watched: Callable[[str], QuotaSnapshot | None],
+    ) -> None:
+        self.events = events
+        self.write_gate = write_gate
+        self.metrics = metrics
+        self.clock = clock
+        self.watched = watched
+        self.views: dict[str, NamespaceView] = {}
+        self._metric_keys: dict[str, set[str]] = {}
+        """Per namespace, the quota keys it has per-key metric series for."""
+        self._overrides: set[str] = set()
+        # keyed by (namespace or object, reason, cause): never by message, which carries usage
+        # and tenant text
+        self._warned: TTLCache[tuple[str, str, str], tuple[str, float]] = TTLCache(
+            maxsize=20000, ttl=WARNING_TTL, timer=clock
+        )
+        self.on_decision: Callable[[str, Decision], None] | None = None
+        """Called with every decision reported (the demo's table)."""
+        self.on_reported: Callable[[str, QuotaSnapshot | None], None] | None = None
+        """Called with the managed quota after every decision reported (the tenant projection's
+        writer, :mod:`dynquota.operator.applied`; the runtime sets it)."""
 
-    @property
-    def release_confirmed(self) -> bool:
-        return self._release_confirmed
+    def view(self, namespace: str) -> NamespaceView:
+        """The view of ``namespace`` (made empty on first use)."""
+        return self.views.setdefault(namespace, NamespaceView())
 
-    def usage_synced(self) -> bool:
-        return self.usage is not None and self.usage.synced
+    def forget(self, namespace: str) -> None:
+        """``namespace`` was deleted: its view and metric series go."""
+        self.views.pop(namespace, None)
+        self._overrides.discard(namespace)
+        with contextlib.suppress(KeyError):
+            self.metrics.overrides_active.remove(namespace)
+        self.metrics.forget_namespace(
+            namespace, self._metric_keys.pop(namespace, TRACKED_RESOURCES)
+        )
 
-    def informers_fresh(self) -> bool:
-        """Every informer fresh enough to shrink on (the liveness margin)."""
-        margin = float(self.settings.liveness_margin_seconds)
-        if self.usage is None or not self.usage.healthy(margin=margin):
-            return False
-        return self.objects_fresh is None or self.objects_fresh(margin)
+    def quota_deleted(self, namespace: str, why: str) -> None:
+        """dynquota deleted the managed quota of ``namespace`` (``why``): the view says so and
+        its hard series go."""
+        view = self.record_view(namespace, "delete", (why,))
+        view.hard = {}
+        for resource in self._metric_keys.get(namespace, TRACKED_RESOURCES):
+            with contextlib.suppress(KeyError):
+                self.metrics.hard.remove(namespace, resource)
 
     # -- reporting -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _forecast(
-        view: NamespaceView,
-        key: str,
-        used: int,
-        maximum: int,
-        current: QuotaSnapshot | None,
-        steady: float,
-    ) -> None:
-        """Observe ``used`` in the key's trend; forecast when it reaches hard and maximum."""
-        trend = view.trends.setdefault(key, Trend())
-        trend.observe(steady, used)
-        hard = current.hard_int(key) if current is not None else None
-        for limit, value in (("hard", hard), ("maximum", maximum)):
-            if value is not None and (left := eta(trend, value, steady)) is not None:
-                view.exhaustion[(key, limit)] = left
-
-    def _report_usage(
+    def report_usage(
         self,
         namespace: str,
         governance: Governance,
@@ -117,7 +148,7 @@ class Reporting(OperatorCache):
         m = self.metrics
         if governance.kind != "managed":
             m.forget_namespace(namespace, self._metric_keys.pop(namespace, TRACKED_RESOURCES))
-        view = self.views.setdefault(namespace, NamespaceView())
+        view = self.view(namespace)
         view.usage = dict(usage)
         view.tally = dict(tally)
         view.status_used = dict(status_used)
@@ -166,16 +197,19 @@ class Reporting(OperatorCache):
                 if resource in status_used:
                     m.drift.labels(namespace, resource).set(tally[resource] - status_used[resource])
 
-    async def _report_decision(
+    async def report_decision(
         self,
         namespace: str,
         governance: Governance,
         decision: Decision,
         quota: QuotaSnapshot | None,
-        dry_run: bool,
+        simulated: QuotaState | None,
     ) -> None:
+        """Log, count and post ``decision`` for ``namespace`` and record it in the view:
+        ``quota`` is the managed quota afterwards (``None``: none), ``simulated`` the one a
+        dry run keeps in memory (its hard and override are reported instead)."""
         if decision.action == "delete" and not decision.dry_run:
-            pass  # logged, and its hard series removed, by _delete_managed
+            pass  # logged, and its hard series removed, by the deleter
         elif decision.action != "nothing" or decision.changes:
             prefix = "(dry run) " if decision.dry_run else ""
             lines = decision.reasons or decision.notes
@@ -203,7 +237,6 @@ class Reporting(OperatorCache):
                 self.metrics.hard.labels(namespace, resource).set(unit_for(resource).base(value))
         active = quota is not None and OVERRIDE_GRANTED_AT in quota.annotations
         if decision.dry_run:
-            simulated = self.simulated.get(namespace)
             active = simulated is not None and (OVERRIDE_GRANTED_AT in simulated.annotations)
         if active:
             self._overrides.add(namespace)
@@ -215,9 +248,9 @@ class Reporting(OperatorCache):
         ref = ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, quota.uid if quota else "")
         for event in decision.events:
             if event.type != "Warning":
-                await self._emit(ref, event.type, event.reason, event.message)
+                await self.emit(ref, event.type, event.reason, event.message)
             elif event.reason in RECURRING_REASONS:
-                await self._warn_once(
+                await self.warn_once(
                     ref,
                     event.reason,
                     event.message,
@@ -226,12 +259,11 @@ class Reporting(OperatorCache):
                     value=event.value,
                 )
             else:
-                await self._warn(ref, event.reason, event.message)
-        view = self._record_view(namespace, decision.action, decision.reasons or decision.notes)
+                await self.warn(ref, event.reason, event.message)
+        view = self.record_view(namespace, decision.action, decision.reasons or decision.notes)
         view.dry_run = decision.dry_run
         view.governance = f"{governance.kind}: {governance.reason}"
         if decision.dry_run:
-            simulated = self.simulated.get(namespace)
             view.hard = {
                 r: unit_for(r).units(v)
                 for r, v in (simulated.hard.items() if simulated else ())
@@ -247,17 +279,21 @@ class Reporting(OperatorCache):
         if self.on_reported is not None:
             self.on_reported(namespace, quota)
 
-    def _record_view(self, namespace: str, action: str, reasons: Iterable[str]) -> NamespaceView:
-        view = self.views.setdefault(namespace, NamespaceView())
+    def record_view(self, namespace: str, action: str, reasons: Iterable[str]) -> NamespaceView:
+        """Record ``action`` and its ``reasons`` in the view of ``namespace`` (a ``nothing``
+        keeps the last action shown); returns the view."""
+        view = self.view(namespace)
         if action != "nothing" or not view.action:
             view.action = action
             view.reasons = tuple(reasons)
             view.at = self.clock()
         return view
 
-    async def _report_foreign(self, quota: QuotaSnapshot) -> None:
+    async def report_foreign(self, quota: QuotaSnapshot) -> None:
+        """A quota named ``dynquota`` without the managed-by label: left alone, said once an
+        hour (with a rejected override request on it)."""
         ref = ObjectRef.quota(quota.namespace, quota.name, quota.uid)
-        await self._warn_once(
+        await self.warn_once(
             ref,
             EventReason.FOREIGN_QUOTA,
             f"a ResourceQuota named {MANAGED_QUOTA_NAME} without the label "
@@ -268,14 +304,14 @@ class Reporting(OperatorCache):
         request = quota.annotations.get(OVERRIDE)
         if request is not None:
             event = reject_unmanaged_override(quota.name, request)
-            await self._warn_once(ref, event.reason, event.message, key=quota.namespace)
+            await self.warn_once(ref, event.reason, event.message, key=quota.namespace)
 
     async def report_woken(self, namespace: str, names: list[str], why: str) -> None:
         """The waker's Event (:mod:`dynquota.operator.wake`): a Normal ``Woken`` on the managed
         quota naming the workloads marked (``"Kind/name"``) and the raise."""
-        quota = self._watched.get(namespace)
+        quota = self.watched(namespace)
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        await self._emit(
+        await self.emit(
             ObjectRef.quota(namespace, MANAGED_QUOTA_NAME, quota.uid if quota else ""),
             "Normal",
             EventReason.WOKEN,
@@ -284,13 +320,14 @@ class Reporting(OperatorCache):
             "controller's backoff",
         )
 
-    async def _emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None:
+    async def emit(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None:
+        """Post an Event (when the write gate lets one go), counted by reason."""
         if not self.write_gate.may(EVENT):
             return
         if await self.events.emit(ref, type_, reason, message):
             self.metrics.events.labels(reason).inc()
 
-    async def _warn(
+    async def warn(
         self, ref: ObjectRef, reason: str, message: str, *, logged: bool = False
     ) -> None:
         """Log a Warning at WARNING (unless the caller ``logged`` it already) and post it as
@@ -300,9 +337,9 @@ class Reporting(OperatorCache):
         if not logged:
             where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
             log.warning("%s on %s %s: %s", reason, ref.kind, where, message)
-        await self._emit(ref, "Warning", reason, message)
+        await self.emit(ref, "Warning", reason, message)
 
-    async def _warn_once(
+    async def warn_once(
         self,
         ref: ObjectRef,
         reason: str,
@@ -313,7 +350,7 @@ class Reporting(OperatorCache):
         value: str = "",
         logged: bool = False,
     ) -> None:
-        """:meth:`_warn`, unless a Warning with this ``reason`` about this ``cause`` and this
+        """:meth:`warn`, unless a Warning with this ``reason`` about this ``cause`` and this
         ``value`` was posted for ``key`` within the last hour (Warnings that recur while their
         cause lasts).
 
@@ -333,4 +370,4 @@ class Reporting(OperatorCache):
         if seen is not None and (seen[0] == digest or now - seen[1] < NEW_VALUE_AFTER):
             return
         self._warned[cache_key] = (digest, now)
-        await self._warn(ref, reason, message, logged=logged)
+        await self.warn(ref, reason, message, logged=logged)

@@ -8,11 +8,12 @@ same credentials as our own client.
 
 Every watched kind is dynquota's own informer, with client-go's semantics (replace on relist,
 resourceVersion ordered, tombstones, a synced signal; :mod:`dynquota._k8s.store`):
-:class:`~dynquota.kube.objects.ObjectInformers` for Namespaces (-> :meth:`Operator.on_namespace`:
-labels, termination, the kill switch on ``kube-system``), the ResourceQuotas and LimitRanges
-named ``dynquota`` (server-side field selector; -> :meth:`Operator.on_quota`,
-:meth:`Operator.on_limit_range`), DynamicQuotaPolicies and QuotaBudgets; the metadata
-informers of :class:`~dynquota.kube.informer.UsageWatcher` for what quotas count.
+:class:`~dynquota.kube.objects.ObjectInformers` for Namespaces (-> :meth:`Operator.on_namespace
+<dynquota.operator.assembly.Operator.on_namespace>`: labels, termination, the kill switch on
+``kube-system``), the ResourceQuotas and LimitRanges named ``dynquota`` (server-side field
+selector; -> ``Operator.on_quota``, ``Operator.on_limit_range``), DynamicQuotaPolicies and
+QuotaBudgets; the metadata informers of :class:`~dynquota.kube.informer.UsageWatcher` for what
+quotas count.
 
 Start-up order (:meth:`Runtime.start`): read ``kube-system`` (a consistent GET, retried
 until it succeeds; nothing is written before), start the metadata informers and leader
@@ -60,11 +61,12 @@ from dynquota.kube.objects import (
     Stream,
 )
 from dynquota.kube.quotas import QuotaClient
+from dynquota.kube.workloads import WorkloadClient
 from dynquota.metrics import InformerCollector, Metrics, MetricsServer
 from dynquota.operator.applied import AppliedWriter
+from dynquota.operator.assembly import Operator
 from dynquota.operator.ports import KUBE_SYSTEM
-from dynquota.operator.reconcile import Operator
-from dynquota.operator.wake_wiring import wake_sweep, wire_wake
+from dynquota.operator.wake_wiring import node_informer_for
 from dynquota.policy import KILL_SWITCH, parse_kill_switch
 from dynquota.settings import Settings
 
@@ -147,10 +149,22 @@ class Runtime:
             namespace_reader=self.cluster,
             limit_ranges=self.cluster,
             budget_status=self.cluster,
+            workloads=WorkloadClient(api_client, observer),
         )
-        self.applied = AppliedWriter(self.operator, AppliedClient(api_client, observer))
+        operator = self.operator
+        self.applied = AppliedWriter(
+            AppliedClient(api_client, observer),
+            settings=settings,
+            namespaces=operator.cluster.namespaces,
+            governance=operator.cluster.governance,
+            switch=operator.switch.state,
+            budgets=operator.budgets,
+            leader=self.gate,
+            write_gate=operator.write_gate,
+            clock=self.clock,
+        )
         """The tenant projections (``AppliedDynamicQuota``), fed after every reconcile."""
-        self.operator.on_reported = self.applied.observe
+        operator.reporter.on_reported = self.applied.observe
         if isinstance(self.gate, LeaderGate):
             self.gate.on_change = self.operator.on_leadership
         else:
@@ -161,17 +175,15 @@ class Runtime:
             watch_timeout=settings.watch_timeout_seconds,
             clock=self.informer_clock,
         )
-        self.operator.usage = self.watcher
+        operator.cluster.usage = self.watcher
         self.objects = ObjectInformers(
             api_client,
-            namespaces=Stream(self.operator.on_namespace, self.operator.lineage.synced),
-            quotas=Stream(self.operator.on_quota),
-            limit_ranges=Stream(self.operator.on_limit_range),
-            policies=Stream(self.operator.on_policy, self.operator.on_policies_synced),
-            budgets=Stream(
-                self.operator.budgets.on_budget, self.operator.budgets.on_budgets_synced
-            ),
-            budgets_absent_ok=lambda: self.operator.policies_listed,
+            namespaces=Stream(operator.on_namespace, operator.cluster.lineage.synced),
+            quotas=Stream(operator.on_quota),
+            limit_ranges=Stream(operator.on_limit_range),
+            policies=Stream(operator.on_policy, operator.on_policies_synced),
+            budgets=Stream(operator.budgets.on_budget, operator.budgets.on_budgets_synced),
+            budgets_absent_ok=lambda: operator.cluster.policies_listed,
             watch_timeout=settings.watch_timeout_seconds,
             clock=self.informer_clock,
             on_date=self.clock.observe_date,
@@ -179,9 +191,9 @@ class Runtime:
         """Namespaces, the quotas and LimitRanges named dynquota, policies and budgets (replace
         on relist); the workqueue starts once the first three listed, and the policies' and
         budgets' first lists hold every write."""
-        self.operator.objects_fresh = lambda margin: self.objects.healthy(margin)
-        self.node_growth_informer = wire_wake(
-            self.operator, api_client, settings, observer, self.informer_clock
+        operator.cluster.objects_fresh = lambda margin: self.objects.healthy(margin)
+        self.node_growth_informer = node_informer_for(
+            operator.node_growth, api_client, settings, self.informer_clock
         )
         self.metrics.registry.register(
             InformerCollector(lambda: {**self.watcher.stats(), **self.objects.stats()})
@@ -235,10 +247,10 @@ class Runtime:
             ):
                 with attempt:
                     found = await self.operator.quotas.list_managed()
-            self.operator.managed_quotas_exist = bool(found)
+            self.operator.switch.state.managed_quotas_exist = bool(found)
         self.operator.on_namespace(None, kube_system)
         state = {True: "ENGAGED", False: "released", None: "UNKNOWN (nothing is written)"}
-        log.info("kill switch is %s", state[self.operator.kill_switch])
+        log.info("kill switch is %s", state[self.operator.switch.state.engaged])
 
     async def _finish_start(self) -> None:
         started = time.monotonic()
@@ -247,16 +259,14 @@ class Runtime:
         log.info(
             "informers synced in %.1f s: %d namespaces",
             time.monotonic() - started,
-            len(self.operator.namespaces),
+            len(self.operator.cluster.namespaces),
         )
         self.operator.queue.start()
-        self.operator.queue.add_all(list(self.operator.namespaces))
-        self._wake_sweep()
+        self.operator.requeue_all()
+        self.operator.wake_sweep()
         self.operator.budget_tasks.start()
-        self.operator.mark_policy_status_dirty()
-        self._tasks.append(
-            asyncio.create_task(self.operator.run_policy_status(), name="dynquota-status")
-        )
+        self.operator.status.mark_dirty()
+        self._tasks.append(asyncio.create_task(self.operator.status.run(), name="dynquota-status"))
         self._tasks.append(asyncio.create_task(self._resync(), name="dynquota-resync"))
         self._tasks.append(asyncio.create_task(self.applied.run(), name="dynquota-applied"))
         self._tasks.append(
@@ -267,11 +277,8 @@ class Runtime:
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.settings.resync_seconds)
-            self.operator.queue.add_all(list(self.operator.namespaces))
-            self._wake_sweep()
-
-    def _wake_sweep(self) -> None:
-        wake_sweep(self.operator)
+            self.operator.requeue_all()
+            self.operator.wake_sweep()
 
     async def stop(self) -> None:
         """Stop everything started here (idempotent); a leader gives its Lease up."""
@@ -284,10 +291,8 @@ class Runtime:
         await self.operator.queue.stop()
         await self.operator.budget_tasks.stop()
         await self.operator.stop_background()
-        if self.operator.waker is not None:
-            await self.operator.waker.stop()
-        if self.operator.node_growth is not None:
-            await self.operator.node_growth.stop()
+        await self.operator.waker.stop()
+        await self.operator.node_growth.stop()
         # nothing writes any more: give the Lease up before the informers stop, so a rolling
         # update hands over at the standby's next retry whatever their shutdown takes (CI:
         # 14 s, a whole lease duration, with seven informers to stop first)

@@ -2,7 +2,9 @@
 
 Whatever the operator writes — a managed quota (create, patch, delete), a budget's slices, a
 companion LimitRange, an Event, a policy's or a budget's status — asks :meth:`WriteGate.hold`
-first, with what it is about to write (:class:`Write`). The answer is ``None`` (write now) or
+first, with what it is about to write (:class:`Write`; a quota decision's by
+:func:`quota_write`). This is the one home of "may we write now": the writers keep no rule of
+their own (the table below is why they differ by kind). The answer is ``None`` (write now) or
 the reason to hold, one of the ``dynquota_writes_held_total`` reasons
 (:data:`~dynquota.operator.ports.HOLD_REASONS`). The server-side fence (the chart's Lease
 fence policy) refuses a write from a replica that no longer holds the Lease whatever this
@@ -43,7 +45,9 @@ from dynquota.operator.ports import (
     HELD_STALE,
     WRITE_TIMEOUT,
     LeaderView,
+    SwitchView,
 )
+from dynquota.policy import Decision
 
 __all__ = [
     "APPLIED",
@@ -54,9 +58,13 @@ __all__ = [
     "STATUS",
     "UNMANAGING_DELETE",
     "WAKE",
+    "Informed",
     "Knowledge",
+    "Listed",
+    "PartsKnowledge",
     "Write",
     "WriteGate",
+    "quota_write",
 ]
 
 WriteKind = Literal["quota", "budget-slices", "limit-range", "event", "status", "wake", "applied"]
@@ -93,8 +101,20 @@ UNMANAGING_DELETE = Write("quota", shrinks=True)
 """A managed quota's delete for any other cause (not managed any more, dry run)."""
 
 
+def quota_write(decision: Decision, kill_switch: bool | None) -> Write:
+    """The :class:`Write` of a managed-quota ``decision`` with the kill switch in state
+    ``kill_switch``: a create, a shrink (:attr:`~dynquota.policy.Decision.shrinks`, every
+    delete), and a delete made because the switch is engaged (needs only the Lease)."""
+    return Write(
+        "quota",
+        creates=decision.action == "create",
+        shrinks=decision.shrinks,
+        kill_switch_delete=decision.action == "delete" and bool(kill_switch),
+    )
+
+
 class Knowledge(Protocol):
-    """What the operator knows now (the operator satisfies it: ``QuotaWriter``)."""
+    """What the operator knows now (:class:`PartsKnowledge`, or a fake in unit tests)."""
 
     @property
     def policies_listed(self) -> bool: ...
@@ -108,6 +128,55 @@ class Knowledge(Protocol):
     def gate(self) -> LeaderView: ...
     def usage_synced(self) -> bool: ...
     def informers_fresh(self) -> bool: ...
+
+
+class Informed(Protocol):
+    """What the informers told (:class:`~dynquota.operator.cluster_view.ClusterView`)."""
+
+    @property
+    def policies_listed(self) -> bool: ...
+    def usage_synced(self) -> bool: ...
+    def informers_fresh(self) -> bool: ...
+
+
+class Listed(Protocol):
+    """Whether the budgets were listed (:class:`~dynquota.operator.budgets.Budgets`)."""
+
+    @property
+    def listed(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class PartsKnowledge:
+    """:class:`Knowledge` read, at every ask, from the parts that own it: the informers
+    (``informers``), the budgets, the kill switch (``switch``) and the Lease (``gate``)."""
+
+    informers: Informed
+    budgets: Listed
+    switch: SwitchView
+    gate: LeaderView
+
+    @property
+    def policies_listed(self) -> bool:
+        return self.informers.policies_listed
+
+    @property
+    def budgets_listed(self) -> bool:
+        return self.budgets.listed
+
+    @property
+    def kill_switch(self) -> bool | None:
+        return self.switch.engaged
+
+    @property
+    def release_confirmed(self) -> bool:
+        return self.switch.release_confirmed
+
+    def usage_synced(self) -> bool:
+        return self.informers.usage_synced()
+
+    def informers_fresh(self) -> bool:
+        return self.informers.informers_fresh()
 
 
 @dataclass(frozen=True)

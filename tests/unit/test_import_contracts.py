@@ -58,6 +58,18 @@ def test_the_package_keeps_every_contract() -> None:
         ("operator/release.py", "import dynquota.cli", "layers"),
         # one command reaching into another (they share only cli/errors.py)
         ("cli/plan.py", "import dynquota.cli.cleanup", "cli: one command a module"),
+        # one part of the operator reaching into another (issue 25: they are handed their
+        # collaborators)
+        (
+            "operator/killswitch.py",
+            "import dynquota.operator.apply",
+            "operator: the parts that act do not know each other",
+        ),
+        (
+            "operator/deleter.py",
+            "import dynquota.operator.reporting",
+            "operator: the shared parts do not know each other",
+        ),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(

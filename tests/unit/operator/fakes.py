@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dynquota._k8s.errors import ConflictError, NotFoundError
 from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import MANAGED_BY_LABEL, QuotaSnapshot
-from dynquota.operator.reconcile import Operator
+from dynquota.operator.assembly import Operator
+from dynquota.operator.brake import UnmanageBrake
+from dynquota.operator.decision import Lineage
+from dynquota.operator.ports import (
+    BudgetStatusSink,
+    LimitRangeReader,
+    NamespaceReader,
+    NamespaceView,
+)
+from dynquota.policy import Governance, NamespaceInfo
 from dynquota.settings import Settings
+from dynquota.usage import PeakWindows
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
@@ -225,43 +235,110 @@ def namespace(
     }
 
 
-def policy_list(op: Any, items: list[dict[str, Any]]) -> None:
+def policy_list(op: Operator, items: list[dict[str, Any]]) -> None:
     """The policies as a full list gives them (what the policy informer's relist does: each
     applied, a stored policy the list lacks deleted, then the synced signal)."""
     names = {str((obj.get("metadata") or {}).get("name") or "") for obj in items}
     for obj in items:
         op.on_policy(None, obj)
-    for name in [n for n in op._policies if n not in names]:
+    for name in [n for n in op.cluster.policy_records if n not in names]:
         op.on_policy("DELETED", {"metadata": {"name": name}})
     op.on_policies_synced()
 
 
+class Wired(Operator):
+    """The production :class:`~dynquota.operator.assembly.Operator`, plus the read-outs the
+    tests' assertions name (each is the part that owns it, looked up)."""
+
+    @property
+    def kill_switch(self) -> bool | None:
+        return self.switch.state.engaged
+
+    @property
+    def namespaces(self) -> dict[str, NamespaceInfo]:
+        return self.cluster.namespaces
+
+    @property
+    def views(self) -> dict[str, NamespaceView]:
+        return self.reporter.views
+
+    @property
+    def peaks(self) -> PeakWindows:
+        return self.cluster.peaks
+
+    @property
+    def lineage(self) -> Lineage:
+        return self.cluster.lineage
+
+    @property
+    def brake(self) -> UnmanageBrake:
+        return self.writer.brake
+
+    @property
+    def _warned(self) -> Mapping[tuple[str, str, str], tuple[str, float]]:
+        return self.reporter._warned
+
+    def governance(self, namespace: str) -> Governance | None:
+        return self.cluster.governance(namespace)
+
+    def informers_fresh(self) -> bool:
+        return self.cluster.informers_fresh()
+
+    async def engage_kill_switch(self) -> int:
+        return await self.switch.engage()
+
+    async def write_policy_status(self) -> int:
+        return await self.status.write()
+
+
 class World:
-    def __init__(self, **settings: Any) -> None:
+    """One operator on the fakes: the production wiring (:class:`Wired`), with the start-up
+    lists done (kube-system read, no policy, no budget). Optional ports: ``limit_ranges``,
+    ``budget_status``, ``namespace_reader`` (``None``: as the unit tests of v0.2 ran)."""
+
+    def __init__(
+        self,
+        *,
+        limit_ranges: LimitRangeReader | None = None,
+        budget_status: BudgetStatusSink | None = None,
+        namespace_reader: NamespaceReader | None = None,
+        **settings: Any,
+    ) -> None:
         self.clock = Clock()
+        self.monotonic: Callable[[], float] | None = None
         self.quotas = FakeQuotas()
         self.events = FakeEvents()
         self.usage = FakeUsage()
         self.status = FakeStatus()
         self.leader = Leader()
+        self.limit_ranges = limit_ranges
+        self.budget_status = budget_status
+        self.namespace_reader = namespace_reader
         # the brake on mass un-management is off unless a test sets it (test_brake.py)
         settings.setdefault("unmanage_brake_share", 1.0)
         self.settings = Settings(metrics_port=0, probe_port=0, coalesce_seconds=0, **settings)
         self.op = self.new_operator()
 
-    def new_operator(self) -> Operator:
-        op = Operator(
+    def new_operator(self, *, listed: bool = True) -> Wired:
+        """A new operator (a restart: no memory) on this world's fakes; ``listed``: its
+        start-up lists are done."""
+        op = Wired(
             self.settings,
             quotas=self.quotas,
             events=self.events,
             policy_status=self.status,
             gate=self.leader,
             clock=self.clock,
+            monotonic=self.monotonic,
+            limit_ranges=self.limit_ranges,
+            budget_status=self.budget_status,
+            namespace_reader=self.namespace_reader,
         )
-        op.usage = self.usage
-        op.on_namespace(None, namespace("kube-system"))
-        policy_list(op, [])  # the start-up LIST succeeded (tests of holds undo this)
-        op.budgets.on_budget_list([])  # as did the budgets' (no budget)
+        op.cluster.usage = self.usage
+        if listed:
+            op.on_namespace(None, namespace("kube-system"))
+            policy_list(op, [])  # the start-up LIST succeeded (tests of holds undo this)
+            op.budgets.on_budget_list([])  # as did the budgets' (no budget)
         return op
 
     async def reconcile(self, ns: str) -> Outcome:

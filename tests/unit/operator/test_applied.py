@@ -49,10 +49,23 @@ class FakeStore:
         return self.objects.pop(namespace, None) is not None
 
 
-def wired(world: World) -> tuple[AppliedWriter, FakeStore]:
+def wired(world: World, **kw: Any) -> tuple[AppliedWriter, FakeStore]:
     store = FakeStore()
-    writer = AppliedWriter(world.op, store, writes_per_second=1000)
-    world.op.on_reported = writer.observe
+    op = world.op
+    writer = AppliedWriter(
+        store,
+        settings=op.settings,
+        namespaces=op.cluster.namespaces,
+        governance=op.cluster.governance,
+        switch=op.switch.state,
+        budgets=op.budgets,
+        leader=op.gate,
+        write_gate=op.write_gate,
+        clock=op.clock,
+        writes_per_second=1000,
+        **kw,
+    )
+    op.reporter.on_reported = writer.observe
     return writer, store
 
 
@@ -149,7 +162,7 @@ async def test_nothing_is_written_without_the_gate_and_a_conflict_lists_again() 
     assert store.calls == []
     world.leader.is_leader = True
     assert await writer.sync() == 1
-    world.op.kill_switch = True  # a change, but a conflict: listed again at the next pass
+    world.op.switch.state.engaged = True  # a change, but a conflict: listed again at the next pass
     store.conflict_next = True
     assert await writer.sync() == 0
     assert await writer.sync() == 1
@@ -163,9 +176,7 @@ async def test_an_edit_by_someone_else_is_restored_at_the_next_list(caplog: Any)
     """An admin forges the policy maximum; the next LIST (RELIST_SECONDS later) restores it."""
     world = World()
     steady = [0.0]
-    store = FakeStore()
-    writer = AppliedWriter(world.op, store, writes_per_second=1000, monotonic=lambda: steady[0])
-    world.op.on_reported = writer.observe
+    writer, store = wired(world, monotonic=lambda: steady[0])
     world.op.on_policy(None, policy())
     world.op.on_namespace(None, namespace("team-a"))
     await world.reconcile("team-a")

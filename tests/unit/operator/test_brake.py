@@ -129,7 +129,12 @@ async def test_policies_switched_to_dry_run_are_braked_like_deleted_ones() -> No
 
 async def test_the_operator_wide_dry_run_is_not_braked() -> None:
     world = await four_managed()
-    world.op.settings = world.op.settings.model_copy(update={"dry_run": True})
+    # restarted with the operator-wide dry run (the parts are built with the settings)
+    world.settings = world.settings.model_copy(update={"dry_run": True})
+    world.op = world.new_operator()
+    world.op.on_policy(None, policy())
+    for team in TEAMS:
+        world.op.on_namespace(None, namespace(team))
     for team in TEAMS:
         await world.reconcile(team)
     assert world.quotas.objects == {}
@@ -188,8 +193,8 @@ async def test_a_decision_made_before_the_policies_landed_is_not_written() -> No
     governance is taken again after every read."""
     world = await four_managed()
     op = world.op
-    op._policies.clear()
-    op.policies_listed = False  # a new operator: the policy informer has not listed yet
+    op.cluster._policies.clear()
+    op.cluster.policies_listed = False  # a new operator: the policy informer has not listed yet
     real_get = world.quotas.get
 
     async def get_while_the_list_lands(namespace: str) -> object:
@@ -197,6 +202,6 @@ async def test_a_decision_made_before_the_policies_landed_is_not_written() -> No
         return await real_get(namespace)
 
     world.quotas.get = get_while_the_list_lands  # type: ignore[method-assign]
-    op._watched.clear()  # no watched copy: the reconcile reads the quota (a GET)
+    op.cluster._watched.clear()  # no watched copy: the reconcile reads the quota (a GET)
     await world.reconcile("team-0")
     assert "team-0" in world.quotas.objects  # kept: the policy governs it

@@ -26,8 +26,7 @@ PODS = {
 
 @pytest.fixture
 def world() -> World:
-    w = World()
-    w.op.budget_status = FakeBudgetStatus()
+    w = World(budget_status=FakeBudgetStatus())
     w.op.on_policy(None, policy(pods=PODS))
     return w
 
@@ -43,7 +42,7 @@ def member(
 
 
 def status(world: World) -> dict[str, Any]:
-    fake = world.op.budget_status
+    fake = world.budget_status
     assert isinstance(fake, FakeBudgetStatus)
     return fake.patches[-1][1]
 
@@ -162,7 +161,7 @@ async def test_the_kill_switch_holds_every_pass_and_its_deletes_pass_unchanged(
     member(world, "a", pods=5)
     world.quotas.put("a", {"pods": "20", "configmaps": "50"})
     world.op.budgets.demand["a"] = {"pods": 8}
-    world.op.kill_switch = True
+    world.op.switch.state.engaged = True
     result = await world.op.budget_tasks.run_pass("b")
     assert (result.writes, result.again) == ({}, 1.0)
     assert world.quotas.hard("a")["pods"] == "20"

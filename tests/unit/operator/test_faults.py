@@ -14,7 +14,7 @@ import pytest
 from dynquota._k8s.errors import ApiError, NotFoundError
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.operator import reconcile as reconcile_module
-from dynquota.operator.killswitch import Deletion
+from dynquota.operator.deleter import Deletion
 from dynquota.testing.wait import async_wait_until
 
 from .fakes import T0, FakeQuotas, World, namespace, policy, policy_list, setup_team
@@ -32,7 +32,7 @@ def held(world: World, reason: str) -> float:
 def unlisted_world() -> World:
     """A world whose start-up policy LIST has not succeeded (yet)."""
     world = World()
-    world.op.policies_listed = False
+    world.op.cluster.policies_listed = False
     return world
 
 
@@ -119,7 +119,7 @@ async def test_case2_the_kill_switch_sweep_stops_when_the_lease_cannot_cover_a_d
     for name in ("ns-0", "ns-1"):
         world.quotas.put(name, {"pods": "10"})
     world.leader.valid_for = 1.0
-    world.op.kill_switch = True
+    world.op.switch.state.engaged = True
     sweep = asyncio.ensure_future(world.op.engage_kill_switch())
     await async_wait_until(lambda: held(world, "lease-not-held") >= 1, "the sweep holds")
     world.leader.is_leader = False  # the renew never came: leadership is lost
@@ -148,18 +148,18 @@ async def test_a_delete_waiting_for_its_turn_checks_the_lease_and_the_switch_aga
     Lease or after the switch was released."""
     world = World()
     world.quotas.put("ns-0", {"pods": "10"})
-    world.op.kill_switch = True
+    world.op.switch.state.engaged = True
     limiter = GatedLimiter()
-    world.op._delete_limiter = limiter  # type: ignore[assignment]
+    world.op.deleter.limiter = limiter  # type: ignore[assignment]
     uid = world.quotas.objects["ns-0"]["metadata"]["uid"]
     delete = asyncio.ensure_future(
-        world.op._delete_managed("ns-0", uid, "kill-switch", "kill switch engaged")
+        world.op.deleter.delete("ns-0", uid, "kill-switch", "kill switch engaged")
     )
     await async_wait_until(lambda: limiter.waiting == 1, "the delete waits for its turn")
     if change == "lease":
         world.leader.valid_for = 1.0  # lapses before a 10 s request could end
     else:
-        world.op.kill_switch = False
+        world.op.switch.state.engaged = False
     limiter.turn.set()
     assert await asyncio.wait_for(delete, 5) is Deletion.HELD
     assert sorted(world.quotas.objects) == ["ns-0"]
@@ -173,13 +173,13 @@ async def test_a_sweep_counts_a_delete_held_back_after_its_wait_as_held_not_gone
     and the summary says it was held back, not that the quota was already gone."""
     world = World()
     world.quotas.put("ns-0", {"pods": "10"})
-    world.op.kill_switch = True
+    world.op.switch.state.engaged = True
     limiter = GatedLimiter()
-    world.op._delete_limiter = limiter  # type: ignore[assignment]
+    world.op.deleter.limiter = limiter  # type: ignore[assignment]
     with caplog.at_level("WARNING", logger="dynquota.operator"):
         sweep = asyncio.ensure_future(world.op.engage_kill_switch())
         await async_wait_until(lambda: limiter.waiting == 1, "the sweep's delete waits")
-        world.op.kill_switch = False
+        world.op.switch.state.engaged = False
         limiter.turn.set()
         assert await asyncio.wait_for(sweep, 5) == 0
     assert sorted(world.quotas.objects) == ["ns-0"]
@@ -408,7 +408,7 @@ class SwitchReader:
 def world_with_reader(value: str | None) -> tuple[World, SwitchReader]:
     world = World(kill_switch_delete_qps=1000)
     reader = SwitchReader(value)
-    world.op.namespace_reader = reader
+    world.op.switch.namespace_reader = reader
     return world, reader
 
 
@@ -433,7 +433,7 @@ async def test_a_release_seen_in_a_watch_event_creates_nothing_until_a_read_conf
         "MODIFIED",
         namespace("kube-system", rv=200, annotations={"dynquota.io/kill-switch": "false"}),
     )
-    await async_wait_until(lambda: world.op._release_confirmed, "release confirmed")
+    await async_wait_until(lambda: world.op.switch.state.release_confirmed, "release confirmed")
     await world.reconcile("team-a")
     assert world.quotas.writes == [("create", "team-a")]
     await world.op.stop_background()
@@ -443,7 +443,7 @@ async def test_a_sweep_started_by_a_watch_event_deletes_only_if_a_read_confirms_
     world, reader = world_with_reader(None)
     world.op.on_policy(None, policy())
     world.quotas.put("team-a", {"pods": "10"})
-    world.op.kill_switch = True  # as a (stale) watch event would have set it
+    world.op.switch.state.engaged = True  # as a (stale) watch event would have set it
     assert await world.op.engage_kill_switch() == 0
     assert "team-a" in world.quotas.objects
     assert world.op.kill_switch is False
@@ -461,7 +461,9 @@ class InFlightCreateQuotas(FakeQuotas):
         self, namespace: str, hard: Mapping[str, str], annotations: Mapping[str, str]
     ) -> QuotaSnapshot:
         created = await super().create(namespace, hard, annotations)
-        self.world.op.kill_switch = True  # engaged (and swept, empty) while it was in flight
+        self.world.op.switch.state.engaged = (
+            True  # engaged (and swept, empty) while it was in flight
+        )
         return created
 
 
@@ -517,11 +519,11 @@ async def test_an_opt_out_delete_by_a_peer_is_not_reported_as_someone_elses() ->
 
 async def test_leaving_the_unknown_kill_switch_state_is_announced() -> None:
     world = World()
-    op = world.new_operator()  # a fresh operator: kill-switch reading is its first
+    op = world.new_operator(listed=False)  # a fresh operator: kill-switch reading is its first
+    policy_list(op, [])
+    op.budgets.on_budget_list([])
     world.op = op
-    op.managed_quotas_exist = False
-    op.kill_switch = None
-    op._kill_switch_observed = False
+    op.switch.state.managed_quotas_exist = False
     op.on_namespace(
         None, namespace("kube-system", rv=2, annotations={"dynquota.io/kill-switch": "maybe"})
     )

@@ -24,7 +24,7 @@ def setup(world: World, dry_run: bool = False, **fields: Any) -> FakeLimitRanges
     body["spec"]["resources"]["requests.cpu"] = CPU
     body["spec"].update(fields)
     fake = FakeLimitRanges()
-    world.op.limit_ranges = fake
+    world.op.companions.limit_ranges = fake
     world.op.on_policy(None, body)
     world.op.on_namespace(None, namespace("team-a"))
     return fake
@@ -105,7 +105,7 @@ async def test_forbidden_create_holds_the_key_and_the_quota_goes_on() -> None:
 
 async def test_no_write_before_the_policies_are_listed() -> None:
     world = World()
-    world.op.policies_listed = False
+    world.op.cluster.policies_listed = False
     fake = setup(world, defaultRequests={"cpu": "100m"})
     await world.reconcile("team-a")
     assert "create" not in [verb for verb, _ in fake.calls]
@@ -116,7 +116,7 @@ async def test_a_recreated_namespace_gets_its_companion_again_at_once() -> None:
     again under the same name (no compute key to add, so nothing else forces a LIST) gets
     its companion at its first reconcile, not after the 10-minute re-check."""
     world = World()
-    world.op.limit_ranges = fake = FakeLimitRanges()
+    world.op.companions.limit_ranges = fake = FakeLimitRanges()
     world.op.on_policy(
         None, {**policy(), "spec": {**policy()["spec"], "defaultRequests": {"cpu": "100m"}}}
     )

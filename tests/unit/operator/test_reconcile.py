@@ -11,7 +11,6 @@ import pytest
 from dynquota._k8s.errors import ApiError, ConflictError
 from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.quotas import QuotaSnapshot
-from dynquota.operator.reconcile import Operator
 from dynquota.operator.reporting import NEW_VALUE_AFTER
 from dynquota.testing.wait import async_wait_until
 
@@ -238,10 +237,10 @@ async def test_kill_switch_deletes_are_not_taken_for_someone_elses(world: World)
     await setup_team(world, pods=14)
     await world.reconcile("team-a")
     deleted = copy.deepcopy(world.quotas.objects["team-a"])
-    world.op.kill_switch = True
+    world.op.switch.state.engaged = True
     assert await world.op.engage_kill_switch() == 1
     world.op.on_quota("DELETED", deleted)
-    world.op.kill_switch = False
+    world.op.switch.state.engaged = False
     await world.reconcile("team-a")
     assert world.quotas.writes[-1] == ("create", "team-a")
     assert world.events.posted[-1][2] == "Resized"
@@ -595,7 +594,7 @@ async def test_kill_switch_deletes_are_rate_limited() -> None:
     for i in range(6):
         world.quotas.put(f"ns-{i}", {"pods": "10"})
     loop = asyncio.get_running_loop()
-    world.op.kill_switch = True
+    world.op.switch.state.engaged = True
     start = loop.time()
     assert await world.op.engage_kill_switch() == 6
     assert loop.time() - start >= 5 / 20  # 6 deletes, 50 ms apart
@@ -628,7 +627,7 @@ async def test_kill_switch_sweep_counts_exactly_what_it_deleted(
     for name in names:
         world.quotas.put(name, {"pods": "10"})
         world.op.on_namespace(None, namespace(name))
-    world.op.kill_switch = True
+    world.op.switch.state.engaged = True
     with caplog.at_level("WARNING", logger="dynquota.operator"):
         deleted = await world.op.engage_kill_switch()
     assert deleted == 7  # ns-2..ns-7 and the late one; ns-0 and ns-1 were already gone
@@ -682,11 +681,11 @@ async def test_kill_switch_record_is_exact_while_the_queue_runs(
 async def test_reconciles_leave_deletes_to_a_running_kill_switch_sweep(world: World) -> None:
     await setup_team(world, pods=14)
     await world.reconcile("team-a")
-    world.op.kill_switch = True
-    world.op._sweeping = True
+    world.op.switch.state.engaged = True
+    world.op.switch.state.sweeping = True
     assert await world.reconcile("team-a") == Outcome()
     assert "team-a" in world.quotas.objects
-    world.op._sweeping = False  # sweep over: a straggler is deleted by its decision
+    world.op.switch.state.sweeping = False  # sweep over: a straggler is deleted by its decision
     await world.reconcile("team-a")
     assert "team-a" not in world.quotas.objects
     assert world.op.metrics.quota_deletions.labels("kill-switch")._value.get() == 1
@@ -731,25 +730,17 @@ async def test_terminating_pod_grace_expiry_is_a_requeue_instant(world: World) -
 async def test_global_dry_run_kill_switch_deletes_nothing() -> None:
     world = World(dry_run=True)
     world.quotas.put("team-a", {"pods": "10"})
-    world.op.kill_switch = True
+    world.op.switch.state.engaged = True
     assert await world.op.engage_kill_switch() == 0
     assert world.quotas.writes == []
 
 
 def _world_with_invalid_switch(managed_quotas_exist: bool) -> World:
     world = World()
-    op = Operator(
-        world.settings,
-        quotas=world.quotas,
-        events=world.events,
-        policy_status=world.status,
-        gate=world.leader,
-        clock=world.clock,
-    )
-    op.usage = world.usage
+    op = world.new_operator(listed=False)
     policy_list(op, [])
     op.budgets.on_budget_list([])
-    op.managed_quotas_exist = managed_quotas_exist
+    op.switch.state.managed_quotas_exist = managed_quotas_exist
     op.on_namespace(None, namespace("kube-system", annotations={"dynquota.io/kill-switch": "yes"}))
     world.op = op
     return world

@@ -44,8 +44,8 @@ async def test_a_25_hour_local_wall_clock_step_does_not_end_the_peak_window() ->
     mono.now = 1000.0
     world = World()
     world.clock = ServerClock(monotonic=mono, wall=wall)  # type: ignore[assignment]
+    world.monotonic = mono
     world.op = world.new_operator()
-    world.op.monotonic = mono
     assert (await peak_then_step(world, [wall, mono], wall))["pods"] == "140"
     ann = world.quotas.annotations("team-a")
     assert ann["dynquota.io/last-upscale.pods"] == "2027-01-15T08:00:00Z"

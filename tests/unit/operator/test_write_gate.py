@@ -131,7 +131,7 @@ async def test_the_operator_asks_its_object_informers_before_a_shrink() -> None:
         margins.append(margin)
         return False
 
-    world.op.objects_fresh = stale
+    world.op.cluster.objects_fresh = stale
     assert world.op.informers_fresh() is False
     assert world.op.write_gate.hold(SHRINK) == HELD_STALE
     assert world.op.write_gate.hold(CREATE) is None
