@@ -61,7 +61,7 @@ from dynquota.operator.stall import StallWatch
 from dynquota.operator.wake import Waker, WorkloadStore
 from dynquota.operator.wake_wiring import growth_applies, status_used_units, wake_allowed
 from dynquota.operator.write_gate import PartsKnowledge, WriteGate
-from dynquota.policy import KILL_SWITCH
+from dynquota.policy import KILL_SWITCH, NamespaceInfo
 from dynquota.policy.state import BUDGET
 from dynquota.settings import Settings
 
@@ -233,6 +233,11 @@ class Operator:
             clock=clock,
             monotonic=monotonic,
         )
+
+    @property
+    def namespaces(self) -> Mapping[str, NamespaceInfo]:
+        """The namespaces this replica knows (the cluster view's, read-only)."""
+        return self.cluster.namespaces
 
     # -- the workqueue's handler --------------------------------------------------------------
 

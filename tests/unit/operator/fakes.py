@@ -21,7 +21,7 @@ from dynquota.operator.ports import (
     NamespaceReader,
     NamespaceView,
 )
-from dynquota.policy import Governance, NamespaceInfo
+from dynquota.policy import Governance
 from dynquota.settings import Settings
 from dynquota.usage import PeakWindows
 
@@ -253,10 +253,6 @@ class Wired(Operator):
     @property
     def kill_switch(self) -> bool | None:
         return self.switch.state.engaged
-
-    @property
-    def namespaces(self) -> dict[str, NamespaceInfo]:
-        return self.cluster.namespaces
 
     @property
     def views(self) -> dict[str, NamespaceView]:
