@@ -1,15 +1,26 @@
-"""The namespace workqueue: coalescing, per-key serialisation, timers, backoff."""
+"""The namespace workqueue: coalescing, per-key serialisation, timers, backoff.
+
+On a loop clock (:mod:`unit.loopclock`): the queue's clock is the loop's, which jumps to the next
+timer, so the windows and backoffs below take no wall time and their instants are exact.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
-import time
 
 import pytest
 
-from dynquota._k8s.workqueue import Outcome, WorkQueue
+from dynquota._k8s import workqueue
+from dynquota._k8s.workqueue import Outcome
 from dynquota.testing.wait import async_wait_until
+
+from ..loopclock import now
+
+pytestmark = pytest.mark.loop_clock
+
+WorkQueue = functools.partial(workqueue.WorkQueue, clock=now)
 
 
 class Recorder:
@@ -25,7 +36,7 @@ class Recorder:
             self.overlaps += 1
         self.active.add(key)
         try:
-            self.runs.append((key, time.time()))
+            self.runs.append((key, now()))
             if self.gate is not None:
                 await self.gate.wait()
             return self.outcome
@@ -66,7 +77,7 @@ async def test_add_at_fires_at_the_instant_and_the_earliest_wins() -> None:
     rec = Recorder()
     queue = WorkQueue(rec, workers=1)
     queue.start()
-    start = time.time()
+    start = now()
     queue.add_at("ns", start + 0.6)
     queue.add_at("ns", start + 0.3)  # earlier: replaces
     queue.add_at("ns", start + 0.9)  # later: dropped
@@ -85,9 +96,9 @@ async def test_handler_requeue_at_schedules_the_next_run() -> None:
     calls: list[float] = []
 
     async def handler(key: str) -> Outcome:
-        calls.append(time.time())
+        calls.append(now())
         if len(calls) == 1:
-            return Outcome(requeue_at=time.time() + 0.25)
+            return Outcome(requeue_at=now() + 0.25)
         return Outcome()
 
     queue = WorkQueue(handler, workers=1)
@@ -102,7 +113,7 @@ async def test_failures_back_off_exponentially_and_success_resets() -> None:
     calls: list[float] = []
 
     async def handler(key: str) -> Outcome:
-        calls.append(time.time())
+        calls.append(now())
         if len(calls) <= 3:
             raise RuntimeError("boom")  # counts as retry
         return Outcome()
@@ -125,7 +136,7 @@ async def test_first_event_of_a_quiet_key_runs_at_once() -> None:
     rec = Recorder()
     queue = WorkQueue(rec, workers=1, coalesce=0.3)
     queue.start()
-    start = time.time()
+    start = now()
     queue.add("a")
     await async_wait_until(lambda: len(rec.runs) == 1, "ran", timeout=5)
     assert rec.runs[0][1] - start < 0.15  # leading edge: no coalescing wait
@@ -173,7 +184,7 @@ async def test_an_event_soon_after_a_run_waits_for_the_window_end() -> None:
     assert by_key[2][1] >= 0.3
     # quiet again after the window: at once
     await asyncio.sleep(0.35)
-    again = time.time()
+    again = now()
     queue.add("a")
     await async_wait_until(lambda: len(rec.runs) == 4, "ran again", timeout=5)
     assert rec.runs[3][1] - again < 0.15
@@ -184,7 +195,7 @@ async def test_forget_drops_the_timer() -> None:
     rec = Recorder()
     queue = WorkQueue(rec, workers=1)
     queue.start()
-    queue.add_at("ns", time.time() + 0.2)
+    queue.add_at("ns", now() + 0.2)
     queue.forget("ns")
     await asyncio.sleep(0.4)
     assert rec.runs == []
@@ -205,7 +216,7 @@ async def test_only_the_first_event_of_a_quiet_key_makes_a_leading_run() -> None
     queue.add("a")  # within the window: trailing edge
     queue.add_now("b")  # asked for directly: not an event of a quiet key
     await async_wait_until(lambda: len(leading) == 3, "trailing run", timeout=5)
-    queue.add_at("c", time.time() + 0.05)  # a timer
+    queue.add_at("c", now() + 0.05)  # a timer
     await async_wait_until(lambda: len(leading) == 4, "timed run", timeout=5)
     await queue.wait_idle(timeout=5)
     assert leading == [("a", True), ("b", False), ("a", False), ("c", False)]

@@ -114,6 +114,7 @@ async def test_case2_no_write_starts_unless_the_lease_outlasts_it() -> None:
     assert world.quotas.writes == [("create", "team-a")]
 
 
+@pytest.mark.loop_clock  # its sleeps and timeouts take no wall time
 async def test_case2_the_kill_switch_sweep_stops_when_the_lease_cannot_cover_a_delete() -> None:
     world = World(kill_switch_delete_qps=1000)
     for name in ("ns-0", "ns-1"):
@@ -199,6 +200,7 @@ class HangingQuotas(FakeQuotas):
         raise AssertionError("unreachable")
 
 
+@pytest.mark.loop_clock  # its sleeps and timeouts take no wall time
 async def test_case3_a_hung_reconcile_is_abandoned_and_retried(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -296,6 +298,7 @@ class PhantomQuotas(FakeQuotas):
         raise self.error
 
 
+@pytest.mark.loop_clock  # the backoff timers take no wall time
 @pytest.mark.parametrize(
     "error",
     [

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from dynquota._k8s.errors import ConflictError, ForbiddenError
 from dynquota.metrics import Metrics
 from dynquota.operator.ports import HELD_LEASE
@@ -161,6 +163,7 @@ async def test_a_raise_unseen_by_this_leader_is_woken_where_there_is_room() -> N
     await w.stop()
 
 
+@pytest.mark.loop_clock  # the retry's backoff takes no wall time
 async def test_a_held_pass_is_tried_again() -> None:
     store = Store([rs("web", 60, 56)])
     gate = Gate(held=HELD_LEASE)
