@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from dynquota.cli.errors import UserError, connect, explain, guard
 from dynquota.cli.flags import target_of
 from dynquota.cli.output import OutputError, render_document
-from dynquota.cli.plan_text import plan_text
+from dynquota.cli.plan_text import plan_text, stall_lines
 from dynquota.cli.risk import at_risk, summary
 from dynquota.settings import Settings
 
@@ -129,7 +129,6 @@ async def _read(
     """The header lines, the settings' source (for ``-o json``), the settings and the
     cluster snapshot of ``plan``."""
     from dynquota._k8s.errors import ForbiddenError
-    from dynquota.operator.plan import stall_lines
     from dynquota.operator.plan_scope import read_scope
     from dynquota.operator.release import (
         ReleaseNotFoundError,

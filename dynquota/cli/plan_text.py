@@ -1,19 +1,21 @@
 """``dynquota plan``'s text output (pure): the plan's table and sections (:func:`format_plan`:
 the rows, the namespaces not managed, the other quotas, the companion LimitRanges, the budgets),
 ``-o wide`` and the ``--at-risk`` view, the last two in plain tabwriter-style columns
-(:func:`dynquota.cli.output.columns`)."""
+(:func:`dynquota.cli.output.columns`), and the header's line for a stalled quota controller
+(:func:`stall_lines`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from dynquota.cli.output import columns
 from dynquota.cli.risk import Risk, at_risk, summary
 from dynquota.names import MANAGED_LIMIT_RANGE_NAME
 from dynquota.operator.plan_model import BudgetPlan, Plan, PlanRow, shown
 
-__all__ = ["format_budgets", "format_plan", "format_table", "plan_text"]
+__all__ = ["format_budgets", "format_plan", "format_table", "plan_text", "stall_lines"]
 
 
 def format_table(rows: list[PlanRow]) -> str:
@@ -208,3 +210,20 @@ def plan_text(
         return format_plan(plan, header)
     rest = format_plan(dataclasses.replace(plan, rows=[])).split("\n", 1)
     return "\n".join([*header, _wide(plan.rows), *rest[1:]])
+
+
+def stall_lines(policies: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The plan's line for a stalled quota controller: from the first policy whose
+    ``QuotaControllerStalled`` condition is ``True`` (the operator's signals: the plan reads
+    one snapshot and cannot time a copy or a recount itself); ``[]`` when none says so."""
+    for policy in policies:
+        for condition in (policy.get("status") or {}).get("conditions") or []:
+            if (
+                condition.get("type") == "QuotaControllerStalled"
+                and condition.get("status") == "True"
+            ):
+                return [
+                    f"quota controller: STALLED ({condition.get('reason', '')}, since "
+                    f"{condition.get('lastTransitionTime', '?')}): {condition.get('message', '')}"
+                ]
+    return []

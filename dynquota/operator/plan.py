@@ -370,20 +370,3 @@ def _enforced_note(quota: QuotaSnapshot | None, resource: str) -> str:
         f"; enforced {shown(resource, enforced)}: status.hard, the quota controller has not "
         "copied spec.hard yet"
     )
-
-
-def stall_lines(policies: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The plan's line for a stalled quota controller: from the first policy whose
-    ``QuotaControllerStalled`` condition is ``True`` (the operator's signals: the plan reads
-    one snapshot and cannot time a copy or a recount itself); ``[]`` when none says so."""
-    for policy in policies:
-        for condition in (policy.get("status") or {}).get("conditions") or []:
-            if (
-                condition.get("type") == "QuotaControllerStalled"
-                and condition.get("status") == "True"
-            ):
-                return [
-                    f"quota controller: STALLED ({condition.get('reason', '')}, since "
-                    f"{condition.get('lastTransitionTime', '?')}): {condition.get('message', '')}"
-                ]
-    return []

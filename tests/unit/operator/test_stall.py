@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
+from dynquota.cli.plan_text import stall_lines
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.metrics import Metrics
-from dynquota.operator.plan import stall_lines
 from dynquota.operator.stall import StallWatch
 
 T0 = 1795996800.0
