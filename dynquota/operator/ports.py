@@ -12,7 +12,6 @@ was last decided, for ``plan``, the demo and tests).
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -248,6 +247,7 @@ class NamespaceView:
 
 
 def resource_version_of(obj: Mapping[str, Any]) -> int:
+    """An object's ``metadata.resourceVersion`` as an integer (0: absent or not a number)."""
     raw = str((obj.get("metadata") or {}).get("resourceVersion") or "")
     return int(raw) if raw.isdigit() else 0
 
@@ -255,10 +255,6 @@ def resource_version_of(obj: Mapping[str, Any]) -> int:
 def namespace_terminating(exc: ApiError) -> bool:
     """A 403 for creating in a namespace that is being deleted (``NamespaceTerminating``)."""
     return exc.status == 403 and "being terminated" in exc.message
-
-
-def _now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class WorkloadLister(Protocol):
