@@ -138,9 +138,6 @@ class QuotaWriter:
                         CONFIRM, value, format_time(since),
                     )  # fmt: skip
 
-    def _hold_reason(self, decision: Decision) -> str | None:
-        return self.write_gate.hold(quota_write(decision, self.switch.engaged))
-
     def _hold(self, namespace: str, decision: Decision, why: str) -> Applied:
         """Count and log (at most once a minute per reason) a held write."""
         self.metrics.writes_held.labels(why).inc()
@@ -176,7 +173,7 @@ class QuotaWriter:
         if decision.action in ("create", "patch") and self.switch.engaged is not False:
             # the switch moved since the decision: decide again
             return Applied(outcome=Outcome(requeue_at=self.clock()), result="retry")
-        why = self._hold_reason(decision)
+        why = self.write_gate.hold(quota_write(decision, self.switch.engaged))
         if why is not None:
             return self._hold(namespace, decision, why)
         if (
@@ -254,7 +251,7 @@ class QuotaWriter:
         release = Decision("delete", notes=(why,))
         if not self.leader.is_leader:
             return Applied(outcome=Outcome(), result="standby")
-        held = self._hold_reason(release)
+        held = self.write_gate.hold(quota_write(release, self.switch.engaged))
         if held is not None:
             return self._hold(namespace, release, held)
         if (

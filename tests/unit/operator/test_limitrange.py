@@ -1,6 +1,6 @@
-"""The operator's companion LimitRange (reconcile.py ``_ensure_companion``), with the
+"""The operator's companion LimitRange (companion.py ``Companions``), with the
 LimitRange port faked at its Protocol (``LimitRangeReader``) and the quota world of
-test_reconcile."""
+fakes.py."""
 
 from __future__ import annotations
 
