@@ -20,7 +20,7 @@ from dynquota.operator.killswitch import KillSwitch, SwitchState
 from dynquota.operator.policy_status import PolicyStatusWriter
 from dynquota.operator.ports import HELD_KILL_SWITCH, HELD_POLICIES, HELD_STALE
 from dynquota.operator.reconcile import Reconciler
-from dynquota.operator.reporting import Reporter
+from dynquota.operator.reporting import NEW_VALUE_AFTER, Reporter
 from dynquota.operator.stall import StallWatch
 from dynquota.operator.write_gate import (
     LIMIT_RANGE,
@@ -166,6 +166,9 @@ async def test_the_reporter_posts_through_the_gate_and_warns_once() -> None:
     ref = ObjectRef.namespace_object("team-a", "uid-team-a")
     for _ in range(3):
         await reporter.warn_once(ref, "QuotaAtLimit", "at its limit", key="team-a")
+    await reporter.warn_once(ref, "QuotaAtLimit", "at its limit", key="team-a", value="other")
+    assert events.reasons("team-a") == ["QuotaAtLimit"]  # another value: not within a minute
+    clock.now += NEW_VALUE_AFTER
     await reporter.warn_once(ref, "QuotaAtLimit", "at its limit", key="team-a", value="other")
     assert events.reasons("team-a") == ["QuotaAtLimit", "QuotaAtLimit"]
     leader.is_leader = False  # no Lease: no Event
