@@ -3,6 +3,7 @@ is handed, and that it works without the assembly (``operator/assembly.py``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from dynquota._k8s.workqueue import Outcome, WorkQueue
@@ -295,11 +296,29 @@ async def test_the_policy_status_writer_writes_what_differs() -> None:
 # -- the quota writer --------------------------------------------------------------------------
 
 
-def quota_writer(clock: Clock, state: SwitchState, leader: Leader) -> tuple[QuotaWriter, Any]:
-    cluster = known_cluster(clock)
-    gate = gate_of(cluster, state, leader)
+@dataclass
+class Writing:
+    """A quota writer and the parts it is handed, built by hand on the fakes."""
+
+    cluster: ClusterView
+    budgets: Budgets
+    gate: WriteGate
+    events: FakeEvents
+    reporter: Reporter
+    quotas: FakeQuotas
+    deleter: Deleter
+    writer: QuotaWriter
+
+
+def writing(
+    clock: Clock, state: SwitchState, leader: Leader, usage: FakeUsage | None = None
+) -> Writing:
+    cluster = known_cluster(clock, usage)
+    budgets = listed_budgets(cluster)
+    gate = WriteGate(PartsKnowledge(cluster, budgets, state, leader))
+    events = FakeEvents()
+    reporter = reporter_of(gate, clock, events)
     quotas = FakeQuotas()
-    reporter = reporter_of(gate, clock)
     deleter = Deleter(
         quotas,
         gate,
@@ -309,7 +328,6 @@ def quota_writer(clock: Clock, state: SwitchState, leader: Leader) -> tuple[Quot
         governance=cluster.governance,
         on_deleted=reporter.quota_deleted,
     )
-    requeue = Requeued()
     writer = QuotaWriter(
         quotas,
         deleter=deleter,
@@ -318,17 +336,18 @@ def quota_writer(clock: Clock, state: SwitchState, leader: Leader) -> tuple[Quot
         switch=state,
         cluster=cluster,
         leader=leader,
-        requeue=requeue,
+        requeue=Requeued(),
         metrics=Metrics(),
         settings=SETTINGS,
         clock=clock,
     )
-    return writer, quotas
+    return Writing(cluster, budgets, gate, events, reporter, quotas, deleter, writer)
 
 
 async def test_the_quota_writer_writes_or_holds_one_decision() -> None:
     clock, leader, state = Clock(), Leader(), SwitchState(engaged=False)
-    writer, quotas = quota_writer(clock, state, leader)
+    parts = writing(clock, state, leader)
+    writer, quotas = parts.writer, parts.quotas
     governance = writer.cluster.governance("team-a")
     assert governance is None  # the writer decides nothing: it is handed a decision
     writer.cluster.on_namespace(None, namespace("team-a"))
@@ -409,36 +428,10 @@ async def test_the_reconciler_decides_with_the_parts_it_is_handed() -> None:
     clock, leader, state = Clock(), Leader(), SwitchState(engaged=False)
     usage = FakeUsage()
     usage.counts[("team-a", "pods")] = 14
-    cluster = known_cluster(clock, usage)
+    parts = writing(clock, state, leader, usage)
+    cluster, reporter, gate, quotas = parts.cluster, parts.reporter, parts.gate, parts.quotas
     cluster.on_namespace(None, namespace("team-a"))
-    budgets = listed_budgets(cluster)
-    gate = WriteGate(PartsKnowledge(cluster, budgets, state, leader))
-    events = FakeEvents()
-    reporter = reporter_of(gate, clock, events)
-    quotas = FakeQuotas()
     metrics = Metrics()
-    deleter = Deleter(
-        quotas,
-        gate,
-        state,
-        metrics,
-        SETTINGS,
-        governance=cluster.governance,
-        on_deleted=reporter.quota_deleted,
-    )
-    writer = QuotaWriter(
-        quotas,
-        deleter=deleter,
-        reporter=reporter,
-        write_gate=gate,
-        switch=state,
-        cluster=cluster,
-        leader=leader,
-        requeue=Requeued(),
-        metrics=metrics,
-        settings=SETTINGS,
-        clock=clock,
-    )
     forgotten: list[str] = []
 
     async def nothing(namespace: str) -> Outcome:
@@ -448,12 +441,12 @@ async def test_the_reconciler_decides_with_the_parts_it_is_handed() -> None:
         SETTINGS,
         quotas=quotas,
         cluster=cluster,
-        writer=writer,
+        writer=parts.writer,
         companions=Companions(None, reporter=reporter, write_gate=gate),
         reporter=reporter,
-        deleter=deleter,
+        deleter=parts.deleter,
         switch=state,
-        budgets=budgets,
+        budgets=parts.budgets,
         stall=StallWatch(SETTINGS.quota_sync_period, metrics, lambda stalled: None),
         node_growth=NodeGrowth(
             None, lambda ns: None, lambda ns: False, lambda: True, lambda ns, key: 0
@@ -466,7 +459,7 @@ async def test_the_reconciler_decides_with_the_parts_it_is_handed() -> None:
     )
     outcome = await reconciler.reconcile("team-a")
     assert quotas.hard("team-a") == {"pods": "20", "configmaps": "50"}
-    assert events.reasons("team-a") == ["Resized"]
+    assert parts.events.reasons("team-a") == ["Resized"]
     assert outcome == Outcome()  # created: nothing to look at before an event
     assert await reconciler.reconcile("gone") == Outcome()  # no such namespace: forgotten
     assert forgotten == ["gone"]
