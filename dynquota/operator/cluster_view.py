@@ -124,6 +124,10 @@ class ClusterView:
         self._namespace_uid: dict[str, str] = {}
         self._deleted: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=3600)
         self._policies: dict[str, PolicyRecord] = {}
+        self._policies_version = 0  # bumped when a policy's spec changes
+        # namespace -> (the NamespaceInfo and policies version it was decided on, the answer):
+        # a reconcile asks up to four times, and most events change neither input
+        self._governance: dict[str, tuple[NamespaceInfo, int, Governance]] = {}
         self.policies_listed = False
         """Whether the policy informer applied a full (consistent) list since start
         (:meth:`on_policies_synced`); until then every managed-quota write is held."""
@@ -251,6 +255,7 @@ class ClusterView:
             self._namespace_uid.pop(namespace, None)
         self._status_used.pop(namespace, None)
         self._watched.pop(namespace, None)
+        self._governance.pop(namespace, None)
 
     # -- what is known ----------------------------------------------------------------------
 
@@ -258,8 +263,14 @@ class ClusterView:
         """How ``namespace`` is governed now (``None`` if it is not known)."""
         info = self.namespaces.get(namespace)
         if info is None:
+            self._governance.pop(namespace, None)
             return None
-        return governance_of(info, self.policies, self.settings)
+        known = self._governance.get(namespace)
+        if known is not None and known[0] is info and known[1] == self._policies_version:
+            return known[2]
+        governance = governance_of(info, self.policies, self.settings)
+        self._governance[namespace] = (info, self._policies_version, governance)
+        return governance
 
     @property
     def policies(self) -> list[PolicyInfo]:
@@ -333,6 +344,7 @@ class ClusterView:
     # -- the peak windows ---------------------------------------------------------------------
 
     def _policies_changed(self) -> None:
+        self._policies_version += 1
         # a shorter horizon is held for the longer one's length (never shortened early)
         self.peaks.set_horizon(self._peak_horizon(), self.monotonic())
 

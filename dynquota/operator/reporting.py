@@ -96,6 +96,9 @@ class Reporter:
         self.watched = watched
         self.views: dict[str, NamespaceView] = {}
         self._metric_keys: dict[str, set[str]] = {}
+        # the optional series set per namespace (usage_unknown, exhaustion): a remove of one
+        # never set costs prometheus-client two environment lookups (6 a reconcile in a profile)
+        self._optional: dict[str, set[tuple[str, ...]]] = {}
         """Per namespace, the quota keys it has per-key metric series for."""
         self._overrides: set[str] = set()
         # keyed by (namespace or object, reason, cause): never by message, which carries usage
@@ -122,6 +125,7 @@ class Reporter:
         self.metrics.forget_namespace(
             namespace, self._metric_keys.pop(namespace, TRACKED_RESOURCES)
         )
+        self._optional.pop(namespace, None)
 
     def quota_deleted(self, namespace: str, why: str) -> None:
         """dynquota deleted the managed quota of ``namespace`` (``why``): the view says so and
@@ -146,8 +150,10 @@ class Reporter:
         """Per-key gauges, in each key's base unit (objects, cores, bytes); a status-driven
         key whose ``status.used`` is missing sets ``dynquota_usage_unknown`` instead."""
         m = self.metrics
-        if governance.kind != "managed":
-            m.forget_namespace(namespace, self._metric_keys.pop(namespace, TRACKED_RESOURCES))
+        if governance.kind != "managed" and namespace in self._metric_keys:
+            # (only this method sets these series: none to remove for a namespace not in it)
+            m.forget_namespace(namespace, self._metric_keys.pop(namespace))
+            self._optional.pop(namespace, None)
         view = self.view(namespace)
         view.usage = dict(usage)
         view.tally = dict(tally)
@@ -164,6 +170,7 @@ class Reporter:
         if stale:
             m.forget_namespace(namespace, stale)
         self._metric_keys[namespace] = set(keys)
+        optional = self._optional.setdefault(namespace, set())
         for resource in keys:
             profile = governance.profiles[resource]
             unit = unit_for(resource)
@@ -174,9 +181,12 @@ class Reporter:
             if resource not in usage and hard is not None:
                 # in the quota but not counted: held (docs/metrics.md)
                 m.usage_unknown.labels(namespace, resource).set(1)
+                optional.add(("unknown", resource))
                 continue
-            with contextlib.suppress(KeyError):
-                m.usage_unknown.remove(namespace, resource)
+            if ("unknown", resource) in optional:
+                optional.discard(("unknown", resource))
+                with contextlib.suppress(KeyError):
+                    m.usage_unknown.remove(namespace, resource)
             if resource not in usage:
                 continue  # not in the quota (held for a default, or KeyNotCounted): no usage
             used = usage[resource]
@@ -189,7 +199,9 @@ class Reporter:
                 left = view.exhaustion.get((resource, limit))
                 if left is not None:
                     m.exhaustion.labels(namespace, resource, limit).set(left)
-                else:
+                    optional.add(("exhaustion", resource, limit))
+                elif ("exhaustion", resource, limit) in optional:
+                    optional.discard(("exhaustion", resource, limit))
                     with contextlib.suppress(KeyError):
                         m.exhaustion.remove(namespace, resource, limit)
             if resource in tally:
