@@ -19,7 +19,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynquota.policy.durations import DURATION_PATTERN
+from dynquota.policy.durations import DURATION_MESSAGE, DURATION_PATTERN
 from dynquota.policy.models import (
     DEFAULT_PROFILES,
     TRACKED_RESOURCES,
@@ -74,10 +74,25 @@ def test_a_stale_generated_file_is_found(tmp_path: Path) -> None:
     assert generator.stale(tmp_path) == []
 
 
-def test_crd_duration_pattern_is_the_operators() -> None:
-    profile = crd_schema()["properties"]["spec"]["properties"]["resources"]["additionalProperties"]
-    for field in ("upscaleCooldown", "downscaleCooldown"):
-        assert profile["properties"][field]["pattern"] == DURATION_PATTERN
+def test_crd_duration_rule_is_the_operators_and_says_what_is_accepted() -> None:
+    """Every duration field checks the operator's grammar with a CEL rule whose message says
+    what is accepted (a ``pattern`` made the apiserver answer ``1d`` with the regex)."""
+    spec = crd_schema()["properties"]["spec"]["properties"]
+    profile = spec["resources"]["additionalProperties"]["properties"]
+    override = spec["override"]["properties"]
+    fields = {
+        "upscaleCooldown": profile["upscaleCooldown"],
+        "downscaleCooldown": profile["downscaleCooldown"],
+        "override.ttl": override["ttl"],
+        "override.minInterval": override["minInterval"],
+    }
+    for name, field in fields.items():
+        assert "pattern" not in field, name
+        first = field["x-kubernetes-validations"][0]
+        assert first == {
+            "rule": f"self.matches('{DURATION_PATTERN}')",
+            "message": DURATION_MESSAGE,
+        }, name
 
 
 def resources_rules() -> list[dict[str, str]]:
@@ -160,7 +175,7 @@ def test_only_the_operator_refuses_built_in_count_typos() -> None:
 def test_crd_minimum_maximum_rules_use_the_built_in_defaults() -> None:
     """One CEL rule per tracked resource compares minimum and maximum after defaulting (an
     omitted bound takes the built-in default), with the numbers of DEFAULT_PROFILES."""
-    rules = [r for r in resources_rules() if "messageExpression" in r]
+    rules = [r for r in resources_rules() if "messageExpression" in r and "? int(" in r["rule"]]
     assert [r["rule"].split(")", 1)[0] for r in rules] == [
         f"!has(self.{name}" for name in TRACKED_RESOURCES
     ]
