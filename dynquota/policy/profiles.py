@@ -203,10 +203,9 @@ def bound_units(key: str, unit: KeyUnit, field: str, value: object) -> object:
     """
     if isinstance(value, bool):
         return value
-    if unit.counted and not isinstance(value, str):
-        return value  # a JSON integer; the model checks the type and the range
     if unit.counted:
-        return _whole_count(key, field, value)
+        # a JSON integer (the model checks the type and the range), or a count's quantity text
+        return _whole_count(key, field, value) if isinstance(value, str) else value
     if isinstance(value, int):
         return unit.units(value) if value >= 0 else value
     if not isinstance(value, str):
