@@ -204,18 +204,44 @@ def dashboard_queries() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def scraped_families(
-    op_cluster_operator: Callable[..., OperatorThread],
-) -> dict[str, str]:
-    """``{family: type}`` of a real scrape of an operator's ``/metrics`` over HTTP."""
+def scraped_text(op_cluster_operator: Callable[..., OperatorThread]) -> str:
+    """A real scrape of an operator's ``/metrics`` over HTTP (the text format)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     op_cluster_operator(metrics_port=port)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
         assert answer.status == 200
-        text = answer.read().decode()
-    return scrape_families(text)
+        return str(answer.read().decode())
+
+
+@pytest.fixture(scope="module")
+def scraped_families(scraped_text: str) -> dict[str, str]:
+    """``{family: type}`` of that scrape."""
+    return scrape_families(scraped_text)
+
+
+def test_fleet_series_in_a_live_scrape(scraped_text: str, scraped_families: dict[str, str]) -> None:
+    """Issue 30: the build, the process and the runtime are on the operator's own registry,
+    with exactly these labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dynquota import __version__
+    from dynquota.metrics.fleet import build_labels
+
+    samples = {
+        s.name: s.labels
+        for family in text_string_to_metric_families(scraped_text)
+        for s in family.samples
+    }
+    assert samples["dynquota_build_info"] == build_labels(__version__)
+    assert samples["dynquota_build_info"]["version"] == __version__
+    for family, kind in (
+        ("process_cpu_seconds_total", "counter"), ("process_resident_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"), ("process_start_time_seconds", "gauge"),
+        ("python_info", "gauge"), ("python_gc_collections_total", "counter"),
+    ):  # fmt: skip
+        assert scraped_families.get(family) == kind, family
 
 
 @pytest.fixture(scope="module")
