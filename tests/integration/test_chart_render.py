@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dynquota import __version__
 from dynquota.policy.models import DEFAULT_PROFILES
 from dynquota.settings import Settings
 from dynquota.testing.controlplane import LocalControlPlane, find_binaries
@@ -191,7 +192,7 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     (container,) = pod["containers"]
-    assert container["image"] == "ghcr.io/dynquota/dynquota:0.1.0"
+    assert container["image"] == f"ghcr.io/dynquota/dynquota:{__version__}"
     assert "command" not in container  # the image's ENTRYPOINT: dynquota run
     assert "args" not in container
     assert container["securityContext"] == {

@@ -58,8 +58,10 @@ def test_generation_is_idempotent() -> None:
 
 
 def test_a_stale_generated_file_is_found(tmp_path: Path) -> None:
-    for part in ("crds", "docs", "helm"):
+    for part in ("crds", "docs", "helm", "examples"):
         shutil.copytree(ROOT / part, tmp_path / part)
+    (tmp_path / "dynquota").mkdir()
+    shutil.copy(ROOT / "dynquota" / "__init__.py", tmp_path / "dynquota" / "__init__.py")
     generator = _generator()
     assert generator.stale(tmp_path) == []
     values = tmp_path / "helm" / "dynquota" / "values.yaml"
@@ -67,11 +69,21 @@ def test_a_stale_generated_file_is_found(tmp_path: Path) -> None:
     (tmp_path / "crds" / "dynamicquotapolicies.yaml").write_text("# edited\n")
     assert sorted(str(p) for p in generator.stale(tmp_path)) == [
         "docs/configuration.md",
+        # the CRD's entry of the Artifact Hub annotation, and the README's CRD table
+        "helm/dynquota/Chart.yaml",
+        "helm/dynquota/README.md",
         "helm/dynquota/crds/dynamicquotapolicies.yaml",
         "helm/dynquota/values.schema.json",
     ]
     assert generator.main(["--root", str(tmp_path)]) == 0
     assert generator.stale(tmp_path) == []
+    # the version lives in dynquota/__init__.py: a new one makes Chart.yaml and its README stale
+    init = tmp_path / "dynquota" / "__init__.py"
+    init.write_text(init.read_text().replace('__version__ = "', '__version__ = "9.'))
+    assert sorted(str(p) for p in generator.stale(tmp_path)) == [
+        "helm/dynquota/Chart.yaml",
+        "helm/dynquota/README.md",
+    ]
 
 
 def test_crd_duration_rule_is_the_operators_and_says_what_is_accepted() -> None:
