@@ -2,14 +2,23 @@
 # Builds the repository's unchanged Dockerfile with buildah, daemonless (no Docker engine), on
 # the stand-in base from base.sh. Prints the image name ($IMAGE from versions.env).
 #   DYNQUOTA_IMAGE           tag to build instead of localhost/dynquota:dev
+#   DYNQUOTA_PYTHON_IMAGE    the base to build on (a release: python:3.11-slim-bookworm from its
+#                            registry) instead of the stand-in from base.sh
 #   DYNQUOTA_CA_BUNDLE       CA bundle mounted for pip inside the build (default: the host's),
 #                            needed where registry traffic passes a TLS-intercepting proxy
 # Layers are cached by buildah (--layers): an unchanged tree rebuilds in seconds.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-need buildah podman mmdebstrap
+need buildah podman
 image=${DYNQUOTA_IMAGE:-$IMAGE}
-base=$("$here/base.sh")
+if [ -n "${DYNQUOTA_PYTHON_IMAGE:-}" ]; then
+  # a release build on the Dockerfile's own base, pulled from its registry
+  base=$DYNQUOTA_PYTHON_IMAGE
+  podman "${STORAGE[@]}" image exists "$base" || buildah "${STORAGE[@]}" pull --quiet "$base" >&2
+else
+  need mmdebstrap
+  base=$("$here/base.sh")
+fi
 ca=${DYNQUOTA_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 volume=()
 [ -r "$ca" ] && volume=(--volume "$ca:/etc/ssl/certs/ca-certificates.crt:ro")
