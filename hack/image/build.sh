@@ -34,7 +34,9 @@ digest=$(
       -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16
 )
-built="${image%:*}:ctx-${digest}"
+# one name for a build of these inputs, whatever tag is asked for (`make image`'s dev tag, the
+# release tag of `make dist`), so each reuses the other's build
+built="localhost/dynquota:ctx-${digest}"
 if podman "${STORAGE[@]}" image exists "$built"; then
   podman "${STORAGE[@]}" tag "$built" "$image"
   echo "$image is up to date (${built})" >&2
