@@ -612,7 +612,7 @@ def test_leader_election_off_for_one_replica(helm: Path, monkeypatch: pytest.Mon
     assert [o["kind"] for o in objs if "leader" in o["metadata"]["name"]] == []
     alerts = [r["alert"] for r in one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]]
     assert "DynquotaNoLeader" not in alerts
-    assert len(alerts) == 7
+    assert len(alerts) == 9
 
 
 def test_leader_election_off_with_two_replicas_is_refused(helm: Path) -> None:
@@ -668,7 +668,9 @@ def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None
         "DynquotaAbsent",
         "DynquotaKillSwitchEngaged",
         "DynquotaNamespaceAtMaximum",
+        "DynquotaNamespaceThrottled",
         "DynquotaNoLeader",
+        "DynquotaOverrideHeldLong",
         "DynquotaPolicyInvalid",
         "DynquotaQuotaControllerStalled",
         "DynquotaReconcileErrors",
@@ -787,7 +789,9 @@ def test_alerts_without_a_service_monitor(helm: Path) -> None:
     assert sorted(alerts) == [
         "DynquotaKillSwitchEngaged",
         "DynquotaNamespaceAtMaximum",
+        "DynquotaNamespaceThrottled",
         "DynquotaNoLeader",
+        "DynquotaOverrideHeldLong",
         "DynquotaPolicyInvalid",
         "DynquotaQuotaControllerStalled",
         "DynquotaReconcileErrors",
