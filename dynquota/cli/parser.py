@@ -65,7 +65,9 @@ def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
         "budget and slice (reads only its AppliedDynamicQuota: a tenant's view role suffices)",
     )
     add_connection_flags(status)
-    status.add_argument("-n", "--namespace", help="the namespace (required)")
+    status.add_argument(
+        "-n", "--namespace", help="the namespace (default: the kubeconfig context's, as kubectl)"
+    )
     add_output_flag(status)
     status.set_defaults(handler=cmd_status)
 

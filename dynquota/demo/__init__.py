@@ -21,7 +21,7 @@ The ReplicaSet controller backs off exponentially after quota denials and is not
 quota change; the operator wakes the ReplicaSets a quota refused after each raise, and the demo
 prints its ``Woken`` Events (it writes nothing on workloads itself). The demo prints a
 live table and a closing summary, writes a picture of each namespace's hard and usage over time
-(:mod:`dynquota.demo_picture`, with matplotlib when installed) and prints its path, and stops
+(:mod:`dynquota.demo.picture`, with matplotlib when installed) and prints its path, and stops
 everything it started.
 """
 
@@ -37,9 +37,9 @@ from typing import Any
 
 import kubernetes
 
+from dynquota.demo.picture import SeriesRecorder, default_picture_path, write_picture
 from dynquota.demo.scenario import Demo
 from dynquota.demo.watch import HELM, RUNAWAY, WEB, Show, Timing
-from dynquota.demo_picture import SeriesRecorder, default_picture_path, write_picture
 from dynquota.settings import Settings
 from dynquota.testing.controlplane import ControlPlaneError, LocalControlPlane
 from dynquota.testing.operator import OperatorCluster, OperatorThread, install_operator
@@ -57,7 +57,7 @@ PICTURE_PANELS = (
 
 def main(fast: bool = False, picture: Path | None = None) -> int:
     """Run the demo; returns the exit code (0 on success). The picture of hard and usage over
-    time goes to ``picture`` (default :func:`~dynquota.demo_picture.default_picture_path`)."""
+    time goes to ``picture`` (default :func:`~dynquota.demo.picture.default_picture_path`)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # the operator runs in a thread here, where kopf cannot install signal handlers: expected
     logging.getLogger("kopf._core.reactor.running").setLevel(logging.ERROR)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.demo_picture import Sample
+from dynquota.demo.picture import Sample
 from dynquota.policy import Decision
 from dynquota.quantity import parse_quantity
 from dynquota.testing.operator import OperatorCluster, OperatorThread

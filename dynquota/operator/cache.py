@@ -173,7 +173,7 @@ class OperatorCache(abc.ABC):
         self.peaks = PeakWindows(self._peak_horizon())
         # keyed by (namespace or object, reason, cause): never by message, which carries usage
         # and tenant text
-        self._warned: TTLCache[tuple[str, str, str], str] = TTLCache(
+        self._warned: TTLCache[tuple[str, str, str], tuple[str, float]] = TTLCache(
             maxsize=20000, ttl=WARNING_TTL, timer=clock
         )
         self._invalid_reported: dict[str, int] = {}

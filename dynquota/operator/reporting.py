@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from typing import Final
 
 from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
@@ -36,10 +38,14 @@ from dynquota.policy.forecast import Trend, eta
 from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = [
+    "NEW_VALUE_AFTER",
     "Reporting",
 ]
 
 log = logging.getLogger("dynquota.operator")
+
+NEW_VALUE_AFTER: Final = 60.0
+"""Seconds after a recurring Warning before one about a different written value is posted."""
 
 
 class Reporting(OperatorCache):
@@ -313,13 +319,18 @@ class Reporting(OperatorCache):
 
         Keyed on ``(key, reason, cause)``, never on ``message``: a message changes with usage
         and with what a tenant writes, and a tenant-chosen key would let the cache grow. The
-        entry holds the last ``value`` (e.g. an invalid annotation's text): a new one is
-        reported at once, one entry per key all the same.
+        entry holds a digest of the last ``value`` (e.g. an invalid annotation's text) and when
+        it was posted: a different value is reported once :data:`NEW_VALUE_AFTER` seconds have
+        passed (a typo corrected into another is answered; a tenant cycling values gets at
+        most one Warning a minute), one bounded entry per key all the same.
         """
         if not self.write_gate.may(EVENT):
             return
         cache_key = (key, reason, cause)
-        if self._warned.get(cache_key) == value:
+        digest = hashlib.sha256(value.encode()).hexdigest()[:16]
+        seen = self._warned.get(cache_key)
+        now = self.clock()
+        if seen is not None and (seen[0] == digest or now - seen[1] < NEW_VALUE_AFTER):
             return
-        self._warned[cache_key] = value
+        self._warned[cache_key] = (digest, now)
         await self._warn(ref, reason, message, logged=logged)

@@ -214,7 +214,8 @@ def govern(
         return Governance(kind, exclusion.reason)
     governance = _select(namespace, policies)
     if governance.kind in ("managed", "frozen"):
-        return replace(governance, warning=managed_label_warning(namespace))
+        warning = managed_label_warning(namespace)
+        return replace(governance, warning=warning) if warning else governance
     return governance
 
 

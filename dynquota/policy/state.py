@@ -187,7 +187,15 @@ def parse_time(text: str) -> int:
         ValueError: ``invalid timestamp '...': expected RFC 3339 like 2026-11-30T03:30:00Z``
             for any other text (date only, no offset, out-of-range fields).
     """
-    match = _RFC3339.fullmatch(text) if isinstance(text, str) else None
+    if not isinstance(text, str):
+        raise _invalid_time(text)
+    return _parse_time(text)
+
+
+@lru_cache(maxsize=4096)
+def _parse_time(text: str) -> int:
+    """:func:`parse_time` of a string, memoised (the same stamps are read every reconcile)."""
+    match = _RFC3339.fullmatch(text)
     if match is None:
         raise _invalid_time(text)
     year, month, day, hour, minute, second = (int(match[i]) for i in range(1, 7))

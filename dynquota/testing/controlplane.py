@@ -20,17 +20,14 @@ component's output goes to ``<workdir>/logs/<component>.log``.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import json
-import os
 import secrets
 import shutil
 import signal
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -395,54 +392,7 @@ class LocalControlPlane(SimulatedNodes):
             return result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m dynquota.testing.controlplane``: start, print the kubeconfig, wait.
-
-    SIGINT/SIGTERM stop everything; SIGHUP restarts kube-apiserver alone (etcd keeps its
-    data), which is how an apiserver restart is staged by hand.
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m dynquota.testing.controlplane",
-        description="Run etcd, kube-apiserver and kube-controller-manager on 127.0.0.1 until "
-        "Ctrl-C. `kill -HUP <pid>` restarts kube-apiserver alone.",
-    )
-    parser.add_argument(
-        "--resource-quota-sync-period",
-        type=int,
-        default=10,
-        metavar="SECONDS",
-        help="the quota controller's full resync period (default: 10)",
-    )
-    parser.add_argument(
-        "--nodes",
-        type=int,
-        default=0,
-        metavar="N",
-        help="start kube-scheduler and kwok with N simulated nodes (default: 0, pods stay Pending)",
-    )
-    parser.add_argument(
-        "--keep", action="store_true", help="keep the work directory (data, logs) on exit"
-    )
-    args = parser.parse_args(argv)
-    signals = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-    with LocalControlPlane(
-        resource_quota_sync_period=args.resource_quota_sync_period,
-        keep_workdir=args.keep,
-        nodes=args.nodes,
-    ) as cp:
-        print(f"export KUBECONFIG={cp.kubeconfig}", flush=True)
-        print(
-            f"kubectl, helm: {cp.bin_dir}; logs: {cp.log_dir}; pid {os.getpid()}: "
-            "Ctrl-C stops everything, kill -HUP restarts kube-apiserver",
-            file=sys.stderr,
-            flush=True,
-        )
-        while signal.sigwait(signals) == signal.SIGHUP:
-            cp.restart_apiserver()
-            print("kube-apiserver restarted", file=sys.stderr, flush=True)
-    return 0
-
-
 if __name__ == "__main__":
+    from dynquota.testing.controlplane_cli import main
+
     raise SystemExit(main())

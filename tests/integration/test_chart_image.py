@@ -6,11 +6,13 @@ token of the chart's ServiceAccount (not as cluster admin)."""
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,9 +55,17 @@ def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     constraints.txt. Returns the virtualenv's bin directory."""
     pytest.importorskip("dynquota.cli", reason="the CLI (dynquota.cli) is not written yet")
     work = tmp_path_factory.mktemp("image")
+    # the Dockerfile's COPY list, so a build/ left in the checkout cannot leak into the wheel
+    source = work / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "constraints.txt", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(
+        ROOT / "dynquota", source / "dynquota", ignore=shutil.ignore_patterns("__pycache__")
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
-         "--wheel-dir", str(work / "wheels"), str(ROOT)],
+         "--wheel-dir", str(work / "wheels"), str(source)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     (wheel,) = (work / "wheels").glob("dynquota-*.whl")
@@ -87,6 +97,17 @@ def test_installed_wheel_has_the_cli_and_no_source_tree(image_venv: Path) -> Non
         [str(image_venv / "python"), "-c", "import pytest"], capture_output=True, check=False
     )
     assert missing.returncode == 1
+    # Only the product ships: no test bed, no demo (issue 25); `dynquota demo` says so.
+    (wheel,) = (image_venv.parent.parent / "wheels").glob("dynquota-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        packages = {n.rsplit("/", 1)[0] for n in archive.namelist() if n.endswith(".py")}
+    assert "dynquota/operator" in packages
+    assert not {p for p in packages if p.startswith(("dynquota/testing", "dynquota/demo"))}
+    demo = subprocess.run(
+        [str(image_venv / "dynquota"), "demo"], capture_output=True, text=True, check=False
+    )
+    assert demo.returncode == 2
+    assert "source checkout (dynquota.demo is not installed)" in demo.stderr
 
 
 @pytest.fixture

@@ -376,7 +376,7 @@ def test_image_runs_the_operator_against_the_control_plane(
 
 
 def test_demo_in_the_image_is_a_clear_message(runner: Runner, tmp_path: Path) -> None:
-    """`dynquota demo` needs a source checkout and the testing extra: one clear line, exit 2."""
+    """`dynquota demo` needs a source checkout (the image holds no demo): one line, exit 2."""
     files = tmp_path / "files"
     files.mkdir()
     log = tmp_path / "demo.log"
@@ -387,5 +387,5 @@ def test_demo_in_the_image_is_a_clear_message(runner: Runner, tmp_path: Path) ->
     assert proc.returncode == 2, output
     assert "Traceback" not in output
     (line,) = output.strip().splitlines()
-    assert line.startswith("dynquota: error: dynquota demo needs the 'testing' extra")
+    assert line.startswith("dynquota: error: dynquota demo runs from a dynquota source checkout")
     assert "source checkout" in line

@@ -297,10 +297,10 @@ def test_demo_without_the_testing_extra_is_one_clear_line(
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert err == (
-        f"dynquota: error: dynquota demo needs the 'testing' extra ({missing} is not "
-        "installed) and a dynquota source checkout: it builds and starts a local control "
-        "plane from the repository (git clone, then `make demo`); the operator image does "
-        "not include it\n"
+        f"dynquota: error: dynquota demo runs from a dynquota source checkout ({missing} is "
+        "not installed): it builds and starts a local control plane from the repository (git "
+        "clone, then `make demo`); the wheel and the operator image hold neither the demo nor "
+        "the test bed\n"
     )
 
 

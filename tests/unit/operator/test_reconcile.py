@@ -14,6 +14,7 @@ from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.events import ObjectRef
 from dynquota.kube.quotas import MANAGED_BY_LABEL, QuotaSnapshot
 from dynquota.operator.reconcile import Operator
+from dynquota.operator.reporting import NEW_VALUE_AFTER
 from dynquota.settings import Settings
 from dynquota.testing.wait import async_wait_until
 
@@ -519,7 +520,8 @@ async def test_managed_label_without_effect_is_a_warning_on_the_namespace(
     assert caplog.messages == [f"ManagedLabelIgnored on Namespace team-a: {message}"]
     assert world.quotas.writes == [("create", "team-a")]  # still managed
     world.op.on_namespace(None, namespace("team-a", {"dynquota.io/managed": "off"}, rv=2))
-    await world.reconcile("team-a")  # another value: reported at once
+    world.clock.now += NEW_VALUE_AFTER
+    await world.reconcile("team-a")  # another value: reported (a minute later)
     assert [e[3].split(" ")[1] for e in world.events.posted if e[1] == "Warning"] == [
         'dynquota.io/managed="no"',
         'dynquota.io/managed="off"',
@@ -764,8 +766,12 @@ async def test_malformed_override_is_warned_once_per_value_and_no_change(world: 
     warnings = [e for e in world.events.posted if e[1] == "Warning"]
     assert len(warnings) == 1
     assert warnings[0][2] == "OverrideRejected"
-    # another invalid value within the hour is reported at once; the same one is not
+    # another invalid value within the hour is reported after a minute; the same one is not
     world.quotas.objects["team-a"]["metadata"]["annotations"]["dynquota.io/override"] = "always"
+    world.clock.now += NEW_VALUE_AFTER - 1
+    await world.reconcile("team-a")
+    assert len([e for e in world.events.posted if e[1] == "Warning"]) == 1
+    world.clock.now += 1
     await world.reconcile("team-a")
     await world.reconcile("team-a")
     warnings = [e for e in world.events.posted if e[1] == "Warning"]
