@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup controlplane kwok toxiproxy promtool image image-test alerts test unit integration \
-	lint bench bench-admission bench-budgets bench-cleanup bench-plan bench-scale soak demo clean chart-generate
+	lint bench bench-admission bench-budgets bench-cleanup bench-plan bench-scale soak demo clean chart-generate \
+	dist dist-test
 
 setup: $(STAMP)
 
@@ -52,6 +53,17 @@ kwok:
 # docs/configuration.md from values.yaml's annotations. A unit test fails when they are stale.
 chart-generate: setup
 	$(PY) hack/chart/generate.py
+
+# The release artifacts into dist/: wheel and sdist, the chart package, the image as an OCI
+# archive (hack/release/dist.sh; DYNQUOTA_DIST_IMAGE=0 skips the image). docs/install.md says
+# where each is pushed. Not part of `make test`: the image build takes minutes after a change.
+dist: setup controlplane
+	hack/release/dist.sh
+
+# dist/ installed as users install it: the CLI from the wheel with `uv tool` and `pipx`, the
+# packaged chart on the local control plane, the installed CLI against it.
+dist-test: dist
+	$(PY) -m pytest tests/integration/test_dist.py
 
 lint: setup
 	$(VENV)/bin/ruff check dynquota tests

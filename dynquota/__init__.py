@@ -1,3 +1,3 @@
 """dynquota: a ResourceQuota per namespace, sized from what the namespace really uses."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

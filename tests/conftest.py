@@ -37,6 +37,7 @@ _SECONDS = {
     "test_chart_install.py": 95,
     "test_quota_controller_stall.py": 105,
     "test_unenforced_runaway.py": 40,
+    "test_dashboard.py": 30,
 }
 
 

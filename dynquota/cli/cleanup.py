@@ -38,7 +38,7 @@ class _Kind:
     resource: Resource
     lister: Callable[[Any], Awaitable[list[ListedQuota]]]
     quiet: bool = False
-    """Say nothing when there is none (the tenant projections: absent before 0.3)."""
+    """Say nothing when there is none (the tenant projections: absent before 0.2.0)."""
 
 
 def _quotas() -> _Kind:

@@ -13,6 +13,7 @@ import re
 from typing import Final
 
 __all__ = [
+    "DURATION_MESSAGE",
     "DURATION_PATTERN",
     "MAX_DURATION_SECONDS",
     "format_duration",
@@ -26,6 +27,13 @@ MAX_DURATION_SECONDS: Final = 8760 * 3600
 """Longest accepted duration: 8760h (365 days)."""
 
 _DURATION: Final = re.compile(r"(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
+_DAYS: Final = re.compile(r"([0-9]{1,4})d")
+DURATION_MESSAGE: Final = (
+    "must be whole hours, minutes and seconds in that order, like 90s, 5m, 1h30m or 24h "
+    "(no days: 1d is 24h; no decimals, spaces or signs)"
+)
+"""What the CRD says when a duration does not match :data:`DURATION_PATTERN` (a unit test
+keeps the CRD's messages equal to it)."""
 
 
 def parse_duration(text: str) -> int:
@@ -33,15 +41,18 @@ def parse_duration(text: str) -> int:
 
     Raises:
         ValueError: not a string, empty, another unit or order (``1.5h``, ``5m1h``, ``1d``,
-            ``300``), or longer than 8760h. The message quotes the input.
+            ``300``), or longer than 8760h. The message quotes the input (and for ``<n>d``
+            says the hours to write instead).
     """
     if not isinstance(text, str):
         raise ValueError(f"must be a duration string like 90s, 5m or 1h30m, not {text!r}")
     match = _DURATION.fullmatch(text)
     if not text or match is None:
+        days = _DAYS.fullmatch(text)
+        hint = f" (write {int(days.group(1)) * 24}h)" if days else ""
         raise ValueError(
             f"invalid duration {text!r}: expected whole hours, minutes and seconds in that "
-            "order, like 90s, 5m or 1h30m"
+            f"order, like 90s, 5m or 1h30m{hint}"
         )
     hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
     total = hours * 3600 + minutes * 60 + seconds

@@ -189,12 +189,23 @@ def resource_order(keys: Iterable[str]) -> list[str]:
 
 
 def bound_units(key: str, unit: KeyUnit, field: str, value: object) -> object:
-    """A policy's ``minimum``/``maximum`` of ``key`` as units; a wrong type is passed on for
-    the model's type check (counted keys) or refused here naming the key."""
+    """A policy's ``minimum``/``maximum`` (or a budget's ``hard``) of ``key`` as units; a
+    wrong type is passed on for the model's type check (counted keys) or refused here naming
+    the key.
+
+    A counted key (objects, extended resources, devices) takes a JSON integer or, as a
+    ResourceQuota writes every count, a quantity string of a whole number (``"60"``, ``"1k"``,
+    ``"2e3"``); other keys a quantity string or an integer in the base unit.
+
+    Raises:
+        ValueError: a malformed, negative or (for a counted key) fractional quantity, naming
+            the key and the field.
+    """
     if isinstance(value, bool):
         return value
     if unit.counted:
-        return value  # a JSON integer; the model checks the type and the range
+        # a JSON integer (the model checks the type and the range), or a count's quantity text
+        return _whole_count(key, field, value) if isinstance(value, str) else value
     if isinstance(value, int):
         return unit.units(value) if value >= 0 else value
     if not isinstance(value, str):
@@ -208,6 +219,21 @@ def bound_units(key: str, unit: KeyUnit, field: str, value: object) -> object:
     if unit.info.integer and quantity.value != quantity.value.to_integral_value():
         raise ValueError(f"{key}: {field} must be a whole number, not {value!r}")
     return unit.units(quantity)
+
+
+def _whole_count(key: str, field: str, text: str) -> int:
+    """A counted key's quantity string as an integer (``"60"`` -> 60, ``"1k"`` -> 1000)."""
+    try:
+        quantity = parse_quantity(text)
+    except QuantityError as exc:
+        raise ValueError(
+            f'{key}: {field} must be a whole number such as 60 or "60": {exc}'
+        ) from exc
+    if quantity.value != quantity.value.to_integral_value():
+        raise ValueError(f"{key}: {field} must be a whole number, not {text!r}")
+    if quantity.value < 0:
+        raise ValueError(f"{key}: {field} must not be negative, not {text!r}")
+    return int(quantity.value)
 
 
 def round_to_units(key: str, unit: KeyUnit, value: object) -> object:
@@ -245,6 +271,15 @@ def _check_step(key: str, unit: KeyUnit, step: object, high: object) -> None:
         )
 
 
+def _in_units(key: str, unit: KeyUnit, given: Mapping[str, object]) -> dict[str, object]:
+    """A profile's fields with its bounds and step as units (:func:`bound_units`,
+    :func:`round_to_units`); the other fields as given."""
+    return {f: bound_units(key, unit, f, v)
+            if f in ("minimum", "maximum", "minimumHeadroom")
+            else round_to_units(key, unit, v) if f == "roundTo" else v
+            for f, v in given.items()}  # fmt: skip
+
+
 def fill_resources(value: object) -> object:
     """Validate and default ``spec.resources`` (a pydantic ``before`` validator's body).
 
@@ -280,7 +315,8 @@ def fill_resources(value: object) -> object:
         if not isinstance(given, Mapping):
             merged[resource] = given  # reported by the model type check
             continue
-        profile = {**DEFAULT_PROFILES[resource].to_crd(), **given}
+        unit = unit_for(resource)
+        profile = {**DEFAULT_PROFILES[resource].to_crd(), **_in_units(resource, unit, given)}
         merged[resource] = profile
         _check_step(resource, unit_for(resource), profile.get("roundTo"), profile.get("maximum"))
     for key in sorted(str(k) for k in value if k not in TRACKED_RESOURCES):
@@ -289,10 +325,7 @@ def fill_resources(value: object) -> object:
             merged[key] = given
             continue
         unit = unit_for(key)
-        body = {f: bound_units(key, unit, f, given[f])
-                if f in ("minimum", "maximum", "minimumHeadroom")
-                else round_to_units(key, unit, given[f]) if f == "roundTo" else given[f]
-                for f in given}  # fmt: skip
+        body = _in_units(key, unit, given)
         if "maximum" not in body:
             raise ValueError(
                 f"{key}: maximum is required (only pods and configmaps have a built-in maximum)"

@@ -61,7 +61,8 @@ class KeyUnit:
     @property
     def counted(self) -> bool:
         """Whether values are plain whole numbers (object counts, extended resources, devices):
-        a policy gives them as JSON integers, never as quantity strings."""
+        a policy or budget gives them as JSON integers or, as a ResourceQuota writes them, as
+        quantity strings of a whole number (``"60"``, ``"1k"``)."""
         return self.step == _ONE and self.fmt == "DecimalSI"
 
     @property

@@ -33,7 +33,9 @@ _LABEL_LIST = re.compile(
     r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)", re.IGNORECASE
 )
 _IDENT = re.compile(r"(?<![\w.:$])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?")
-_GRAFANA_LABEL_VALUES = re.compile(r"^\s*label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,")
+_GRAFANA_LABEL_VALUES = re.compile(
+    r"^\s*label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{[^{}]*\})?\s*,"
+)
 
 
 def scrape_families(text: str) -> dict[str, str]:
@@ -56,7 +58,7 @@ def scrape_families(text: str) -> dict[str, str]:
 
 def selected_metrics(expr: str) -> set[str]:
     """The metric names selected by the PromQL expression ``expr`` (or a Grafana
-    ``label_values(metric, label)`` variable query). Pure.
+    ``label_values(metric{matchers}, label)`` variable query). Pure.
 
     A bare identifier that is not a function call, an aggregation, a keyword or part of a label
     matcher, grouping list, duration or string is a metric name. Grafana variables such as

@@ -8,10 +8,22 @@
 #                              go: `go install` of PROMTOOL_GO_VERSION from the Go module proxy
 #                              (the newest Prometheus; ~10 minutes on 2 cores, cached).
 # The rule tests (tests/alerts/) pass with both; docs/metrics.md says why CI takes Debian's.
+#   `install.sh prometheus` prints the Prometheus server of the same Debian package instead (the
+#   dashboard's queries are run against a live scrape: tests/integration/test_dashboard.py);
+#   DYNQUOTA_PROMETHEUS uses your own. Only the debian source has it.
 set -euo pipefail
+want=${1:-promtool}
+case "$want" in
+  promtool|prometheus) ;;
+  *) echo "usage: $0 [promtool|prometheus]" >&2; exit 2 ;;
+esac
+if [ "$want" = prometheus ] && [ -n "${DYNQUOTA_PROMETHEUS:-}" ]; then
+  echo "$DYNQUOTA_PROMETHEUS"
+  exit 0
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
-if [ -n "${DYNQUOTA_PROMTOOL:-}" ]; then
+if [ "$want" = promtool ] && [ -n "${DYNQUOTA_PROMTOOL:-}" ]; then
   echo "$DYNQUOTA_PROMTOOL"
   exit 0
 fi
@@ -31,6 +43,10 @@ case "$source_kind" in
     dest="$cache/debian-${version//[:+~]/_}"
     ;;
   go)
+    if [ "$want" = prometheus ]; then
+      echo "the Prometheus server comes from Debian's package only: unset DYNQUOTA_PROMTOOL_SOURCE or set DYNQUOTA_PROMETHEUS" >&2
+      exit 3
+    fi
     dest="$cache/go-${PROMTOOL_GO_VERSION}"
     ;;
   *)
@@ -38,8 +54,8 @@ case "$source_kind" in
     exit 2
     ;;
 esac
-if [ -x "$dest/promtool" ]; then
-  echo "$dest/promtool"
+if [ -x "$dest/$want" ]; then
+  echo "$dest/$want"
   exit 0
 fi
 mkdir -p "$cache"
@@ -51,7 +67,7 @@ if [ "$source_kind" = debian ]; then
   (cd "$tmp" && apt-get download -qq -o APT::Sandbox::User=root "${PROMTOOL_DEBIAN_PACKAGE}=${version}" >&2)
   dpkg-deb -x "$tmp"/*.deb "$tmp/root"
   mkdir -p "$tmp/out"
-  cp "$tmp/root/usr/bin/promtool" "$tmp/out/promtool"
+  cp "$tmp/root/usr/bin/promtool" "$tmp/root/usr/bin/prometheus" "$tmp/out/"
 else
   echo "building promtool ${PROMTOOL_GO_VERSION} from the Go module proxy (~10 min on 2 cores)" >&2
   # remove_all_sd: leaves out the service-discovery plugins (cloud SDKs) rule tests never use.
@@ -63,4 +79,4 @@ fi
 echo "promtool ready in $(( $(date +%s) - start )) s" >&2
 rm -rf "$dest"
 mv "$tmp/out" "$dest"
-echo "$dest/promtool"
+echo "$dest/$want"

@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "dynquota"
 ALERT_TESTS = ROOT / "tests" / "alerts" / "dynquota.test.yaml"
 SELECTOR_TESTS = ROOT / "tests" / "alerts" / "selector.test.yaml"
+OVERRIDE_TESTS = ROOT / "tests" / "alerts" / "override.test.yaml"
+"""DynquotaOverrideHeldLong's cases: two weeks of series, evaluated every 10m."""
 RUNBOOK = ROOT / "docs" / "runbook.md"
 DASHBOARD = CHART / "dashboards" / "dynquota.json"
 RELEASE, NS = "dynquota", "dynquota-system"
@@ -77,6 +79,7 @@ def rules_dir(rule_groups: list[dict[str, Any]], tmp_path_factory: pytest.TempPa
     work = tmp_path_factory.mktemp("alerts")
     (work / "rules.yaml").write_text(yaml.safe_dump({"groups": rule_groups}, sort_keys=False))
     shutil.copy(ALERT_TESTS, work / ALERT_TESTS.name)
+    shutil.copy(OVERRIDE_TESTS, work / OVERRIDE_TESTS.name)
     return work
 
 
@@ -96,7 +99,7 @@ def test_promtool_check_rules(promtool: Path, rules_dir: Path) -> None:
 
 def test_promtool_test_rules(promtool: Path, rules_dir: Path) -> None:
     done = subprocess.run(
-        [str(promtool), "test", "rules", ALERT_TESTS.name],
+        [str(promtool), "test", "rules", ALERT_TESTS.name, OVERRIDE_TESTS.name],
         capture_output=True, text=True, cwd=rules_dir, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -155,7 +158,11 @@ def test_promtool_test_rules_can_fail(promtool: Path, rules_dir: Path) -> None:
 
 
 def test_every_alert_has_a_firing_and_a_silent_case(rule_groups: list[dict[str, Any]]) -> None:
-    cases = yaml.safe_load(ALERT_TESTS.read_text())["tests"]
+    cases = [
+        case
+        for path in (ALERT_TESTS, OVERRIDE_TESTS)
+        for case in yaml.safe_load(path.read_text())["tests"]
+    ]
     firing: set[str] = set()
     silent: set[str] = set()
     for case in cases:
@@ -173,6 +180,9 @@ def test_every_alert_has_a_firing_and_a_silent_case(rule_groups: list[dict[str, 
         "DynquotaNoLeader",
         "DynquotaReconcileErrors",
         "DynquotaPolicyInvalid",
+        # issue 30: throttled below the maximum for long, overrides held for days
+        "DynquotaNamespaceThrottled",
+        "DynquotaOverrideHeldLong",
     }
     assert names - firing == set(), "alerts without a case where they fire"
     assert names - silent == set(), "alerts without a case where they stay silent"
@@ -194,18 +204,44 @@ def dashboard_queries() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def scraped_families(
-    op_cluster_operator: Callable[..., OperatorThread],
-) -> dict[str, str]:
-    """``{family: type}`` of a real scrape of an operator's ``/metrics`` over HTTP."""
+def scraped_text(op_cluster_operator: Callable[..., OperatorThread]) -> str:
+    """A real scrape of an operator's ``/metrics`` over HTTP (the text format)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     op_cluster_operator(metrics_port=port)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
         assert answer.status == 200
-        text = answer.read().decode()
-    return scrape_families(text)
+        return str(answer.read().decode())
+
+
+@pytest.fixture(scope="module")
+def scraped_families(scraped_text: str) -> dict[str, str]:
+    """``{family: type}`` of that scrape."""
+    return scrape_families(scraped_text)
+
+
+def test_fleet_series_in_a_live_scrape(scraped_text: str, scraped_families: dict[str, str]) -> None:
+    """Issue 30: the build, the process and the runtime are on the operator's own registry,
+    with exactly these labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dynquota import __version__
+    from dynquota.metrics.fleet import build_labels
+
+    samples = {
+        s.name: s.labels
+        for family in text_string_to_metric_families(scraped_text)
+        for s in family.samples
+    }
+    assert samples["dynquota_build_info"] == build_labels(__version__)
+    assert samples["dynquota_build_info"]["version"] == __version__
+    for family, kind in (
+        ("process_cpu_seconds_total", "counter"), ("process_resident_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"), ("process_start_time_seconds", "gauge"),
+        ("python_info", "gauge"), ("python_gc_collections_total", "counter"),
+    ):  # fmt: skip
+        assert scraped_families.get(family) == kind, family
 
 
 @pytest.fixture(scope="module")

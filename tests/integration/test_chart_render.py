@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dynquota import __version__
 from dynquota.policy.models import DEFAULT_PROFILES
 from dynquota.settings import Settings
 from dynquota.testing.controlplane import LocalControlPlane, find_binaries
@@ -191,7 +192,7 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     (container,) = pod["containers"]
-    assert container["image"] == "ghcr.io/dynquota/dynquota:0.1.0"
+    assert container["image"] == f"ghcr.io/dynquota/dynquota:{__version__}"
     assert "command" not in container  # the image's ENTRYPOINT: dynquota run
     assert "args" not in container
     assert container["securityContext"] == {
@@ -611,7 +612,7 @@ def test_leader_election_off_for_one_replica(helm: Path, monkeypatch: pytest.Mon
     assert [o["kind"] for o in objs if "leader" in o["metadata"]["name"]] == []
     alerts = [r["alert"] for r in one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]]
     assert "DynquotaNoLeader" not in alerts
-    assert len(alerts) == 7
+    assert len(alerts) == 9
 
 
 def test_leader_election_off_with_two_replicas_is_refused(helm: Path) -> None:
@@ -667,7 +668,9 @@ def test_monitoring_values_render_service_monitor_and_alerts(helm: Path) -> None
         "DynquotaAbsent",
         "DynquotaKillSwitchEngaged",
         "DynquotaNamespaceAtMaximum",
+        "DynquotaNamespaceThrottled",
         "DynquotaNoLeader",
+        "DynquotaOverrideHeldLong",
         "DynquotaPolicyInvalid",
         "DynquotaQuotaControllerStalled",
         "DynquotaReconcileErrors",
@@ -786,7 +789,9 @@ def test_alerts_without_a_service_monitor(helm: Path) -> None:
     assert sorted(alerts) == [
         "DynquotaKillSwitchEngaged",
         "DynquotaNamespaceAtMaximum",
+        "DynquotaNamespaceThrottled",
         "DynquotaNoLeader",
+        "DynquotaOverrideHeldLong",
         "DynquotaPolicyInvalid",
         "DynquotaQuotaControllerStalled",
         "DynquotaReconcileErrors",

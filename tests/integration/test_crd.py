@@ -13,6 +13,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.policy.durations import DURATION_MESSAGE
 from dynquota.policy.models import validate_policy
 from dynquota.testing.controlplane import LocalControlPlane
 
@@ -83,6 +84,7 @@ def test_crd_names_scope_and_columns(crd: str, api_client: kubernetes.client.Api
     assert version.subresources.status == {}
     assert [c.name for c in version.additional_printer_columns] == [
         "Priority",
+        "Ready",
         "Valid",
         "Namespaces",
         "DryRun",
@@ -132,6 +134,7 @@ def test_good_policy_is_stored_with_defaults(
     assert table.split("\n")[0].split() == [
         "NAME",
         "PRIORITY",
+        "READY",
         "VALID",
         "NAMESPACES",
         "DRYRUN",
@@ -186,14 +189,27 @@ def test_unknown_resource_key_is_refused_not_pruned(
     for key in ("count/nodes", "nvidia.com/gpu", "limits.nvidia.com/gpu", "count/events"):
         message = refusal(policies, {"resources": {key: {"maximum": 5}}})
         assert message.startswith(
-            "spec.resources: Invalid value: every key must be a ResourceQuota key the "
-            "Kubernetes quota system counts: pods, configmaps, secrets,"
+            f"spec.resources: Invalid value: resource key {key}: must be a ResourceQuota key "
+            "the Kubernetes quota system counts: pods, configmaps, secrets,"
         ), message
     # Also next to a valid key: the whole policy is refused, nothing is pruned.
     message = refusal(
         policies, {"resources": {"pods": {"maximum": 50}, "nvidia.com/gpu": {"maximum": 1}}}
     )
-    assert message.startswith("spec.resources: Invalid value: every key must be a ResourceQuota")
+    assert message.startswith(
+        "spec.resources: Invalid value: resource key nvidia.com/gpu: must be a ResourceQuota"
+    )
+    # two bad keys: the first is named, the others counted
+    message = refusal(
+        policies, {"resources": {"count/nodes": {"maximum": 1}, "nvidia.com/gpu": {"maximum": 1}}}
+    )
+    # the apiserver iterates a map in no fixed order: either key may be the one named
+    assert message.startswith(
+        (
+            "spec.resources: Invalid value: resource key count/nodes (and other keys): must be",
+            "spec.resources: Invalid value: resource key nvidia.com/gpu (and other keys): must be",
+        )
+    ), message
     names = [
         i["metadata"]["name"]
         for i in policies.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
@@ -225,32 +241,44 @@ def test_counted_keys_are_stored_with_quantities(
     [
         (
             {"cpu": {"maximum": "1"}, "requests.cpu": {"maximum": "2"}},
-            "spec.resources: Invalid value: an alias and its long form name the same quota "
-            "resource (cpu and requests.cpu, secrets and count/secrets, hugepages-<size> and "
-            "requests.hugepages-<size>): give only one of them",
+            "spec.resources: Invalid value: cpu and its long form (requests.<key> or "
+            "count/<key>) name the same quota resource: give only one of them",
         ),
         (
             {"secrets": {"minimum": 5}},
-            "spec.resources: Invalid value: every key but pods and configmaps needs a maximum "
-            "(only those two have a built-in one)",
+            "spec.resources: Invalid value: secrets: maximum is required (only pods and "
+            "configmaps have a built-in maximum)",
         ),
         (
-            {"count/jobs.batch": {"maximum": "30"}},
-            "spec.resources: Invalid value: minimum, maximum and minimumHeadroom of object "
-            "counts, extended resources and devices are whole numbers (quantity strings such as "
-            "500m or 4Gi are for cpu, memory, ephemeral-storage, hugepages and storage keys)",
+            {"requests.cpu": {"minimum": 1}},
+            "spec.resources: Invalid value: requests.cpu: maximum is required (only pods and "
+            "configmaps have a built-in maximum)",
         ),
         (
-            {"count/jobs.batch": {"maximum": 30, "roundTo": "5"}},
-            "spec.resources: Invalid value: roundTo of object counts, extended resources and "
-            "devices is a whole number, and of memory, ephemeral-storage, hugepages and storage "
-            "keys a whole number of bytes (a quantity such as 64Mi or 1Gi; 250m for cpu)",
+            {"requests.cpu": {"minimum": 1}, "secrets": {"minimum": 1}},
+            "spec.resources: Invalid value: requests.cpu (and other keys): maximum is required "
+            "(only pods and configmaps have a built-in maximum)",
+        ),
+        (
+            {"count/jobs.batch": {"maximum": "30.5"}},
+            "spec.resources: Invalid value: count/jobs.batch: minimum, maximum and "
+            "minimumHeadroom of object counts, extended resources and devices are whole "
+            'numbers, such as 60 or "60" (quantity strings such as 500m or 4Gi are for cpu, '
+            "memory, ephemeral-storage, hugepages and storage keys)",
+        ),
+        (
+            {"count/jobs.batch": {"maximum": 30, "roundTo": "2.5"}},
+            "spec.resources: Invalid value: count/jobs.batch: roundTo of object counts, "
+            "extended resources and devices is a whole number, and of memory, "
+            "ephemeral-storage, hugepages and storage keys a whole number of bytes (a quantity "
+            "such as 64Mi or 1Gi; 250m for cpu)",
         ),
         (
             {"requests.memory": {"maximum": "4Gi", "roundTo": "0.5"}},
-            "spec.resources: Invalid value: roundTo of object counts, extended resources and "
-            "devices is a whole number, and of memory, ephemeral-storage, hugepages and storage "
-            "keys a whole number of bytes (a quantity such as 64Mi or 1Gi; 250m for cpu)",
+            "spec.resources: Invalid value: requests.memory: roundTo of object counts, "
+            "extended resources and devices is a whole number, and of memory, "
+            "ephemeral-storage, hugepages and storage keys a whole number of bytes (a quantity "
+            "such as 64Mi or 1Gi; 250m for cpu)",
         ),
         (
             {"requests.cpu": {"maximum": "4", "roundTo": "0"}},
@@ -263,10 +291,15 @@ def test_counted_keys_are_stored_with_quantities(
             "or a quantity such as 250m or 64Mi)",
         ),
         (
-            {"count/jobs.batch": {"maximum": 30, "minimumHeadroom": "2"}},
-            "spec.resources: Invalid value: minimum, maximum and minimumHeadroom of object "
-            "counts, extended resources and devices are whole numbers (quantity strings such as "
-            "500m or 4Gi are for cpu, memory, ephemeral-storage, hugepages and storage keys)",
+            {"count/jobs.batch": {"maximum": 30, "minimumHeadroom": "500m"}},
+            "spec.resources: Invalid value: count/jobs.batch: minimum, maximum and "
+            "minimumHeadroom of object counts, extended resources and devices are whole "
+            'numbers, such as 60 or "60" (quantity strings such as 500m or 4Gi are for cpu, '
+            "memory, ephemeral-storage, hugepages and storage keys)",
+        ),
+        (
+            {"secrets": {"minimum": 5, "maximum": "3"}},
+            "spec.resources[secrets]: Invalid value: minimum must be less than or equal to maximum",
         ),
         (
             {"requests.cpu": {"maximum": "4", "minimumHeadroom": "-1"}},
@@ -327,10 +360,9 @@ def test_malformed_duration_is_refused(
 ) -> None:
     message = refusal(policies, {"resources": {"pods": {"upscaleCooldown": duration}}})
     assert message == (
-        f'spec.resources.pods.upscaleCooldown: Invalid value: "{duration}": '
-        "spec.resources.pods.upscaleCooldown in body should match "
-        "'^([0-9]+h)?([0-9]+m)?([0-9]+s)?$'"
+        f'spec.resources[pods].upscaleCooldown: Invalid value: "{duration}": {DURATION_MESSAGE}'
     )
+    assert "1d is 24h" in DURATION_MESSAGE
 
 
 def test_empty_and_too_long_durations_are_refused(
@@ -526,8 +558,7 @@ def test_bad_override_settings_are_refused(policies: kubernetes.client.CustomObj
         'spec.override.ttl: Invalid value: "8761h": must be at most 8760h (365 days)'
     )
     assert refusal(policies, {"override": {"minInterval": "1d"}}) == (
-        'spec.override.minInterval: Invalid value: "1d": spec.override.minInterval in body '
-        "should match '^([0-9]+h)?([0-9]+m)?([0-9]+s)?$'"
+        f'spec.override.minInterval: Invalid value: "1d": {DURATION_MESSAGE}'
     )
     assert refusal(policies, {"override": {"allowed": "no"}}).startswith(
         '[spec.override.allowed: Invalid value: "string": spec.override.allowed in body must '
@@ -566,3 +597,175 @@ def test_companion_limit_range_fields_are_stored_and_checked(
         "spec: Invalid value: each defaultRequests value must not exceed the "
         "defaultLimits value of the same resource"
     )
+
+
+# -- issue 30: counts as ResourceQuota writes them, summary conditions, the budget's columns ---
+
+BUDGET_CRD_FILE = CRD_FILE.parent / "quotabudgets.yaml"
+BUDGETS = "quotabudgets"
+
+
+@pytest.fixture(scope="module")
+def budget_crd(controlplane: LocalControlPlane) -> str:
+    """The QuotaBudget CRD from crds/, applied server-side and Established."""
+    controlplane.kubectl(
+        "apply", "--server-side", "--force-conflicts", "--field-manager=test-crd",
+        "-f", str(BUDGET_CRD_FILE),
+    )  # fmt: skip
+    controlplane.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/quotabudgets.dynquota.io"
+    )
+    return "quotabudgets.dynquota.io"
+
+
+@pytest.fixture
+def budgets(
+    budget_crd: str, api_client: kubernetes.client.ApiClient
+) -> Iterator[kubernetes.client.CustomObjectsApi]:
+    """CustomObjectsApi; every budget named ``crdtest-*`` is deleted after the test."""
+    api = kubernetes.client.CustomObjectsApi(api_client)
+    yield api
+    for item in api.list_cluster_custom_object(GROUP, VERSION, BUDGETS)["items"]:
+        if item["metadata"]["name"].startswith("crdtest-"):
+            api.delete_cluster_custom_object(GROUP, VERSION, BUDGETS, item["metadata"]["name"])
+
+
+def budget(hard: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "QuotaBudget",
+        "metadata": {"name": f"crdtest-{uuid.uuid4().hex[:8]}"},
+        "spec": {"hard": hard},
+    }
+
+
+def test_counts_as_quantity_strings_are_stored_and_valid(
+    policies: kubernetes.client.CustomObjectsApi, budgets: kubernetes.client.CustomObjectsApi
+) -> None:
+    """``hard: {pods: "60"}``, as every ResourceQuota writes a count, is accepted by the CRDs
+    and by the operator's models, and means what 60 means."""
+    from dynquota.policy.budget_spec import QuotaBudgetSpec
+
+    resources = {
+        "pods": {"minimum": "5", "maximum": "1k"},
+        "secrets": {"maximum": "60", "roundTo": "5", "minimumHeadroom": "2"},
+        "count/jobs.batch": {"maximum": "2e3"},
+    }
+    stored = policies.create_cluster_custom_object(
+        GROUP, VERSION, PLURAL, policy({"resources": resources})
+    )
+    assert stored["spec"]["resources"] == resources
+    info = validate_policy(stored)
+    assert info.spec is not None, info.reason
+    assert (info.spec.resources["pods"].maximum, info.spec.resources["secrets"].maximum) == (
+        1000, 60,
+    )  # fmt: skip
+    created = budgets.create_cluster_custom_object(
+        GROUP, VERSION, BUDGETS, budget({"pods": "60", "requests.cpu": "8", "secrets": 10})
+    )
+    spec = QuotaBudgetSpec.model_validate(created["spec"])
+    assert spec.hard == {"pods": 60, "requests.cpu": 8000, "secrets": 10}
+
+
+@pytest.mark.parametrize(
+    ("hard", "expected"),
+    [
+        ({"pods": "60.5"}, 'pods: the budget of object counts, extended resources and devices '
+         'is a whole number, such as 60 or "60" (quantity strings such as 500m or 4Gi are for '
+         "cpu, memory, ephemeral-storage, hugepages and storage keys)"),
+        ({"pods": "-1"}, "pods: every budget must be non-negative: a whole number, or a "
+         "quantity such as 60, 500m or 4Gi"),
+        ({"secrets": 1, "count/secrets": 2}, "secrets and its long form (requests.<key> or "
+         "count/<key>) name the same quota resource: give only one of them"),
+    ],
+)  # fmt: skip
+def test_bad_budgets_are_refused_naming_the_key(
+    budgets: kubernetes.client.CustomObjectsApi, hard: dict[str, Any], expected: str
+) -> None:
+    body = budget(hard)
+    with pytest.raises(ApiException) as refused:
+        budgets.create_cluster_custom_object(GROUP, VERSION, BUDGETS, body)
+    assert refused.value.status == 422
+    message = json.loads(refused.value.body)["message"]
+    assert message == (
+        f'QuotaBudget.dynquota.io "{body["metadata"]["name"]}" is invalid: spec.hard: '
+        f"Invalid value: {expected}"
+    )
+
+
+def readiness_status(kind: str, given: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    """Conditions as the status writers will write them: ``given`` plus the summary ones."""
+    from dynquota.policy.readiness import set_readiness
+
+    conditions: list[dict[str, Any]] = [
+        {"type": t, "status": st, "reason": r, "message": f"{t}: {r}",
+         "lastTransitionTime": "2026-12-04T10:00:00Z", "observedGeneration": 1}
+        for t, st, r in given
+    ]  # fmt: skip
+    set_readiness(conditions, kind, 1, "2026-12-04T10:00:00Z")  # type: ignore[arg-type]
+    return conditions
+
+
+def test_budget_columns_show_ready_and_the_summary(
+    budgets: kubernetes.client.CustomObjectsApi, controlplane: LocalControlPlane
+) -> None:
+    from dynquota.policy.readiness import budget_summary
+
+    created = budgets.create_cluster_custom_object(
+        GROUP, VERSION, BUDGETS, budget({"pods": "60", "requests.cpu": "8"})
+    )
+    name = created["metadata"]["name"]
+    summary = budget_summary(
+        {"pods": 60, "requests.cpu": 8000}, {"pods": 30, "requests.cpu": 3000},
+        {"pods": 20, "requests.cpu": 5000},
+    )  # fmt: skip
+    status = {
+        "observedGeneration": 1,
+        "namespaceCount": 2,
+        "summary": summary,
+        "conditions": readiness_status(
+            "QuotaBudget", [("Valid", "True", "Valid"), ("OverBudget", "False", "WithinBudget")]
+        ),
+    }
+    patched = budgets.patch_cluster_custom_object_status(
+        GROUP, VERSION, BUDGETS, name, {"status": status}
+    )
+    assert patched["status"] == status
+    table = controlplane.kubectl("get", "qb", name).splitlines()
+    assert table[0].split() == ["NAME", "READY", "USED/HARD", "OVERBUDGET", "NAMESPACES", "AGE"]
+    assert table[1].startswith(
+        f"{name}   True    pods: 30/60 (20 free), requests.cpu: 3/8 (5 free)"
+    )
+    assert table[1].split()[-3:-1] == ["False", "2"]
+    wide = controlplane.kubectl("get", "qb", name, "-o", "wide").splitlines()
+    assert wide[0].split()[-2:] == ["VALID", "AGE"]
+    # kubectl wait (and Flux) read Ready
+    assert "condition met" in controlplane.kubectl(
+        "wait", "--for=condition=Ready", "--timeout=10s", f"qb/{name}"
+    )
+
+
+def test_policy_ready_column_and_kubectl_wait(
+    policies: kubernetes.client.CustomObjectsApi, controlplane: LocalControlPlane
+) -> None:
+    created = policies.create_cluster_custom_object(GROUP, VERSION, PLURAL, policy({}))
+    name = created["metadata"]["name"]
+    invalid = readiness_status("DynamicQuotaPolicy", [("Valid", "False", "Invalid")])
+    policies.patch_cluster_custom_object_status(
+        GROUP, VERSION, PLURAL, name, {"status": {"observedGeneration": 1, "conditions": invalid}}
+    )
+    row = controlplane.kubectl("get", "dqp", name, "--no-headers").split()
+    assert row[1:3] == ["0", "False"]  # PRIORITY, READY
+    stalled = controlplane.kubectl(
+        "get", "dqp", name, "-o", "jsonpath={.status.conditions[?(@.type=='Stalled')].reason}"
+    )
+    assert stalled == "InvalidSpec"
+    valid = readiness_status("DynamicQuotaPolicy", [("Valid", "True", "Valid")])
+    policies.patch_cluster_custom_object_status(
+        GROUP, VERSION, PLURAL, name, {"status": {"observedGeneration": 1, "conditions": valid}}
+    )
+    assert "condition met" in controlplane.kubectl(
+        "wait", "--for=condition=Ready", "--timeout=10s", f"dqp/{name}"
+    )
+    row = controlplane.kubectl("get", "dqp", name, "--no-headers").split()
+    assert row[1:4] == ["0", "True", "True"]  # PRIORITY, READY, VALID

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -332,7 +333,14 @@ def test_image_runs_the_operator_against_the_control_plane(
         wait_until(lambda: http_get(healthz)[0] == 200, "/healthz answers 200", timeout=30)
         code, text = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
         assert code == 200
-        assert f'dynquota_hard{{namespace="{namespace}",resource="pods"}} 10.0' in text
+        # every per-namespace series carries `enforcement` (the image's operator says which)
+        (hard,) = [line for line in text.splitlines() if line.startswith("dynquota_hard{")
+                   and f'namespace="{namespace}",resource="pods"' in line]  # fmt: skip
+        assert re.fullmatch(
+            rf'dynquota_hard\{{enforcement="(enforced|dry-run|unknown)",namespace="{namespace}",'
+            r'resource="pods"\} 10\.0',
+            hard,
+        ), hard
         # Every metric the chart's alerts use is on the image's /metrics too.
         rules = run(
             str(controlplane.bin_dir / "helm"), "template", "dq", str(CHART),

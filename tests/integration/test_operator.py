@@ -511,7 +511,7 @@ def test_invalid_policy_is_refused_by_the_apiserver_and_frozen_by_the_operator(
             },
         )
     assert refused.value.status == 422
-    assert "every key must be a ResourceQuota key the Kubernetes quota system counts" in str(
+    assert "must be a ResourceQuota key the Kubernetes quota system counts" in str(
         refused.value.body
     )
     # 2. stored anyway: the operator reports Valid=False and freezes the namespace

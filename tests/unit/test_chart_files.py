@@ -19,7 +19,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynquota.policy.durations import DURATION_PATTERN
+from dynquota.policy.durations import DURATION_MESSAGE, DURATION_PATTERN
 from dynquota.policy.models import (
     DEFAULT_PROFILES,
     TRACKED_RESOURCES,
@@ -58,8 +58,10 @@ def test_generation_is_idempotent() -> None:
 
 
 def test_a_stale_generated_file_is_found(tmp_path: Path) -> None:
-    for part in ("crds", "docs", "helm"):
+    for part in ("crds", "docs", "helm", "examples"):
         shutil.copytree(ROOT / part, tmp_path / part)
+    (tmp_path / "dynquota").mkdir()
+    shutil.copy(ROOT / "dynquota" / "__init__.py", tmp_path / "dynquota" / "__init__.py")
     generator = _generator()
     assert generator.stale(tmp_path) == []
     values = tmp_path / "helm" / "dynquota" / "values.yaml"
@@ -67,17 +69,42 @@ def test_a_stale_generated_file_is_found(tmp_path: Path) -> None:
     (tmp_path / "crds" / "dynamicquotapolicies.yaml").write_text("# edited\n")
     assert sorted(str(p) for p in generator.stale(tmp_path)) == [
         "docs/configuration.md",
+        # the CRD's entry of the Artifact Hub annotation, and the README's CRD table
+        "helm/dynquota/Chart.yaml",
+        "helm/dynquota/README.md",
         "helm/dynquota/crds/dynamicquotapolicies.yaml",
         "helm/dynquota/values.schema.json",
     ]
     assert generator.main(["--root", str(tmp_path)]) == 0
     assert generator.stale(tmp_path) == []
+    # the version lives in dynquota/__init__.py: a new one makes Chart.yaml and its README stale
+    init = tmp_path / "dynquota" / "__init__.py"
+    init.write_text(init.read_text().replace('__version__ = "', '__version__ = "9.'))
+    assert sorted(str(p) for p in generator.stale(tmp_path)) == [
+        "helm/dynquota/Chart.yaml",
+        "helm/dynquota/README.md",
+    ]
 
 
-def test_crd_duration_pattern_is_the_operators() -> None:
-    profile = crd_schema()["properties"]["spec"]["properties"]["resources"]["additionalProperties"]
-    for field in ("upscaleCooldown", "downscaleCooldown"):
-        assert profile["properties"][field]["pattern"] == DURATION_PATTERN
+def test_crd_duration_rule_is_the_operators_and_says_what_is_accepted() -> None:
+    """Every duration field checks the operator's grammar with a CEL rule whose message says
+    what is accepted (a ``pattern`` made the apiserver answer ``1d`` with the regex)."""
+    spec = crd_schema()["properties"]["spec"]["properties"]
+    profile = spec["resources"]["additionalProperties"]["properties"]
+    override = spec["override"]["properties"]
+    fields = {
+        "upscaleCooldown": profile["upscaleCooldown"],
+        "downscaleCooldown": profile["downscaleCooldown"],
+        "override.ttl": override["ttl"],
+        "override.minInterval": override["minInterval"],
+    }
+    for name, field in fields.items():
+        assert "pattern" not in field, name
+        first = field["x-kubernetes-validations"][0]
+        assert first == {
+            "rule": f"self.matches('{DURATION_PATTERN}')",
+            "message": DURATION_MESSAGE,
+        }, name
 
 
 def resources_rules() -> list[dict[str, str]]:
@@ -160,7 +187,7 @@ def test_only_the_operator_refuses_built_in_count_typos() -> None:
 def test_crd_minimum_maximum_rules_use_the_built_in_defaults() -> None:
     """One CEL rule per tracked resource compares minimum and maximum after defaulting (an
     omitted bound takes the built-in default), with the numbers of DEFAULT_PROFILES."""
-    rules = [r for r in resources_rules() if "messageExpression" in r]
+    rules = [r for r in resources_rules() if "messageExpression" in r and "? int(" in r["rule"]]
     assert [r["rule"].split(")", 1)[0] for r in rules] == [
         f"!has(self.{name}" for name in TRACKED_RESOURCES
     ]

@@ -167,7 +167,9 @@ def test_every_condition_type_is_in_the_policy_reference(reference: str) -> None
     described = set(
         re.findall(r"`([A-Z][A-Za-z]+)` is", status["properties"]["conditions"]["description"])
     )
-    assert described == {"Valid", "Shadowed", "Guarded", "QuotaControllerStalled"}
+    assert described == {
+        "Valid", "Shadowed", "Guarded", "QuotaControllerStalled", "Ready", "Reconciling", "Stalled",
+    }  # fmt: skip
     rows = set(table_keys(section(reference, "DynamicQuotaPolicy")))
     missing = sorted(t for t in described if f"status.conditions[type={t}]" not in rows)
     assert missing == []

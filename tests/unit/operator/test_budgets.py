@@ -348,7 +348,7 @@ async def test_relabelled_to_a_budget_that_does_not_exist_the_reconcile_writes_t
 
 
 async def test_an_invalid_budget_has_no_members(world: World) -> None:
-    world.op.budgets.on_budget(None, budget("bad", {"pods": "5k"}))
+    world.op.budgets.on_budget(None, budget("bad", {"pods": "5.5"}))
     member(world, "a", pods=4, into="bad")
     assert world.op.budgets.members("bad") == []
     await world.reconcile("a")

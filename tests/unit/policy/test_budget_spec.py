@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -28,7 +30,8 @@ def test_amounts_become_whole_units_of_each_key() -> None:
     [
         ({"nvidia.com/gpu": 4}, "nvidia.com/gpu"),
         ({"cpu": "4", "requests.cpu": "4"}, "cpu and requests.cpu are the same key"),
-        ({"pods": "60"}, "pods: hard must be a whole number, not '60'"),
+        ({"pods": "60.5"}, "pods: hard must be a whole number, not '60.5'"),
+        ({"pods": "500m"}, "pods: hard must be a whole number, not '500m'"),
         ({"pods": -1}, "pods: hard must not be negative, not -1"),
         ({"requests.cpu": "-1"}, "requests.cpu: hard must not be negative"),
         ({"requests.memory": "lots"}, "requests.memory: hard:"),
@@ -49,3 +52,15 @@ def test_a_selector_is_no_field_any_more() -> None:
         QuotaBudgetSpec.model_validate(
             {"namespaceSelector": {"matchLabels": {"a": "b"}}, "hard": {"pods": 1}}
         )
+
+
+@pytest.mark.parametrize(
+    ("given", "units"),
+    [({"pods": "60"}, 60), ({"pods": "1k"}, 1000), ({"pods": 60}, 60),
+     ({"count/jobs.batch": "2e3"}, 2000), ({"requests.nvidia.com/gpu": "4"}, 4)],
+)  # fmt: skip
+def test_counts_are_accepted_as_resourcequota_writes_them(
+    given: dict[str, Any], units: int
+) -> None:
+    """Issue 30: ``hard: {pods: "60"}``, the way every ResourceQuota writes a count."""
+    assert QuotaBudgetSpec.model_validate({"hard": given}).hard == {next(iter(given)): units}

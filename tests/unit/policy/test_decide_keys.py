@@ -382,12 +382,12 @@ def test_round_to_is_part_of_the_recorded_profile_and_a_change_resizes_at_once()
 @pytest.mark.parametrize(
     ("resources", "error"),
     [
-        ({"secrets": {"maximum": 10, "roundTo": "5"}}, "roundTo: must be an integer"),
+        ({"secrets": {"maximum": 10, "roundTo": "2.5"}}, "secrets: roundTo must be a whole number"),
         ({"secrets": {"maximum": 10, "roundTo": 0}}, "roundTo must be between 1 and"),
         ({"pods": {"roundTo": 2.5}}, "roundTo: must be an integer"),
         (
             {"requests.nvidia.com/gpu": {"maximum": 4, "roundTo": "500m"}},
-            "roundTo: must be an integer",
+            "requests.nvidia.com/gpu: roundTo must be a whole number, not '500m'",
         ),
         (
             {
@@ -499,7 +499,10 @@ def test_minimum_headroom_is_part_of_the_recorded_profile() -> None:
 @pytest.mark.parametrize(
     ("resources", "error"),
     [
-        ({"secrets": {"maximum": 10, "minimumHeadroom": "5"}}, "minimumHeadroom: must be an int"),
+        (
+            {"secrets": {"maximum": 10, "minimumHeadroom": "0.5"}},
+            "secrets: minimumHeadroom must be a whole number",
+        ),
         ({"secrets": {"maximum": 10, "minimumHeadroom": -1}}, "must be between 0 and"),
         ({"requests.cpu": {"maximum": "4", "minimumHeadroom": "-1"}}, "must not be negative"),
         (

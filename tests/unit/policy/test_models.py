@@ -80,7 +80,7 @@ def test_parse_duration(text: str, seconds: int) -> None:
         (
             "1d",
             "invalid duration '1d': expected whole hours, minutes and seconds in that "
-            "order, like 90s, 5m or 1h30m",
+            "order, like 90s, 5m or 1h30m (write 24h)",
         ),
         (
             " 5m",
@@ -237,8 +237,8 @@ MALFORMED: list[tuple[Any, str]] = [
         "Ei, or e/E and an integer exponent), without spaces",
     ),
     (
-        {"resources": {"count/jobs.batch": {"maximum": "30"}}},
-        "spec.resources.count/jobs.batch.maximum: must be an integer",
+        {"resources": {"count/jobs.batch": {"maximum": "30.5"}}},
+        "spec.resources: count/jobs.batch: maximum must be a whole number, not '30.5'",
     ),
     (
         {"resources": {"requests.cpu": {"minimum": "2", "maximum": "1"}}},
@@ -380,7 +380,7 @@ MALFORMED: list[tuple[Any, str]] = [
         },
         "spec.priority: must be an integer; spec.resources.pods.bufferPercent: must be between "
         f"0 and 1000, not 2000; spec.resources.pods.upscaleCooldown: invalid duration '1d': "
-        f"{_DURATION_HELP}",
+        f"{_DURATION_HELP} (write 24h)",
     ),
     ("not a spec", "spec: must be an object"),
 ]
@@ -501,3 +501,31 @@ def _selector(raw: dict[str, Any]) -> LabelSelector:
 )
 def test_selector_semantics(raw: dict[str, Any], labels: dict[str, str], matches: bool) -> None:
     assert _selector(raw).matches(labels) is matches
+
+
+def test_counts_as_quantity_strings_are_the_same_policy_as_integers() -> None:
+    """Issue 30: a count given as ResourceQuota writes it (``"60"``, ``"1k"``) is the integer."""
+    as_text = validate_policy(
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "resources": {
+                    "pods": {"minimum": "5", "maximum": "1k"},
+                    "secrets": {"maximum": "60", "roundTo": "5", "minimumHeadroom": "2"},
+                }
+            },
+        }
+    )
+    as_int = validate_policy(
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "resources": {
+                    "pods": {"minimum": 5, "maximum": 1000},
+                    "secrets": {"maximum": 60, "roundTo": 5, "minimumHeadroom": 2},
+                }
+            },
+        }
+    )
+    assert as_text.reason is None
+    assert as_text.spec == as_int.spec

@@ -48,6 +48,7 @@ untyped_thing 1
             {"a_metric", "b_metric", "c:recorded:rate5m"},
         ),
         ("label_values(dynquota_hard, namespace)", {"dynquota_hard"}),
+        ('label_values(dynquota_hard{cluster=~"$cluster"}, namespace)', {"dynquota_hard"}),
         ("1e3 * vector(1) > bool 2", set()),
     ],
 )

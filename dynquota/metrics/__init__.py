@@ -56,7 +56,19 @@ dynquota_writes_held_total                  counter reason (policies-unknown,
                                                     kill-switch-release-unconfirmed,
                                                     lease-not-held)
 dynquota_quota_write_conflicts_total        counter outcome (retried/gave-up)
+dynquota_build_info                         gauge   version, python_version,
+                                                    python_implementation, kopf_version,
+                                                    kubernetes_asyncio_version,
+                                                    pydantic_version,
+                                                    prometheus_client_version (value 1)
+process_*, python_info, python_gc_*         -       prometheus-client's process, platform
+                                                    and GC collectors
 ========================================== ======= =====================================
+
+Every per-namespace series (``dynquota_usage`` ... ``dynquota_overrides_active``: the gauges
+with a ``namespace`` label) also carries ``enforcement`` (``enforced``, ``dry-run``,
+``unknown``), set per namespace with :meth:`Metrics.set_enforcement`
+(:class:`dynquota.metrics.fleet.EnforcementLabels`).
 """
 
 from __future__ import annotations
@@ -71,40 +83,52 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from dynquota import __version__
+from dynquota.metrics.fleet import EnforcementLabels, FleetRegistry, register_build_and_process
+
 __all__ = ["InformerCollector", "Metrics", "MetricsServer"]
 
 _NR = ("namespace", "resource")
 
 
 class Metrics:
-    """The operator's metrics on ``registry`` (a new ``CollectorRegistry`` if omitted)."""
+    """The operator's metrics on ``registry`` (a new :class:`~dynquota.metrics.fleet.
+    FleetRegistry` if omitted), with ``dynquota_build_info`` and the process collectors."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry if registry is not None else FleetRegistry()
         r = self.registry
-        self.usage = Gauge("dynquota_usage", "Usage U = max(tally, status.used)", _NR, registry=r)
-        self.tally = Gauge("dynquota_tally", "Objects counted by the informers", _NR, registry=r)
-        self.hard = Gauge("dynquota_hard", "spec.hard of the managed quota", _NR, registry=r)
-        self.target = Gauge("dynquota_target", "Target T(U) from the profile", _NR, registry=r)
-        self.maximum = Gauge(
-            "dynquota_maximum", "Maximum of the governing policy's profile", _NR, registry=r
+        register_build_and_process(r, __version__)
+        # per-namespace gauges: exported by `self._enforcement` with the `enforcement` label
+        n = None
+        self.usage = Gauge("dynquota_usage", "Usage U = max(tally, status.used)", _NR, registry=n)
+        self.tally = Gauge("dynquota_tally", "Objects counted by the informers", _NR, registry=n)
+        self.hard = Gauge(
+            "dynquota_hard",
+            "spec.hard of the managed quota (simulated in dry run)",
+            _NR,
+            registry=n,
         )
-        self.drift = Gauge("dynquota_drift", "Informer tally minus status.used", _NR, registry=r)
+        self.target = Gauge("dynquota_target", "Target T(U) from the profile", _NR, registry=n)
+        self.maximum = Gauge(
+            "dynquota_maximum", "Maximum of the governing policy's profile", _NR, registry=n
+        )
+        self.drift = Gauge("dynquota_drift", "Informer tally minus status.used", _NR, registry=n)
         self.above_maximum = Gauge(
-            "dynquota_usage_above_maximum", "1 when usage exceeds the maximum", _NR, registry=r
+            "dynquota_usage_above_maximum", "1 when usage exceeds the maximum", _NR, registry=n
         )
         self.exhaustion = Gauge(
             "dynquota_exhaustion_seconds",
             "Seconds until usage reaches the limit (hard, maximum) on its recent trend",
             (*_NR, "limit"),
-            registry=r,
+            registry=n,
         )
         self.usage_unknown = Gauge(
             "dynquota_usage_unknown",
             "1 while a status-driven key of the managed quota has no status.used (held at its "
             "hard; removed with KeyNotCounted if it stays so)",
             _NR,
-            registry=r,
+            registry=n,
         )
         self.resizes = Counter(
             "dynquota_resizes", "Changes of spec.hard", ("direction", "reason"), registry=r
@@ -130,8 +154,13 @@ class Metrics:
             "dynquota_overrides_active",
             "1 per namespace whose managed quota is under a tenant override (no series otherwise)",
             ("namespace",),
-            registry=r,
+            registry=n,
         )
+        self._enforcement = EnforcementLabels(
+            (self.usage, self.tally, self.hard, self.target, self.maximum, self.drift,
+             self.above_maximum, self.exhaustion, self.usage_unknown, self.overrides_active)
+        )  # fmt: skip
+        r.register(self._enforcement)
         self.kill_switch = Gauge(
             "dynquota_kill_switch_engaged", "1 while the kill switch is engaged", registry=r
         )
@@ -230,6 +259,17 @@ class Metrics:
             registry=r,
         )
 
+    def set_enforcement(self, namespace: str, mode: str) -> None:
+        """Label every per-namespace series of ``namespace`` with ``enforcement=mode``:
+        ``enforced`` (its managed quota is written) or ``dry-run`` (decided against a
+        simulated quota; ``dynquota_hard`` is then the simulated hard). Until it is called a
+        namespace's series say ``unknown``. Raises ``ValueError`` for another mode."""
+        self._enforcement.set(namespace, mode)
+
+    def enforcement(self, namespace: str) -> str:
+        """The ``enforcement`` label the series of ``namespace`` carry."""
+        return self._enforcement.mode(namespace)
+
     def forget_budget(self, budget: str) -> None:
         """Remove the series of a deleted QuotaBudget."""
         for gauge in (self.budget_hard, self.budget_granted, self.budget_used):
@@ -273,6 +313,7 @@ class Metrics:
             for limit in ("hard", "maximum"):
                 with contextlib.suppress(KeyError):
                     self.exhaustion.remove(namespace, resource, limit)
+        self._enforcement.forget_if_unused(namespace)
 
 
 class InformerCollector(Collector):
