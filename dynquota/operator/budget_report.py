@@ -27,6 +27,7 @@ from dynquota.operator.reporting import Reporter
 from dynquota.operator.write_gate import STATUS, WriteGate
 from dynquota.policy import hard_text, unit_for
 from dynquota.policy.budget import Allocation
+from dynquota.policy.readiness import budget_summary, set_readiness
 from dynquota.policy.status import now_rfc3339, set_condition
 
 __all__ = ["STATUS_INTERVAL", "BudgetReporter", "PassResult"]
@@ -113,6 +114,7 @@ class BudgetReporter:
                 "labelled with it are sized by their own policy",
                 key=f"budget/{record.name}", cause=str(gen),
             )  # fmt: skip
+            set_readiness(conditions, "QuotaBudget", gen, stamp)
             status["conditions"] = conditions
             await self._patch_status(record, status)
             return
@@ -190,6 +192,7 @@ class BudgetReporter:
             + observe + held,
             gen, stamp,
         )  # fmt: skip
+        set_readiness(conditions, "QuotaBudget", gen, stamp)
         if over and over != self._over.get(record.name, frozenset()):
             message = "; ".join(
                 f"{k}: committed {_text(k, allocations[k].committed)} of "
@@ -245,6 +248,11 @@ class BudgetReporter:
             )
             self.metrics.budget_used.labels(record.name, key).set(base(used_sum.get(key, 0)))
         status.update(
+            summary=budget_summary(
+                {k: a.budget for k, a in allocations.items()},
+                {k: used_sum.get(k, 0) for k in allocations},
+                {k: a.free for k, a in allocations.items()},
+            ),
             namespaceCount=len(members),
             used={k: _text(k, used_sum.get(k, 0)) for k in allocations},
             granted={k: _text(k, a.committed_after) for k, a in allocations.items()},

@@ -23,6 +23,7 @@ from dynquota.operator.ports import LeaderView, PolicyRecord, PolicyStatusSink
 from dynquota.operator.reporting import Reporter
 from dynquota.operator.stall import StallWatch
 from dynquota.operator.write_gate import STATUS, WriteGate
+from dynquota.policy.readiness import policy_readiness
 from dynquota.policy.status import (
     PolicyTally,
     guarded_condition,
@@ -196,6 +197,8 @@ class PolicyStatusWriter:
                 wanted.append(("Guarded", *guarded))
             if info.valid:
                 wanted.append((STALLED, *stall_condition(self.stall.current)))
+            # the summary for people, Flux and kstatus: Ready, Reconciling, Stalled
+            wanted += policy_readiness({t: {"status": st, "message": m} for t, st, _, m in wanted})
             # the stored conditions of other types first, as stored; then ours, in order
             known = {type_ for type_, *_ in wanted} | {"Shadowed", "Guarded", STALLED}
             kept = [c for t, c in old_conditions.items() if t not in known]

@@ -220,6 +220,8 @@ class Reporter:
         """Log, count and post ``decision`` for ``namespace`` and record it in the view:
         ``quota`` is the managed quota afterwards (``None``: none), ``simulated`` the one a
         dry run keeps in memory (its hard and override are reported instead)."""
+        # the per-namespace series say whether their hard is enforced or a dry run's
+        self.metrics.set_enforcement(namespace, "dry-run" if decision.dry_run else "enforced")
         if decision.action == "delete" and not decision.dry_run:
             pass  # logged, and its hard series removed, by the deleter
         elif decision.action != "nothing" or decision.changes:

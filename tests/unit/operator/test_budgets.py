@@ -70,6 +70,14 @@ async def test_the_reconcile_hands_a_budgeted_key_over_and_the_pass_writes_it(
     assert "ManualEditReverted" not in world.events.reasons("team-a")
     assert status(world)["granted"] == {"pods": "21"}
     assert status(world)["free"] == {"pods": "9"}
+    # issue 30: the summary line kubectl get qb shows, and the Ready summary condition
+    assert status(world)["used"] == {"pods": "0"}  # status.used of the fake quota
+    assert status(world)["summary"] == "pods: 0/30 (9 free)"
+    conditions = {c["type"]: c for c in status(world)["conditions"]}
+    assert conditions["AtRisk"]["status"] == "True"  # team-a at its slice
+    ready = conditions["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "AtRisk")
+    assert conditions["Reconciling"]["status"] == "True"
 
 
 async def test_a_pass_shrinks_first_and_grows_only_into_room_the_controller_showed(

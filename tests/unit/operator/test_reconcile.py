@@ -356,7 +356,13 @@ async def test_invalid_policy_freezes_the_namespace(world: World) -> None:
     assert status["a-typo"]["conditions"][0]["reason"] == "InvalidSpec"
     assert "count/nodes" in status["a-typo"]["conditions"][0]["message"]
     assert status["a-typo"]["frozenNamespaces"] == 1
-    assert [c["type"] for c in status["a-typo"]["conditions"]] == ["Valid"]
+    conditions = {c["type"]: c for c in status["a-typo"]["conditions"]}
+    assert list(conditions) == ["Valid", "Ready", "Reconciling", "Stalled"]  # + the summary
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == (
+        "False",
+        "InvalidSpec",
+    )
+    assert conditions["Stalled"]["status"] == "True"
     assert status["p"]["namespaces"] == 0
     assert status["p"]["frozenNamespaces"] == 0
     assert await world.op.write_policy_status() == 0  # unchanged: no second write
@@ -450,7 +456,9 @@ async def test_a_policy_selecting_on_an_unguarded_key_is_reported_not_frozen() -
     await world.op.write_policy_status()
     ((_, status),) = world.status.patches
     types = [c["type"] for c in status["conditions"]]
-    assert types == ["Valid", "Shadowed", "Guarded", "QuotaControllerStalled"]
+    assert types == [
+        "Valid", "Shadowed", "Guarded", "QuotaControllerStalled", "Ready", "Reconciling", "Stalled"
+    ]  # fmt: skip
     stalled = status["conditions"][3]
     assert (stalled["status"], stalled["reason"]) == ("False", "Running")
     guarded = status["conditions"][2]
@@ -819,3 +827,18 @@ async def test_a_leading_run_decides_from_the_watched_quota_and_patches_on_its_v
     await world.reconcile("team-a")
     assert quotas.gets == 3
     assert quotas.writes[-1] == ("delete", "team-a")
+
+
+async def test_the_per_namespace_series_say_enforced_or_dry_run(world: World) -> None:
+    """Issue 30: the reporter labels a namespace's series with how its hard is held."""
+    await setup_team(world, pods=14)
+    world.op.on_policy(None, policy("audit", selector={"matchLabels": {"t": "b"}}, dry_run=True,
+                                    priority=10))  # fmt: skip
+    world.op.on_namespace(None, namespace("team-b", {"t": "b"}))
+    assert world.op.metrics.enforcement("team-a") == "unknown"
+    await world.reconcile("team-a")
+    await world.reconcile("team-b")
+    assert world.op.metrics.enforcement("team-a") == "enforced"
+    assert world.op.metrics.enforcement("team-b") == "dry-run"
+    labels = {"namespace": "team-b", "resource": "pods", "enforcement": "dry-run"}
+    assert world.op.metrics.registry.get_sample_value("dynquota_hard", labels) == 10
