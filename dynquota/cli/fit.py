@@ -40,7 +40,7 @@ from dynquota.cli.fit_text import fit_document, fit_text
 from dynquota.cli.flags import target_of
 from dynquota.cli.output import OutputError, render_document
 
-__all__ = ["cmd_fit"]
+__all__ = ["cmd_fit", "fit_report"]
 
 T = TypeVar("T")
 
@@ -64,7 +64,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     except ManifestError as exc:
         raise UserError(str(exc)) from exc
     namespace = _namespace(args, manifest)
-    report = asyncio.run(_answer(args, namespace, manifest))
+    report = asyncio.run(fit_report(args, namespace, manifest))
     if args.output in ("table", "wide"):
         print(fit_text(report))
     else:
@@ -98,7 +98,10 @@ def _namespace(args: argparse.Namespace, manifest: Manifest) -> str:
         raise UserError(f"reading the kubeconfig: {exc}") from exc
 
 
-async def _answer(args: argparse.Namespace, namespace: str, manifest: Manifest) -> FitReport:
+async def fit_report(args: argparse.Namespace, namespace: str, manifest: Manifest) -> FitReport:
+    """The answer for ``manifest`` in ``namespace``, read with the identity ``args`` name
+    (the connection flags of :func:`~dynquota.cli.flags.target_of`); ``now`` is taken after
+    the reads. Raises :class:`UserError` as :func:`cmd_fit` says."""
     from kubernetes_asyncio import client
 
     from dynquota.kube.applied import AppliedClient
