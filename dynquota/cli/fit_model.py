@@ -215,6 +215,9 @@ def evaluate(
     managed = {str((q.get("metadata") or {}).get("name")) for q in ordered if is_managed(q)}
     status = (applied or {}).get("status") or {}
     grow = growths(status, lines) if managed and applied is not None else {}
+    state = status.get("state")
+    if applied is not None and state not in (None, "Enforced"):
+        lines.append(f"dynquota's state here is {state}: {status.get('message', '')}")
     until = ((status.get("policy") or {}).get("override") or {}).get("activeUntil")
     if managed and until:
         lines.append(f"the override is active until {until}: the schedule assumes it stays")

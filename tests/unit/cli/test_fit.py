@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dynquota.admission.limitranger import apply_limit_range_defaults
+from dynquota.cli import main
 from dynquota.cli.fit_manifest import ManifestError, read_manifest
 from dynquota.cli.fit_model import Candidate, evaluate
 from dynquota.cli.fit_text import FIT_API_VERSION, fit_document, fit_text
@@ -210,8 +212,11 @@ def test_a_budgeted_key_grows_only_up_to_its_slice_and_the_free_room() -> None:
 
 
 def test_a_policy_not_enforced_does_not_grow_and_a_refused_pod_never_fits() -> None:
-    report = evaluate("team-a", candidates()[:1], QUOTAS, applied({}, state="DryRun"), NOW)
+    dry = applied({}, state="DryRun")
+    dry["status"]["message"] = "policy p is in dry run"
+    report = evaluate("team-a", candidates()[:1], QUOTAS, dry, NOW)
     assert [b.reason for b in report.workloads[0].blocked_by] == ["not-growing"]
+    assert report.notes[0] == "dynquota's state here is DryRun: policy p is in dry run"
     [workload] = read_manifest(MANIFEST, "m").workloads[:1]
     refused = Candidate(workload, workload.pod, "refused by the apiserver: violates PodSecurity")
     report = evaluate("team-a", [refused], QUOTAS, None, NOW)
@@ -233,3 +238,23 @@ def test_the_command_line() -> None:
     assert (args.filename, args.namespace, args.output, args.replicas) == ("-", "x", "json", 3)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["fit", "-n", "x"])  # -f is required
+
+
+def test_what_the_command_refuses_before_asking_the_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(MANIFEST)
+    cases = [
+        (["fit", "-f", str(tmp_path / "none.yaml")], "reading "),
+        (["fit", "-f", str(manifest), "-n", "team-b"],
+         "the manifest's namespace 'team-a' does not match -n 'team-b'"),
+        (["fit", "-f", str(manifest), "--replicas", "-1"], "--replicas must be 0 or more, not -1"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as caught:
+            main(argv)
+        assert caught.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"dynquota: error: {message}"), err
+        assert len(err.splitlines()) == 1
