@@ -54,12 +54,12 @@ MAX_STEPS: Final = 10_000
 """At most this many raise steps are simulated (a guard; a 1,000 maximum from 10 at a 40 %
 buffer takes 15)."""
 
-BlockReason = Literal["fixed", "maximum", "budget", "buffer", "not-growing", "refused"]
+BlockReason = Literal["fixed", "maximum", "budget", "buffer", "not-growing"]
 """Why a key holds pods back for good: ``fixed`` (a quota or key dynquota does not size),
 ``maximum`` (at the policy maximum), ``budget`` (at the budget slice plus its free room),
 ``buffer`` (one pod needs more than the room the target leaves: the key never grows for it),
-``not-growing`` (dynquota sizes it but records no raise: not enforced, or frozen);
-``refused`` (the group is refused whatever the room: :attr:`Group.refused`)."""
+``not-growing`` (dynquota sizes it but records no raise: not enforced, or frozen). A group
+refused whatever the room (:attr:`Group.refused`) has no blocker: its reason is the refusal."""
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,8 @@ class Schedule:
 
     Attributes:
         now: per group, the pods that fit under the hard enforced now.
-        steps: the raises to come, in time order (a raise due now has ``at == now``), each
-            with what it admits.
+        steps: the raises to come, in time order, one step per time (a raise due now has
+            ``at == now``), each with what it admits.
         never: per group, the pods that never fit under the current policy.
         blockers: per group, the keys that hold those back (empty when all fit).
         hard: the final hard of every limit, ``(quota, key)`` -> units.
@@ -233,7 +233,12 @@ def schedule(groups: Sequence[Group], limits: Sequence[Limit], now: int) -> Sche
                 hard[i] = lim.growth.want(used[i])
                 nxt[i] = t + lim.growth.profile.upscale_cooldown
                 raises[(lim.quota, lim.key)] = hard[i]
-        steps.append(Step(t, raises, tuple(fill())))
+        added = tuple(fill())
+        if steps and steps[-1].at == t:  # a key wanting more only after this fill: one step
+            last = steps.pop()
+            raises = {**last.raises, **raises}
+            added = tuple(a + b for a, b in zip(last.admitted, added, strict=True))
+        steps.append(Step(t, raises, added))
     never = tuple(
         0 if g.refused is None and admitted[n] >= g.replicas else g.replicas - admitted[n]
         for n, g in enumerate(groups)

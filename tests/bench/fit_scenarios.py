@@ -10,8 +10,10 @@ up to 40 above it, an upscale cooldown of 12, 15 or 20 s), sometimes a dynamic
 QuotaBudget on ``pods`` of which the namespace is the only member (its slice plus the free
 room is the budget's ``hard``); a Deployment, a Parallel
 StatefulSet or a Job (its pods select no node: they stay Pending, charged, never complete) of
-a few pods up to ten more than the policy's maximum. The policy is always mid-cooldown when
-``fit`` runs: its quota was just created (the first raise waits a whole cooldown).
+a few pods up to ten more than the policy's maximum; sometimes other pods already in the
+namespace (its other usage, which stays). The policy is always mid-cooldown when ``fit`` runs:
+its quota was just created (the first raise of ``pods`` waits a whole cooldown) and, with a
+dynamic ``requests.cpu``, another pod's 800m made the key's first sizing a raise.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Scenario:
     deadline: bool = False
     quotas: list[dict[str, Any]] = field(default_factory=list)
     budget: int | None = None
+    others: list[str | None] = field(default_factory=list)
 
     @property
     def features(self) -> list[str]:
@@ -50,6 +53,7 @@ class Scenario:
         words = [self.kind.lower()[:3], f"cd{self.cooldown}"]
         words += ["cpu-key"] * (self.cpu is not None) + ["lr"] * (self.default_request is not None)
         words += ["budget"] * (self.budget is not None) + ["prio"] * self.priority
+        words += [f"others{len(self.others)}"] * bool(self.others)
         return words + [q["metadata"]["name"] for q in self.quotas]
 
     def policy_resources(self) -> dict[str, Any]:
@@ -64,6 +68,19 @@ class Scenario:
         item = {"type": "Container", "defaultRequest": {"cpu": self.default_request},
                 "default": {"cpu": "500m"}}  # fmt: skip
         return {"metadata": {"name": "defaults"}, "spec": {"limits": [item]}}
+
+    def other_pods(self) -> list[dict[str, Any]]:
+        """The namespace's other usage, there before the policy: bare pods (Pending: they
+        select no node) requesting the cpu of :attr:`others` (``None``: none stated)."""
+        pods = []
+        for n, cpu in enumerate(self.others):
+            container: dict[str, Any] = {"name": "app", "image": PAUSE}
+            if cpu is not None:  # a limit of its own: the LimitRange's default limit is 500m
+                container["resources"] = {"requests": {"cpu": cpu}, "limits": {"cpu": "1"}}
+            spec = {"containers": [container], "nodeSelector": PENDING,
+                    "terminationGracePeriodSeconds": 0}  # fmt: skip
+            pods.append({"metadata": {"name": f"other-{n}"}, "spec": spec})
+        return pods
 
     def workload(self) -> dict[str, Any]:
         """The workload body (``apiVersion``/``kind`` included), named ``web``."""
@@ -111,9 +128,16 @@ def generate(index: int, seed: int) -> Scenario:
     if rng.random() < 0.5:
         s.default_request = rng.choice(["100m", "150m"])
     if s.default_request is not None and rng.random() < 0.35:
-        cpu_cooldown = rng.choice([10, 20])
+        cpu_cooldown = rng.choice([15, 20])
         s.cpu = {"bufferPercent": 50, "minimum": "1", "maximum": rng.choice(["2", "3", "4"]),
                  "upscaleCooldown": f"{cpu_cooldown}s", "downscaleCooldown": "1h"}  # fmt: skip
+    if s.cpu is not None:
+        # usage of 800m makes the key's first sizing a raise (T(800m) = 1200m above the 1 core
+        # minimum), so it is mid-cooldown too; a key sized from unknown usage has its
+        # cooldown counted as run out, and would be raised while the pods that fit now come
+        s.others = ["800m"]
+    elif rng.random() < 0.3:
+        s.others = [rng.choice([None, "100m"]) for _ in range(rng.randint(1, 2))]
     s.priority = rng.random() < 0.25
     s.deadline = kind == "Job" and rng.random() < 0.5
     charges_cpu = s.request is not None or s.default_request is not None

@@ -16,8 +16,8 @@ then the workload, then the apiserver's audit log says what happened:
 - the total admitted against ``fitsNow + fitsLater`` (reported).
 
 A scenario whose quota had less than ``MARGIN`` seconds of its first cooldown left when
-``fit`` answered (a slow set-up) is reported and left out: its first raise could come while
-the pods that fit now are still being created.
+``fit`` answered, or whose set-up did not settle within 90 s (a slow set-up), is reported and
+left out: its first raise could come while the pods that fit now are still being created.
 """
 
 from __future__ import annotations
@@ -54,13 +54,15 @@ from dynquota.testing.operator import (
     install_operator,
     operator_settings,
 )
-from dynquota.testing.wait import wait_until
+from dynquota.testing.wait import WaitTimeoutError, wait_until
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(3 * 3600)]
 
 SCENARIOS = int(os.environ.get("DYNQUOTA_FIT_BENCH_SCENARIOS", "50"))
 PARALLEL = int(os.environ.get("DYNQUOTA_FIT_BENCH_PARALLEL", "6"))
 SEED = int(os.environ.get("DYNQUOTA_FIT_BENCH_SEED", "31"))
+ONLY = [int(i) for i in os.environ.get("DYNQUOTA_FIT_BENCH_ONLY", "").split(",") if i]
+"""Run only these scenario indices (to look at one again; default: all)."""
 MARGIN = 5.0
 """Seconds of the first cooldown that must be left when ``fit`` has answered."""
 
@@ -163,10 +165,11 @@ def _projection(c: OperatorCluster, ns: str, keys: list[str], budget: str | None
         return None
     status = obj.get("status") or {}
     resources = (status.get("policy") or {}).get("resources") or {}
-    if status.get("state") != "Enforced" or any(
-        "nextRaiseAfter" not in resources.get(k, {}) for k in keys
-    ):
+    raises = [resources.get(k, {}).get("nextRaiseAfter") for k in keys]
+    if status.get("state") != "Enforced" or not all(raises):
         return None
+    if any(parse_time(r) <= time.time() for r in raises):
+        return None  # a key sized from unknown usage: its cooldown counted as run out
     if budget is not None:
         stored = c.custom.get_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, budget)
         shown = status.get("budget") or {}
@@ -204,13 +207,13 @@ def _same(hard: dict[str, str], other: dict[str, str]) -> bool:
     )
 
 
-def _admitted(records: list[AuditRecord]) -> list[float]:
-    """When each pod create was admitted (a dry run is not), in order."""
+def _admitted(records: list[AuditRecord], after: float) -> list[float]:
+    """When each pod create after ``after`` was admitted (a dry run is not), in order."""
     return sorted(
         r.completed
         for r in records
         if r.resource == "pods" and r.verb == "create" and r.code == 201
-        and "dryRun" not in r.uri
+        and "dryRun" not in r.uri and r.completed > after
     )  # fmt: skip
 
 
@@ -245,6 +248,8 @@ def run_scenario(c: OperatorCluster, audit: AuditIndex, s: Scenario) -> Outcome:
     try:
         if (limit_range := s.limit_range()) is not None:
             c.core.create_namespaced_limit_range(ns, limit_range)
+        for pod in s.other_pods():
+            c.core.create_namespaced_pod(ns, pod)
         for body in s.quotas:
             c.core.create_namespaced_resource_quota(ns, body)
         if s.budget is not None:  # its only member: its free room is the rest of the budget
@@ -252,8 +257,11 @@ def run_scenario(c: OperatorCluster, audit: AuditIndex, s: Scenario) -> Outcome:
             c.core.patch_namespace(ns, {"metadata": {"labels": {BUDGET_LABEL: budget}}})
         c.policy(f"p-{tag}", label, **s.policy_resources())
         keys = list(s.policy_resources())
-        applied = wait_until(lambda: _projection(c, ns, keys, budget), "the projection", 120)
-        wait_until(lambda: _enforced(c, ns, s), "every quota enforced and counted", 120)
+        try:
+            applied = wait_until(lambda: _projection(c, ns, keys, budget), "the projection", 90)
+            wait_until(lambda: _enforced(c, ns, s), "every quota enforced and counted", 90)
+        except WaitTimeoutError as exc:
+            return Outcome(s, skipped=f"set-up: {exc}")
         resources = applied["status"]["policy"]["resources"]
         first = min(parse_time(resources[k]["nextRaiseAfter"]) for k in keys)
         args = build_parser().parse_args(
@@ -286,7 +294,7 @@ def run_scenario(c: OperatorCluster, audit: AuditIndex, s: Scenario) -> Outcome:
                 break
             time.sleep(0.5)
         records = audit.records(ns)
-        creates = _admitted(records)
+        creates = _admitted(records, fit_at)
         change = _next_change(records, hard0, fit_at)
         out.before_change = sum(1 for t in creates if t < change)
         out.admitted = len(creates)
@@ -301,10 +309,17 @@ def run_scenario(c: OperatorCluster, audit: AuditIndex, s: Scenario) -> Outcome:
 
 def test_fit_agrees_with_the_apiserver(bench: tuple[OperatorCluster, AuditIndex]) -> None:
     c, audit = bench
-    scenarios = [generate(i, SEED) for i in range(SCENARIOS)]
+    scenarios = [generate(i, SEED) for i in (ONLY or range(SCENARIOS))]
     started = time.monotonic()
+
+    def run(s: Scenario) -> Outcome:
+        try:
+            return run_scenario(c, audit, s)
+        except Exception as exc:  # reported, counted against the 90 % that must run
+            return Outcome(s, skipped=f"error: {type(exc).__name__}: {str(exc)[:300]}")
+
     with ThreadPoolExecutor(PARALLEL) as pool:
-        outcomes = list(pool.map(lambda s: run_scenario(c, audit, s), scenarios))
+        outcomes = list(pool.map(run, scenarios))
     lines = []
     for o in outcomes:
         s = o.scenario

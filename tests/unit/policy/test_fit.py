@@ -162,3 +162,19 @@ def test_a_cooldown_of_zero_ends() -> None:
     assert all(s.at == NOW for s in answer.steps)
     assert answer.never == (900,)
     assert len(answer.steps) < MAX_STEPS
+
+
+def test_a_key_that_wants_more_only_after_a_fill_is_raised_in_the_same_step() -> None:
+    # at NOW pods is raised 30 -> 42; its 12 pods take requests.cpu to 4200m, whose target
+    # (buffer 50 %: 6300m) then exceeds its hard 5000m: raised at NOW too, one step
+    cpu = ResourceProfile.of(50, 1000, 100_000, 60, 3600)
+    limits = [
+        pods(30, 0, Growth(PODS, 1, NOW - 1)),
+        Limit("dynquota", "requests.cpu", 5000, 0, (100,), Growth(cpu, 100, NOW - 1)),
+    ]
+    answer = schedule([Group("Deployment/web", 50)], limits, NOW)
+    assert answer.now == (30,)
+    assert answer.steps[0] == Step(
+        NOW, {("dynquota", "pods"): 42, ("dynquota", "requests.cpu"): 6300}, (12,)
+    )
+    assert [s.at for s in answer.steps] == [NOW, NOW + 300]
