@@ -138,6 +138,12 @@ async def fit_report(args: argparse.Namespace, namespace: str, manifest: Manifes
                 await _candidate(core, namespace, workload, ranges or [], not_read, notes)
             )
     if quotas is None:
+        dry_runs = [n for n in not_read if n[0].startswith("a dry-run create")]
+        if len(dry_runs) == len(manifest.workloads):  # nothing to answer with
+            raise UserError(
+                f"insufficient RBAC permissions (403): may neither list resourcequotas in "
+                f"{namespace} nor create pods there (dry run): {not_read[0][1]}"
+            )
         quotas = []
     return evaluate(namespace, candidates, quotas, applied, int(time.time()), not_read, notes)
 

@@ -2,7 +2,8 @@
 ``admin`` role in its namespace: a LimitRange default (the dry run's defaulted pod), two
 quotas (dynquota's, sized by a policy mid-cooldown, and a fixed ``compute`` one), the
 AppliedDynamicQuota for the schedule; the count it says fits now is what the apiserver then
-admits. A ``view``-only tenant gets the same numbers, with the dry run named as not done."""
+admits. A ``view``-only tenant gets the same numbers, with the dry run named as not done; a
+user without any role there gets one line and exit 2."""
 
 from __future__ import annotations
 
@@ -144,6 +145,14 @@ def test_a_namespace_admin_learns_what_fits_now_and_when_the_rest_does(
         [dry] = [line for line in lines if line.startswith("not read: a dry-run create")]
         assert "403" in dry
         assert "LimitRange defaults applied here" in dry
+
+        # no role in the namespace at all: nothing to answer with, one line and exit 2
+        code, out, err = run_cli(["fit", "-f", str(manifest), "-n", ns, "--kubeconfig",
+                                  op_cluster.cp.kubeconfig, "--as", f"carol-{tag}"],
+                                 capsys)  # fmt: skip
+        assert (code, out) == (2, "")
+        assert len(err.splitlines()) == 1, err
+        assert "insufficient RBAC permissions (403)" in err
 
         # what the apiserver admits now is what fit said: 10 pods, then refusals
         op_cluster.apps.create_namespaced_deployment(ns, deployment("web", 12))
