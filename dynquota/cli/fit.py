@@ -8,9 +8,10 @@ For each Deployment, ReplicaSet, StatefulSet, Job or Pod of the manifest
    controller would create: the apiserver answers the pod as it would store it (LimitRange
    defaults, mutating webhooks) and runs every admission check without charging anything
    (Pod Security, validating policies and webhooks, the quota check). A refusal other than
-   quota's is what blocks the workload whatever the room; a refusal by quota, or no right to
-   create pods, leaves the manifest's pod with the namespace's LimitRange defaults applied
-   here (:mod:`dynquota.admission.limitranger`);
+   quota's is what blocks the workload whatever the room; a refusal by quota or by the budget
+   guard (for seconds, until a new hard is enforced), or no right to create pods, leaves the
+   manifest's pod with the namespace's LimitRange defaults applied here
+   (:mod:`dynquota.admission.limitranger`);
 2. one LIST of the namespace's ResourceQuotas and one of its LimitRanges, and one GET of its
    ``AppliedDynamicQuota`` ``dynquota`` (the policy's bounds and cooldowns, ``nextRaiseAfter``,
    the override, the budget's slice and free room);
@@ -43,6 +44,12 @@ from dynquota.cli.output import OutputError, render_document
 __all__ = ["cmd_fit", "fit_report"]
 
 T = TypeVar("T")
+
+BUDGET_GUARD = "dynquota budget guard:"
+"""How the chart's budget guard starts its refusals (docs/budgets.md, "The budget guard"): a
+namespace's creates wait until its budget's slice is enforced and marked, and after each
+change of its quota's ``spec.hard`` until ``status.hard`` shows it — a matter of seconds, not
+a reason the workload never fits."""
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -247,6 +254,12 @@ async def _candidate(
             notes.append(
                 f"the dry run of {workload.title}'s pod was refused by quota ({message}): the "
                 "pod evaluated is the manifest's with the namespace's LimitRange defaults"
+            )
+        elif BUDGET_GUARD in message:  # for seconds: until a slice (or a raise) is enforced
+            notes.append(
+                f"the dry run of {workload.title}'s pod was refused by dynquota's budget guard "
+                f"({message}): creates wait until the quota's new hard is enforced, usually "
+                "seconds; the pod evaluated is the manifest's with the LimitRange defaults"
             )
         else:
             return Candidate(workload, pod, f"refused by the apiserver: {message}")

@@ -41,10 +41,13 @@ from fit_scenarios import PRIORITY_CLASS, Scenario, generate  # same directory
 
 from dynquota.cli.fit import fit_report
 from dynquota.cli.fit_manifest import read_manifest
+from dynquota.cli.fit_model import growths
 from dynquota.cli.fit_text import fit_document
 from dynquota.cli.parser import build_parser
 from dynquota.names import APPLIED_PLURAL, BUDGET_LABEL, BUDGET_PLURAL, GROUP, VERSION
+from dynquota.policy.state import BUDGET as BUDGET_MARK
 from dynquota.policy.state import parse_time
+from dynquota.policy.units import unit_for
 from dynquota.quantity import parse_quantity
 from dynquota.testing.audit import AuditLog, AuditRecord
 from dynquota.testing.controlplane import LocalControlPlane
@@ -193,17 +196,33 @@ def _projection(c: OperatorCluster, ns: str, keys: list[str], budget: str | None
     return obj
 
 
-def _enforced(c: OperatorCluster, ns: str, s: Scenario) -> bool:
-    """The managed quota enforces every key and every quota of the namespace is counted."""
-    for q in c.core.list_namespaced_resource_quota(ns).items:
+def _settled(
+    c: OperatorCluster, ns: str, s: Scenario, applied: dict[str, Any], budget: str | None
+) -> bool:
+    """Every quota of the namespace is counted, the managed quota enforces its ``spec.hard``
+    (``status.hard`` equal) and carries its budget's mark (the budget guard refuses creates
+    until both hold), and no key of it is due a raise (the policy target of its usage is
+    within its hard)."""
+    quotas = c.core.list_namespaced_resource_quota(ns).items
+    if len(quotas) != len(s.quotas) + 1:
+        return False
+    for q in quotas:
         status = q.status
         if status is None or not set(q.spec.hard or {}) <= set(status.used or {}):
             return False
-        if q.metadata.name == "dynquota" and not set(s.policy_resources()) <= set(
-            status.hard or {}
-        ):
+        if q.metadata.name != "dynquota":
+            continue
+        if not _same(dict(status.hard or {}), dict(q.spec.hard or {})):
             return False
-    return len(c.core.list_namespaced_resource_quota(ns).items) == len(s.quotas) + 1
+        marks = q.metadata.annotations or {}
+        if budget is not None and marks.get(BUDGET_MARK) != budget:
+            return False
+        for key, growth in growths(applied["status"], []).items():
+            unit = unit_for(key)
+            used = unit.parse(status.used.get(key, "0"))
+            if growth.want(used) > unit.parse(status.hard[key]):
+                return False
+    return True
 
 
 def _create(c: OperatorCluster, ns: str, body: dict[str, Any]) -> None:
@@ -295,7 +314,8 @@ def run_scenario(c: OperatorCluster, audit: AuditIndex, s: Scenario) -> Outcome:
         keys = list(s.policy_resources())
         try:
             applied = wait_until(lambda: _projection(c, ns, keys, budget), "the projection", 90)
-            wait_until(lambda: _enforced(c, ns, s), "every quota enforced and counted", 90)
+            wait_until(lambda: _settled(c, ns, s, applied, budget), "the namespace settled", 90)
+            applied = wait_until(lambda: _projection(c, ns, keys, budget), "the projection", 90)
         except WaitTimeoutError as exc:
             return Outcome(s, skipped=f"set-up: {exc}")
         resources = applied["status"]["policy"]["resources"]

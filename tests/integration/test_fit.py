@@ -3,7 +3,8 @@
 quotas (dynquota's, sized by a policy mid-cooldown, and a fixed ``compute`` one), the
 AppliedDynamicQuota for the schedule; the count it says fits now is what the apiserver then
 admits. A ``view``-only tenant gets the same numbers, with the dry run named as not done; a
-user without any role there gets one line and exit 2."""
+user without any role there gets one line and exit 2; a dry run the budget guard refuses (until
+a slice is enforced) is said, and the pods are still counted."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from dynquota.cli import main
-from dynquota.names import APPLIED_PLURAL, GROUP, VERSION
+from dynquota.names import APPLIED_PLURAL, BUDGET_LABEL, GROUP, VERSION
 from dynquota.testing.growth import deployment
 from dynquota.testing.operator import OperatorCluster
 from dynquota.testing.wait import wait_until
@@ -171,6 +172,24 @@ def test_a_namespace_admin_learns_what_fits_now_and_when_the_rest_does(
         wait_until(refused_at_ten, "10 pods and a refused create", timeout=60)
         assert len(op_cluster.core.list_namespaced_pod(ns).items) == 10
         assert op_cluster.quota(ns).spec.hard["pods"] == "10"  # the raise waits for 5m
+
+        # the budget guard refuses creates until a slice is enforced and marked (seconds; here
+        # for good: no operator marks it): not a reason the pods never fit
+        op.stop()
+        op_cluster.core.patch_namespace(
+            ns, {"metadata": {"labels": {BUDGET_LABEL: f"nobody-{tag}"}}}
+        )
+        code, out, err = run_cli(["fit", "-f", str(manifest), "-n", ns, "-o", "json", *who],
+                                 capsys)  # fmt: skip
+        assert (code, err) == (1, "")
+        document = json.loads(out)
+        assert document["workloads"][0]["refused"] is None
+        assert document["summary"]["fitsNow"] == 0
+        [note] = [n for n in document["notes"] if "budget guard" in n]
+        assert note.startswith(
+            "the dry run of Deployment/web's pod was refused by dynquota's budget guard (pods"
+        ), note
+        assert f"is labelled dynquota.io/budget=nobody-{tag}" in note, note
     finally:
         op.stop()
 
