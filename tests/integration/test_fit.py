@@ -198,3 +198,54 @@ def _plus(rfc3339: str, seconds: int) -> str:
     from dynquota.policy.state import format_time, parse_time
 
     return format_time(parse_time(rfc3339) + seconds)
+
+
+def test_the_limit_range_port_defaults_as_the_apiserver_does(op_cluster: OperatorCluster) -> None:
+    """``apply_limit_range_defaults`` (used when the dry run cannot show the defaulted pod)
+    against the apiserver's own dry run: containers, init containers, a limit without request."""
+    from dynquota.admission.limitranger import apply_limit_range_defaults
+
+    ns = op_cluster.new_namespace()
+    try:
+        limit_range = {
+            "metadata": {"name": "defaults"},
+            "spec": {"limits": [{"type": "Container",
+                                 "defaultRequest": {"cpu": "100m", "memory": "64Mi"},
+                                 "default": {"cpu": "500m", "memory": "128Mi"}}]},
+        }  # fmt: skip
+        op_cluster.core.create_namespaced_limit_range(ns, limit_range)
+        stored = op_cluster.core.read_namespaced_limit_range("defaults", ns)
+        stored_json = op_cluster.api.sanitize_for_serialization(stored)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"generateName": "lr-"},
+            "spec": {
+                "initContainers": [{"name": "init", "image": "pause"}],
+                "containers": [
+                    {"name": "app", "image": "pause"},
+                    {"name": "capped", "image": "pause",
+                     "resources": {"limits": {"cpu": "2"}}},
+                ],
+            },
+        }  # fmt: skip
+        answer = op_cluster.core.create_namespaced_pod(ns, pod, dry_run="All")
+        served = op_cluster.api.sanitize_for_serialization(answer)
+        local, _ = apply_limit_range_defaults(pod, [stored_json])
+
+        def resources(p: dict[str, Any]) -> list[Any]:
+            spec = p["spec"]
+            found = []
+            for c in [*spec.get("initContainers", []), *spec["containers"]]:
+                given = c.get("resources") or {}
+                found.append({part: {k: str(v) for k, v in sorted(given.get(part, {}).items())}
+                              for part in ("requests", "limits")})  # fmt: skip
+            return found
+
+        assert resources(local) == resources(served)
+        assert resources(served)[2] == {
+            "requests": {"cpu": "2", "memory": "64Mi"},
+            "limits": {"cpu": "2", "memory": "128Mi"},
+        }
+    finally:
+        op_cluster.delete_namespace(ns)
