@@ -6,8 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup controlplane kwok toxiproxy promtool image image-test alerts test unit integration \
-	lint bench bench-admission bench-budgets bench-cleanup bench-plan bench-scale soak demo clean chart-generate \
-	dist dist-test
+	lint bench bench-admission bench-budgets bench-cleanup bench-fit bench-plan bench-scale soak demo clean \
+	chart-generate dist dist-test
 
 setup: $(STAMP)
 
@@ -108,6 +108,11 @@ bench-cleanup: setup controlplane
 # _CONFIGMAPS, _RUNS).
 bench-plan: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench/test_plan_scope_bench.py
+
+# `kubectl dynquota fit` against the apiserver's audit log over generated scenarios (issue 31;
+# DYNQUOTA_FIT_BENCH_SCENARIOS (50), _PARALLEL (6), _SEED): about 15 minutes.
+bench-fit: setup controlplane kwok
+	$(PY) -m pytest -m bench -s tests/bench/test_fit_bench.py
 
 # Chaos soak (not in `make test`): two replicas, 200 namespaces, random faults; 30 minutes
 # unless SOAK_SECONDS says otherwise. Prints a table; exits non-zero on any invariant violation.

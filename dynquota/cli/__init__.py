@@ -5,6 +5,9 @@
 - ``dynquota plan``: a read-only table per namespace and resource: usage, status.used, hard,
   target, next action and why, with the running release's settings (found in the cluster);
   the namespaces not managed or not enforced, and why; the other quotas of each namespace;
+- ``dynquota status [-n NS]``: what governs a namespace, as its tenant may read it;
+- ``dynquota fit -f MANIFEST [-n NS]``: how many of a workload's pods fit now, when the rest
+  fit as the quota is raised, and what blocks them (exit 1 unless all fit now);
 - ``dynquota override NAMESPACE [--off]``: request (or cancel) the tenant override on the
   namespace's managed quota;
 - ``dynquota kill-switch on|off|status``: the admin kill switch on ``kube-system``;
@@ -17,8 +20,8 @@ Every command talks to the cluster through the operator's own kubernetes_asyncio
 unreachable, CRD missing, RBAC) are printed as one clear line on stderr with exit code 2;
 other failures exit with 1.
 
-One module per command (``run``, ``plan``, ``admin``: override and kill-switch, ``cleanup``,
-``demo``), the parser in ``parser``, the error translation in ``errors``.
+One module per command (``run``, ``plan``, ``status``, ``fit``, ``admin``: override and
+kill-switch, ``cleanup``, ``demo``), the parser in ``parser``, the error translation in ``errors``.
 """
 
 from __future__ import annotations

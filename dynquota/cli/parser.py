@@ -9,6 +9,7 @@ from dynquota.cli.admin import cmd_kill_switch, cmd_override
 from dynquota.cli.cleanup import cmd_cleanup
 from dynquota.cli.completion import cmd_completion
 from dynquota.cli.demo import cmd_demo
+from dynquota.cli.fit import cmd_fit
 from dynquota.cli.flags import add_connection_flags, add_namespace_flags, add_output_flag
 from dynquota.cli.plan import cmd_plan
 from dynquota.cli.run import cmd_run
@@ -70,6 +71,31 @@ def build_parser(prog: str = "dynquota") -> argparse.ArgumentParser:
     )
     add_output_flag(status)
     status.set_defaults(handler=cmd_status)
+
+    fit = commands.add_parser(
+        "fit",
+        help="will a workload fit the namespace's quotas, and when: pods that fit now, the "
+        "raises to come (cooldowns, maximum, budget) and what blocks the rest (exit 0: all fit "
+        "now; 1: some only later or never)",
+    )
+    add_connection_flags(fit)
+    fit.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        help="the manifest: a Deployment, ReplicaSet, StatefulSet, Job or Pod (YAML or JSON, "
+        "several documents; - reads stdin)",
+    )
+    fit.add_argument(
+        "-n",
+        "--namespace",
+        help="the namespace (default: the manifest's, else the kubeconfig context's)",
+    )
+    fit.add_argument(
+        "--replicas", type=int, help="evaluate this many pods of each workload instead"
+    )
+    add_output_flag(fit)
+    fit.set_defaults(handler=cmd_fit)
 
     override = commands.add_parser(
         "override",

@@ -20,7 +20,8 @@ from dynquota.operator.plan_model import BudgetKeyPlan, BudgetMember, BudgetPlan
 def test_candidates_come_from_the_parser() -> None:
     parser = build_parser()
     assert candidates(parser, [""]) == [
-        "cleanup", "completion", "demo", "kill-switch", "override", "plan", "run", "status"
+        "cleanup", "completion", "demo", "fit", "kill-switch", "override", "plan", "run",
+        "status",
     ]  # fmt: skip
     assert candidates(parser, ["plan", "-o", "j"]) == ["json", "jsonpath="]
     assert candidates(parser, ["--as", "x", "kill-switch", "o"]) == ["off", "on"]

@@ -1,0 +1,260 @@
+"""``dynquota fit``'s pure parts: the manifest's workloads, the answer from what was read
+(every quota, the projection's schedule, a budget), its text and document, the exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dynquota.admission.limitranger import apply_limit_range_defaults
+from dynquota.cli import main
+from dynquota.cli.fit_manifest import ManifestError, read_manifest
+from dynquota.cli.fit_model import Candidate, evaluate
+from dynquota.cli.fit_text import FIT_API_VERSION, fit_document, fit_text
+from dynquota.cli.parser import build_parser
+from dynquota.policy.state import parse_time
+
+NOW = parse_time("2026-12-01T09:50:00Z")
+
+MANIFEST = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: team-a}
+spec:
+  replicas: 30
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: app, image: pause}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: batch}
+spec:
+  parallelism: 8
+  completions: 3
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: pause, resources: {requests: {cpu: "1"}}}]
+"""
+
+MANAGED = {"app.kubernetes.io/managed-by": "dynquota"}
+
+
+def quota(name: str, hard: dict[str, str], used: dict[str, str],
+          labels: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    return {"metadata": {"name": name, "namespace": "team-a", "labels": labels or {}},
+            "spec": {"hard": hard}, "status": {"hard": hard, "used": used}}  # fmt: skip
+
+
+def applied(pods: dict[str, Any], budget: dict[str, Any] | None = None,
+            state: str = "Enforced") -> dict[str, Any]:  # fmt: skip
+    profile = {"minimum": "10", "maximum": "40", "bufferPercent": 40, "upscaleCooldown": "5m",
+               "downscaleCooldown": "1h", **pods}  # fmt: skip
+    policy = {"name": "p", "resources": {"pods": profile}}
+    status: dict[str, Any] = {"state": state, "policy": policy}
+    if budget is not None:
+        status["budget"] = budget
+    return {"status": status}
+
+
+LIMIT_RANGE = {"spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "250m"},
+                                    "default": {"cpu": "500m"}}]}}  # fmt: skip
+
+
+def candidates(text: str = MANIFEST, replicas: int | None = None) -> list[Candidate]:
+    manifest = read_manifest(text, "m.yaml", replicas)
+    return [
+        Candidate(w, apply_limit_range_defaults(w.pod, [LIMIT_RANGE])[0])
+        for w in manifest.workloads
+    ]
+
+
+def test_the_manifest_gives_each_workloads_pod_and_count() -> None:
+    manifest = read_manifest(MANIFEST, "m.yaml")
+    assert [(w.title, w.namespace, w.replicas) for w in manifest.workloads] == [
+        ("Deployment/web", "team-a", 30),
+        ("Job/batch", "", 3),  # parallelism 8, at most its 3 completions
+    ]
+    assert manifest.skipped == ("ConfigMap/settings",)
+    web = manifest.workloads[0].pod
+    assert web["metadata"] == {"generateName": "web-fit-", "labels": {"app": "web"}}
+    assert web["spec"]["containers"] == [{"name": "app", "image": "pause"}]
+    assert [w.replicas for w in read_manifest(MANIFEST, "m", replicas=4).workloads] == [4, 4]
+
+
+def test_a_list_and_bare_pods_are_read_and_defaults_are_one() -> None:
+    text = """{"kind": "List", "items": [
+        {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}},
+        {"kind": "StatefulSet", "metadata": {"name": "db"},
+         "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}}]}"""
+    manifest = read_manifest(text, "list.json")
+    assert [(w.title, w.replicas) for w in manifest.workloads] == [
+        ("Pod/p", 1),
+        ("StatefulSet/db", 1),
+    ]
+    assert manifest.workloads[0].pod["metadata"] == {"generateName": "p-fit-"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: [", "m: not valid YAML"),
+        ("kind: ConfigMap\nmetadata: {name: x}",
+         "m: no Deployment, ReplicaSet, StatefulSet, Job or Pod (only ConfigMap/x)"),
+        ("- 1", "m: document 1 is not an object"),
+        ("kind: Deployment\nmetadata: {name: w}\nspec: {}",
+         "m: Deployment/w: spec.template.spec is missing"),
+        ("kind: Deployment\nspec: {}", "m: document 1 (Deployment) has no metadata.name"),
+        ("kind: Deployment\nmetadata: {name: w}\nspec: {replicas: -1, template: {spec: {}}}",
+         "m: Deployment/w: spec.replicas must be a whole number >= 0, not -1"),
+    ],
+)  # fmt: skip
+def test_a_manifest_that_cannot_be_read_says_where(text: str, message: str) -> None:
+    with pytest.raises(ManifestError) as caught:
+        read_manifest(text, "m")
+    assert str(caught.value).startswith(message)
+
+
+QUOTAS = [
+    quota("dynquota", {"pods": "10", "configmaps": "50"}, {"pods": "2", "configmaps": "1"},
+          MANAGED),
+    quota("compute", {"requests.cpu": "8"}, {"requests.cpu": "500m"}),
+    quota("besteffort", {"pods": "0"}, {"pods": "0"}),
+]  # fmt: skip
+QUOTAS[2]["spec"]["scopes"] = ["BestEffort"]
+
+
+def test_the_answer_fills_now_then_each_raise_until_a_fixed_quota_holds() -> None:
+    report = evaluate("team-a", candidates(), QUOTAS,
+                      applied({"nextRaiseAfter": "2026-12-01T09:52:24Z"}), NOW)  # fmt: skip
+    assert fit_text(report).splitlines() == [
+        "namespace: team-a (as of 2026-12-01T09:50:00Z)",
+        "WORKLOAD        QUOTA     KEY           HARD  USED  PER POD  FITS NOW  SIZED BY",
+        "Deployment/web  compute   requests.cpu  8     500m  250m     30        -",
+        "Deployment/web  dynquota  pods          10    2     1        8         dynquota",
+        "Job/batch       compute   requests.cpu  8     500m  1        7         -",
+        "Job/batch       dynquota  pods          10    2     1        8         dynquota",
+        "Deployment/web: 30 pods, 8 fit now",
+        "  4 more at 2026-12-01T09:52:24Z (raise dynquota pods to 14)",
+        "  6 more at 2026-12-01T09:57:24Z (raise dynquota pods to 20)",
+        "  8 more at 2026-12-01T10:02:24Z (raise dynquota pods to 28)",
+        "  4 more at 2026-12-01T10:07:24Z (raise dynquota pods to 40)",
+        "  all fit at 2026-12-01T10:07:24Z",
+        "  the next pod now: pods is forbidden: exceeded quota: dynquota, requested: pods=1, "
+        "used: pods=10, limited: pods=10",
+        "Job/batch: 3 pods, 0 fit now",
+        "  3 never fit under the current policy, held back by:",
+        "    quota compute requests.cpu (hard 8, used 8, 1 a pod): not sized by dynquota; "
+        "whoever owns that quota can raise it",
+        "  the next pod now: pods is forbidden: exceeded quota: dynquota, requested: pods=1, "
+        "used: pods=10, limited: pods=10",
+        "note: quota besteffort does not apply to Deployment/web's pods (its scopes do not "
+        "match them)",
+        "note: quota besteffort does not apply to Job/batch's pods (its scopes do not match them)",
+    ]
+    assert report.exit_code == 1
+    document = fit_document(report)
+    assert document["apiVersion"] == FIT_API_VERSION == "fit.dynquota.io/v1"
+    assert document["summary"] == {"replicas": 33, "fitsNow": 8, "fitsLater": 22, "never": 3,
+                                   "allFitAt": None}  # fmt: skip
+    assert document["workloads"][1]["blockedBy"][0]["reason"] == "fixed"
+    assert document["quotas"][1] == {
+        "workload": "Deployment/web", "quota": "dynquota", "key": "pods", "hard": "10",
+        "used": "2", "perPod": "1", "fitsNow": 8, "sizedBy": "dynquota",
+    }  # fmt: skip
+    assert document["schedule"][0] == {
+        "at": "2026-12-01T09:52:24Z",
+        "raises": [{"quota": "dynquota", "key": "pods", "hard": "14"}],
+        "pods": {"Deployment/web": 4, "Job/batch": 0},
+    }
+
+
+def test_everything_fitting_now_exits_zero() -> None:
+    report = evaluate("team-a", candidates(replicas=2), QUOTAS, None, NOW)
+    assert [(w.fits_now, w.later, w.never, w.next_refusal) for w in report.workloads] == [
+        (2, (), 0, None),
+        (2, (), 0, None),
+    ]
+    assert report.exit_code == 0
+    assert fit_document(report)["summary"]["allFitAt"] == "2026-12-01T09:50:00Z"
+
+
+def test_without_the_projection_dynquotas_quota_is_fixed() -> None:
+    not_read = [("applieddynamicquotas/dynquota in team-a", "403: no")]
+    report = evaluate("team-a", candidates()[:1], QUOTAS, None, NOW, not_read=not_read)
+    [web] = report.workloads
+    assert (web.fits_now, web.later, web.never) == (8, (), 22)
+    assert [b.reason for b in web.blocked_by] == ["fixed"]
+    assert "not read: applieddynamicquotas/dynquota in team-a: 403: no" in fit_text(report)
+
+
+def test_a_budgeted_key_grows_only_up_to_its_slice_and_the_free_room() -> None:
+    budget = {"name": "team", "hard": {"pods": "60"}, "slice": {"pods": "10"},
+              "free": {"pods": "6"}}  # fmt: skip
+    status = applied({"nextRaiseAfter": "2026-12-01T09:40:00Z"}, budget)
+    report = evaluate("team-a", candidates()[:1], QUOTAS, status, NOW)
+    [web] = report.workloads
+    assert (web.fits_now, [(x.at, x.pods) for x in web.later], web.never) == (
+        8, [("2026-12-01T09:50:00Z", 4), ("2026-12-01T09:55:00Z", 2)], 16,
+    )  # fmt: skip
+    [block] = web.blocked_by
+    assert (block.reason, block.hard) == ("budget", "16")
+    assert "QuotaBudget team" in block.message
+
+
+def test_a_policy_not_enforced_does_not_grow_and_a_refused_pod_never_fits() -> None:
+    dry = applied({}, state="DryRun")
+    dry["status"]["message"] = "policy p is in dry run"
+    report = evaluate("team-a", candidates()[:1], QUOTAS, dry, NOW)
+    assert [b.reason for b in report.workloads[0].blocked_by] == ["not-growing"]
+    assert report.notes[0] == "dynquota's state here is DryRun: policy p is in dry run"
+    [workload] = read_manifest(MANIFEST, "m").workloads[:1]
+    refused = Candidate(workload, workload.pod, "refused by the apiserver: violates PodSecurity")
+    report = evaluate("team-a", [refused], QUOTAS, None, NOW)
+    assert fit_text(report).splitlines()[4:6] == [
+        "Deployment/web: 30 pods, 0 fit now",
+        "  none is ever admitted: refused by the apiserver: violates PodSecurity",
+    ]
+
+
+def test_a_quota_demanding_what_the_pod_lacks_refuses_it_for_good() -> None:
+    memory = [quota("mem", {"requests.memory": "1Gi"}, {"requests.memory": "0"})]
+    report = evaluate("team-a", candidates()[:1], memory, None, NOW)
+    assert report.workloads[0].refused == "failed quota: mem: must specify requests.memory for: app"
+    assert report.workloads[0].fits_now == 0
+
+
+def test_the_command_line() -> None:
+    args = build_parser().parse_args(["fit", "-f", "-", "-n", "x", "-o", "json", "--replicas", "3"])
+    assert (args.filename, args.namespace, args.output, args.replicas) == ("-", "x", "json", 3)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["fit", "-n", "x"])  # -f is required
+
+
+def test_what_the_command_refuses_before_asking_the_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(MANIFEST)
+    cases = [
+        (["fit", "-f", str(tmp_path / "none.yaml")], "reading "),
+        (["fit", "-f", str(manifest), "-n", "team-b"],
+         "the manifest's namespace 'team-a' does not match -n 'team-b'"),
+        (["fit", "-f", str(manifest), "--replicas", "-1"], "--replicas must be 0 or more, not -1"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as caught:
+            main(argv)
+        assert caught.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"dynquota: error: {message}"), err
+        assert len(err.splitlines()) == 1
