@@ -216,7 +216,8 @@ class Lineage:
 
     names: set[str] = field(default_factory=set)
     listed: bool = False
-    hards: dict[str, Mapping[str, Quantity | int]] = field(default_factory=dict)
+    quotas: dict[str, QuotaSnapshot] = field(default_factory=dict)
+    """Namespace -> its managed quota as last read or written (parsed only when re-created)."""
 
     def seen(self, name: str, listing: bool) -> None:
         """A Namespace event; ``listing``: it came from a list, not the watch."""
@@ -226,7 +227,7 @@ class Lineage:
     def forget(self, name: str) -> None:
         """The namespace was deleted (one of that name made later is new)."""
         self.names.discard(name)
-        self.hards.pop(name, None)
+        self.quotas.pop(name, None)
 
     def synced(self) -> None:
         """The Namespace informer applied a full list (only the first one counts)."""
@@ -241,16 +242,20 @@ class Lineage:
         self, name: str, governance: Governance, dry_run: bool, quota: QuotaSnapshot | None
     ) -> Mapping[str, Quantity | int]:
         """The hard to cap a re-created managed quota of namespace ``name`` at (key ->
-        quantity; empty: adopt), after recording ``quota`` (its managed quota now, ``None``:
-        none). Forgets it unless ``governance`` is managed or frozen and not ``dry_run``."""
+        quantity; empty: adopt, or ``quota`` is there and nothing is re-created), after
+        recording ``quota`` (its managed quota now, ``None``: none). Forgets it unless
+        ``governance`` is managed or frozen and not ``dry_run``."""
         if governance.kind not in ("managed", "frozen") or dry_run:
-            self.hards.pop(name, None)
+            self.quotas.pop(name, None)
             return {}
-        self.saw(name, quota)
-        return self.hards.get(name, {})
+        if quota is not None:
+            self.quotas[name] = quota
+            return {}  # decide reads it only without a quota: no parse on the hot path
+        last = self.quotas.get(name)
+        return {} if last is None else last.state().hard
 
     def saw(self, name: str, quota: QuotaSnapshot | None) -> None:
         """``quota`` is namespace ``name``'s managed quota, read or just written (``None``:
         none; what was remembered stays)."""
         if quota is not None:
-            self.hards[name] = dict(quota.state().hard)
+            self.quotas[name] = quota

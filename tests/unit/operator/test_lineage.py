@@ -74,5 +74,5 @@ async def test_a_quota_recreated_after_the_kill_switch_is_capped_an_opted_back_o
         await world.reconcile(ns)
     assert world.quotas.hard("team-a")["pods"] == "100"
     assert world.quotas.hard("team-b")["pods"] == "200"
-    assert world.op.lineage.hards["team-a"]["pods"] == 100
+    assert world.op.lineage.quotas["team-a"].state().hard["pods"] == 100
     await world.op.stop_background()
