@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any
-
-import kubernetes
 
 from dynquota.demo.budget_act import TEAM_A, TEAM_B
 from dynquota.demo.watch import DemoWatch
 from dynquota.names import APPLIED_PLURAL, GROUP, VERSION
+from dynquota.testing.rbac import bind_cluster_role
 from dynquota.testing.wait import wait_until
 
 __all__ = ["TENANT_USER", "cli_act"]
@@ -34,22 +32,7 @@ def cli_act(demo: DemoWatch) -> None:
     ``WaitTimeoutError`` when team-b's projection does not appear in time, ``RuntimeError``
     when a command's exit code is not the expected one."""
     c, show = demo.c, demo.show
-    rbac: Any = kubernetes.client.RbacAuthorizationV1Api(c.api)
-    rbac.create_namespaced_role_binding(
-        TEAM_B,
-        {
-            "metadata": {"name": f"{TENANT_USER}-admin"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "admin",
-            },
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT_USER}
-            ],
-        },
-        _request_timeout=30,
-    )
+    bind_cluster_role(c.api, TEAM_B, TENANT_USER, "admin")
 
     def projected() -> bool:
         """team-b's projection shows the slice its quota holds now (written on change)."""

@@ -58,6 +58,7 @@ from dynquota.testing.operator import (
     operator_settings,
 )
 from dynquota.testing.quotaaudit import lowered_used
+from dynquota.testing.rbac import bind_cluster_role
 from dynquota.testing.wait import WaitTimeoutError, wait_until
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(3 * 3600)]
@@ -293,13 +294,7 @@ def run_scenario(c: OperatorCluster, audit: AuditIndex, s: Scenario) -> Outcome:
     ns = c.new_namespace(label)
     budget = None
     tenant = f"tenant-{tag}"
-    rbac: Any = kubernetes.client.RbacAuthorizationV1Api(c.api)
-    rbac.create_namespaced_role_binding(ns, {
-        "metadata": {"name": "tenant-admin"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "admin"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": tenant}],
-    })  # fmt: skip
+    bind_cluster_role(c.api, ns, tenant, "admin")
     try:
         if (limit_range := s.limit_range()) is not None:
             c.core.create_namespaced_limit_range(ns, limit_range)

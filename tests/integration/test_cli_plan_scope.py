@@ -11,21 +11,13 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
+from cli_run import run_cli  # same directory
 from kubernetes_asyncio import client as async_client
 
 from dynquota.cli import main
 from dynquota.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from dynquota.testing.operator import OperatorCluster
 from dynquota.testing.wait import wait_until
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _lists(op_cluster: OperatorCluster, plural: str) -> bool:

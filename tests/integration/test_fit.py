@@ -16,34 +16,16 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
+from cli_run import run_cli  # same directory
 
-from dynquota.cli import main
 from dynquota.names import APPLIED_PLURAL, BUDGET_LABEL, GROUP, VERSION
 from dynquota.testing.growth import deployment
 from dynquota.testing.operator import OperatorCluster
+from dynquota.testing.rbac import bind_cluster_role
 from dynquota.testing.wait import wait_until
 
 PODS = {"bufferPercent": 40, "minimum": 10, "maximum": 40, "upscaleCooldown": "5m",
         "downscaleCooldown": "1h"}  # fmt: skip
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _bind(op_cluster: OperatorCluster, ns: str, user: str, role: str) -> None:
-    rbac: Any = kubernetes.client.RbacAuthorizationV1Api(op_cluster.api)
-    rbac.create_namespaced_role_binding(ns, {
-        "metadata": {"name": f"{user}-{role}"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": role},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    })  # fmt: skip
 
 
 def _applied(op_cluster: OperatorCluster, ns: str) -> dict[str, Any] | None:
@@ -68,8 +50,8 @@ def test_a_namespace_admin_learns_what_fits_now_and_when_the_rest_does(
     op_cluster.policy(f"fit-{tag}", scope, pods=PODS)
     ns = op_cluster.new_namespace(scope)
     alice, bob = f"alice-{tag}", f"bob-{tag}"
-    _bind(op_cluster, ns, alice, "admin")
-    _bind(op_cluster, ns, bob, "view")
+    bind_cluster_role(op_cluster.api, ns, alice, "admin")
+    bind_cluster_role(op_cluster.api, ns, bob, "view")
     op_cluster.core.create_namespaced_limit_range(ns, {
         "metadata": {"name": "defaults"},
         "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "250m"},

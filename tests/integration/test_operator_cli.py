@@ -19,8 +19,8 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
+from cli_run import run_cli  # same directory
 
-from dynquota.cli import main
 from dynquota.testing.operator import OPERATOR_NS, OperatorCluster, OperatorThread
 from dynquota.testing.wait import wait_until
 
@@ -33,15 +33,6 @@ PROFILE = {
     "downscaleCooldown": "1h",
 }
 CONFIGMAPS = {**PROFILE, "minimum": 20, "maximum": 200}
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_plan_override_and_kill_switch_commands(

@@ -9,26 +9,17 @@ import json
 import uuid
 from typing import Any
 
-import kubernetes
 import pytest
+from cli_run import run_cli  # same directory
 from kubernetes.client.exceptions import ApiException
 
-from dynquota.cli import main
 from dynquota.names import APPLIED_PLURAL, BUDGET_LABEL, BUDGET_PLURAL, GROUP, VERSION
 from dynquota.testing.operator import OperatorCluster
+from dynquota.testing.rbac import bind_cluster_role
 from dynquota.testing.wait import wait_until
 
 PODS = {"bufferPercent": 40, "minimum": 5, "maximum": 40, "upscaleCooldown": "5m",
         "downscaleCooldown": "1h"}  # fmt: skip
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _applied(op_cluster: OperatorCluster, ns: str) -> dict[str, Any] | None:
@@ -55,13 +46,7 @@ def test_a_namespace_admin_reads_what_governs_it_and_nothing_of_another_tenant(
     a = op_cluster.new_namespace({**scope, BUDGET_LABEL: team})
     b = op_cluster.new_namespace(scope)
     alice = f"alice-{tag}"
-    rbac: Any = kubernetes.client.RbacAuthorizationV1Api(op_cluster.api)
-    rbac.create_namespaced_role_binding(a, {
-        "metadata": {"name": "alice-admin"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "admin"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": alice}],
-    })  # fmt: skip
+    bind_cluster_role(op_cluster.api, a, alice, "admin")
     op = start_operator()
     try:
 
