@@ -191,3 +191,19 @@ async def connect(target: Target | str | None, what: str = "connecting") -> Asyn
     )
     async with api_client:
         yield api_client
+
+
+def context_namespace_of(target: Target) -> str:
+    """The namespace of ``target``'s kubeconfig context, as kubectl takes it without ``-n``
+    (:func:`dynquota.kube.identity.context_namespace`: ``default`` when it names none).
+
+    Raises :class:`UserError` (:func:`explain`) for a kubeconfig that cannot be read."""
+    from dynquota.kube.identity import context_namespace
+
+    try:
+        return context_namespace(target.kubeconfig, target.context)
+    except Exception as exc:
+        explained = explain(exc, "reading the kubeconfig")
+        if explained is None:
+            raise
+        raise explained from exc

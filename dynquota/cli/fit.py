@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dynquota.cli.errors import UserError, connect, explain
+from dynquota.cli.errors import UserError, connect, context_namespace_of, explain
 from dynquota.cli.fit_manifest import Manifest, ManifestError, Workload, read_manifest
 from dynquota.cli.fit_model import Candidate, FitReport, evaluate
 from dynquota.cli.fit_text import fit_document, fit_text
@@ -96,13 +96,7 @@ def _namespace(args: argparse.Namespace, manifest: Manifest) -> str:
         raise UserError(f"the manifest names several namespaces ({', '.join(written)}): give -n")
     if written:
         return written[0]
-    from dynquota.kube.identity import context_namespace
-
-    target = target_of(args)
-    try:
-        return context_namespace(target.kubeconfig, target.context)
-    except Exception as exc:  # a malformed kubeconfig: one line, as connect would say it
-        raise UserError(f"reading the kubeconfig: {exc}") from exc
+    return context_namespace_of(target_of(args))
 
 
 async def fit_report(args: argparse.Namespace, namespace: str, manifest: Manifest) -> FitReport:

@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from dynquota.cli.errors import UserError, connect, guard
+from dynquota.cli.errors import UserError, connect, context_namespace_of, guard
 from dynquota.cli.flags import target_of
 from dynquota.cli.output import OutputError, columns, render_document
 
@@ -28,7 +28,7 @@ __all__ = ["cmd_status", "status_text"]
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the AppliedDynamicQuota of ``-n NAMESPACE``."""
     if not args.namespace:
-        args.namespace = _context_namespace(args)
+        args.namespace = context_namespace_of(target_of(args))
     obj = asyncio.run(_read(args))
     if args.output in ("table", "wide"):
         print(status_text(obj))
@@ -38,17 +38,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     except OutputError as exc:
         raise UserError(str(exc)) from exc
     return 0
-
-
-def _context_namespace(args: argparse.Namespace) -> str:
-    """Without ``-n``: the kubeconfig context's namespace, as kubectl (``default`` if none)."""
-    from dynquota.kube.identity import context_namespace
-
-    target = target_of(args)
-    try:
-        return context_namespace(target.kubeconfig, target.context)
-    except Exception as exc:  # a malformed kubeconfig: one line, as connect would say it
-        raise UserError(f"reading the kubeconfig: {exc}") from exc
 
 
 async def _read(args: argparse.Namespace) -> dict[str, Any]:
