@@ -124,14 +124,16 @@ class WriteFailure:
 def failure_readiness(failures: Sequence[WriteFailure]) -> list[Readiness] | None:
     """Ready False and Stalled True (a refusal among ``failures``) or Reconciling True (all
     retryable), the reason of the first refusal (else the first failure), the message naming
-    each (at most :data:`MAX_FAILURES_SHOWN`); ``None`` without failures."""
+    each (at most :data:`MAX_FAILURES_SHOWN` texts, each once); ``None`` without failures."""
     if not failures:
         return None
     ordered = sorted(failures, key=lambda f: (f.retryable, f.namespace, f.writer, f.verb))
     refused = not ordered[0].retryable
-    shown = "; ".join(f.describe() for f in ordered[:MAX_FAILURES_SHOWN])
-    if len(ordered) > MAX_FAILURES_SHOWN:
-        shown += f"; and {len(ordered) - MAX_FAILURES_SHOWN} more"
+    # the reconcile's and the budget's patch refused alike read the same: said once
+    texts = list(dict.fromkeys(f.describe() for f in ordered))
+    shown = "; ".join(texts[:MAX_FAILURES_SHOWN])
+    if len(texts) > MAX_FAILURES_SHOWN:
+        shown += f"; and {len(texts) - MAX_FAILURES_SHOWN} more"
     then = (
         "not Ready until a write there succeeds; dynquota tries again: fix the operator's "
         "rights or the admission policy that refuses it"
