@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import BUDGET_LABEL, TRACKED_RESOURCES
 from dynquota.operator.budget_shape import mark_as_label, strip_keys
-from dynquota.policy import Decision, Governance, NamespaceInfo
+from dynquota.policy import Decision, Governance, NamespaceInfo, describe_validation_error
 from dynquota.policy.budget import Slice, commitment
 from dynquota.policy.budget_spec import QuotaBudgetSpec
 from dynquota.policy.state import (
@@ -81,9 +81,8 @@ def read_budget(obj: Mapping[str, Any]) -> BudgetRecord:
     try:
         spec = QuotaBudgetSpec.model_validate(raw)
     except ValidationError as exc:
-        error = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()
-        )
+        # one clear line per problem, as a policy's (no pydantic "Value error," text)
+        error = describe_validation_error(exc)
     hard = raw.get("hard")
     keys = frozenset(str(k) for k in hard) if isinstance(hard, Mapping) else frozenset()
     return BudgetRecord(
