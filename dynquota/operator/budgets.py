@@ -203,6 +203,9 @@ class Budgets:
         self.on_records: Callable[[], None] | None = None
         """Called after the set of budgets changed (the assembly wires it to
         :meth:`~dynquota.operator.budget_task.BudgetTasks.sync`)."""
+        self.on_status: Callable[[str], None] | None = None
+        """Called with a budget's name when its stored status changed (the runtime wires it to
+        the tenant projections' :meth:`~dynquota.operator.applied.AppliedWriter.budget_status`)."""
 
     # -- watches --------------------------------------------------------------------------------
 
@@ -218,6 +221,8 @@ class Budgets:
             return
         record = read_budget(obj)
         self.records[name] = record
+        if old is not None and old.status != record.status:
+            self._status_changed(name)
         if old is None or (old.spec, old.keys) != (record.spec, record.keys):
             if record.spec is None:
                 log.warning("QuotaBudget %s is invalid: %s", name, record.error)
@@ -262,6 +267,11 @@ class Budgets:
         is stored now, unless the budget changed meanwhile."""
         if self.records.get(record.name) is record:
             self.records[record.name] = replace(record, status=status)
+            self._status_changed(record.name)
+
+    def _status_changed(self, name: str) -> None:
+        if self.on_status is not None:
+            self.on_status(name)
 
     def wake(self, budget: str | None) -> None:
         """Ask the task of ``budget`` for a pass (no-op for ``None``)."""
