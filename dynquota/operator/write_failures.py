@@ -21,8 +21,8 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Final, TypeVar
 
 from dynquota._k8s.errors import ApiError, TransportError
 from dynquota.kube.quotas import QuotaSnapshot
@@ -30,6 +30,8 @@ from dynquota.operator.ports import QuotaStore, namespace_terminating
 from dynquota.policy.readiness import WriteFailure
 
 __all__ = ["BUDGET_WRITER", "RECONCILE_WRITER", "RecordingQuotas", "WriteFailures"]
+
+T = TypeVar("T")
 
 RECONCILE_WRITER: Final = "reconcile"
 """The per-namespace writer, the deleter and the kill switch."""
@@ -104,35 +106,31 @@ class RecordingQuotas:
         self, namespace: str, hard: Mapping[str, str], annotations: Mapping[str, str]
     ) -> QuotaSnapshot:
         """The wrapped store's ``create``, recorded."""
-        try:
-            created = await self.quotas.create(namespace, hard, annotations)
-        except (ApiError, TransportError) as exc:
-            self._failed(namespace, "create", exc)
-            raise
-        self.failures.succeeded(namespace, self.writer)
-        return created
+        return await self._recorded(
+            namespace, "create", self.quotas.create(namespace, hard, annotations)
+        )
 
     async def patch(
         self, namespace: str, body: Mapping[str, Any], resource_version: str | None = None
     ) -> QuotaSnapshot:
         """The wrapped store's ``patch``, recorded."""
-        try:
-            patched = await self.quotas.patch(namespace, body, resource_version)
-        except (ApiError, TransportError) as exc:
-            self._failed(namespace, "patch", exc)
-            raise
-        self.failures.succeeded(namespace, self.writer)
-        return patched
+        return await self._recorded(
+            namespace, "patch", self.quotas.patch(namespace, body, resource_version)
+        )
 
     async def delete(self, namespace: str, uid: str | None = None) -> bool:
         """The wrapped store's ``delete``, recorded (a 404 is no failure)."""
+        return await self._recorded(namespace, "delete", self.quotas.delete(namespace, uid))
+
+    async def _recorded(self, namespace: str, verb: str, write: Awaitable[T]) -> T:
+        """Await ``write`` (a ``verb`` in ``namespace``) and record its outcome."""
         try:
-            deleted = await self.quotas.delete(namespace, uid)
+            done = await write
         except (ApiError, TransportError) as exc:
-            self._failed(namespace, "delete", exc)
+            self._failed(namespace, verb, exc)
             raise
         self.failures.succeeded(namespace, self.writer)
-        return deleted
+        return done
 
     def _failed(self, namespace: str, verb: str, exc: ApiError | TransportError) -> None:
         if isinstance(exc, TransportError):

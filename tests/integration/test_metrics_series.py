@@ -18,13 +18,7 @@ from dynquota.names import GROUP, PLURAL, VERSION
 from dynquota.testing.operator import OperatorCluster, OperatorThread
 from dynquota.testing.wait import wait_until
 
-PODS = {
-    "bufferPercent": 50,
-    "minimum": 2,
-    "maximum": 60,
-    "upscaleCooldown": "0s",
-    "downscaleCooldown": "1h",
-}
+PODS = {"bufferPercent": 50, "minimum": 2, "maximum": 60}
 PER_NAMESPACE = {
     "dynquota_usage", "dynquota_tally", "dynquota_hard", "dynquota_target", "dynquota_maximum",
     "dynquota_drift", "dynquota_usage_above_maximum",

@@ -16,14 +16,8 @@ from dynquota.operator.write_failures import RECONCILE_WRITER, RecordingQuotas, 
 from dynquota.policy.readiness import WriteFailure
 
 from .fakes import FakeBudgetStatus, FakeQuotas, World, budget, namespace, policy
+from .test_budgets import PODS
 
-PODS = {
-    "bufferPercent": 50,
-    "minimum": 2,
-    "maximum": 100,
-    "upscaleCooldown": "0s",
-    "downscaleCooldown": "1h",
-}
 VAP = (
     "resourcequotas \"dynquota\" is forbidden: ValidatingAdmissionPolicy 'deny' with binding "
     "'deny' denied request: no quota writes here"
