@@ -20,6 +20,7 @@ round-robin, at most CONC requests in flight. Prints one JSON line with timings.
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import functools
 import json
 import os
@@ -215,6 +216,18 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
             }
             write_stats(stats_path, stats)
 
+    profile_path = os.environ.get("DYNQUOTA_SCALE_PROFILE")  # a cProfile dump, every 10 s
+    background: list[asyncio.Task[None]] = []  # held: a task nobody holds may be collected
+    if profile_path:
+        profiler = cProfile.Profile()
+        profiler.enable()
+
+        async def dump() -> None:
+            while True:
+                await asyncio.sleep(10)
+                profiler.dump_stats(profile_path)
+
+        background.append(asyncio.create_task(dump()))
     reporter = asyncio.create_task(report())
     try:
         await run(settings, stop_flag=stop, on_runtime=got)
