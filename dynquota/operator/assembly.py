@@ -43,6 +43,7 @@ from dynquota.operator.companion import Companions
 from dynquota.operator.daemons import NodeGrowth
 from dynquota.operator.deleter import Deleter
 from dynquota.operator.killswitch import KillSwitch, SwitchState
+from dynquota.operator.own_writes import RecordedQuotas
 from dynquota.operator.policy_status import PolicyStatusWriter
 from dynquota.operator.ports import (
     KUBE_SYSTEM,
@@ -129,6 +130,8 @@ class Operator:
             clock=clock,  # requeue instants are the cluster's time (Outcome.requeue_at)
         )
         self.cluster = cluster = ClusterView(settings, clock=clock, monotonic=monotonic)
+        # every part writes through it: a decision waits for the watch to show our own write
+        quotas = RecordedQuotas(quotas, cluster.wrote)
         state = SwitchState()
         self.budgets = budgets = Budgets(
             settings, cluster.namespaces, cluster.governance, self.requeue_all
@@ -329,9 +332,13 @@ class Operator:
             self.status.mark_dirty()
 
     def on_usage_change(self, namespace: str, resource: str) -> None:
-        """The usage informers' callback: sample the peak and queue the namespace."""
+        """The usage informers' callback: sample the peak and queue the namespace (at once if
+        the change confirms a charge its last run took as phantom)."""
         self.cluster.on_usage_change(namespace, resource)
-        self.queue.add(namespace)
+        if self.reconciler.confirms(namespace, resource):
+            self.queue.add_now(namespace)
+        else:
+            self.queue.add(namespace)
 
     async def on_leadership(self, leading: bool) -> None:
         """Leadership changed: report it; a new leader catches up on everything."""
