@@ -61,6 +61,12 @@ from dynquota.operator.reporting import Reporter
 from dynquota.operator.stall import StallWatch
 from dynquota.operator.wake import Waker, WorkloadStore
 from dynquota.operator.wake_wiring import growth_applies, status_used_units, wake_allowed
+from dynquota.operator.write_failures import (
+    BUDGET_WRITER,
+    RECONCILE_WRITER,
+    RecordingQuotas,
+    WriteFailures,
+)
 from dynquota.operator.write_gate import PartsKnowledge, WriteGate
 from dynquota.policy import KILL_SWITCH, NamespaceInfo
 from dynquota.policy.state import BUDGET
@@ -131,11 +137,14 @@ class Operator:
             settings, cluster.namespaces, cluster.governance, self.requeue_all
         )
         self.write_gate = write_gate = WriteGate(PartsKnowledge(cluster, budgets, state, self.gate))
+        self.write_failures = failures = WriteFailures()
+        """Refused or failing quota writes until one succeeds (the status writers' Ready)."""
+        writes = RecordingQuotas(quotas, failures, RECONCILE_WRITER)
         self.reporter = reporter = Reporter(
             events, write_gate, metrics, clock, watched=cluster.watched
         )
         self.deleter = deleter = Deleter(
-            quotas,
+            writes,
             write_gate,
             state,
             metrics,
@@ -153,6 +162,7 @@ class Operator:
             metrics=metrics,
             stall=self.stall,
             settings=settings,
+            failures=failures,
         )
         self.switch = KillSwitch(
             state,
@@ -160,7 +170,7 @@ class Operator:
             deleter=deleter,
             reporter=reporter,
             write_gate=write_gate,
-            quotas=quotas,
+            quotas=writes,
             leader=self.gate,
             metrics=metrics,
             requeue_all=self.requeue_all,
@@ -169,7 +179,7 @@ class Operator:
             namespace_reader=namespace_reader,
         )
         self.writer = QuotaWriter(
-            quotas,
+            writes,
             deleter=deleter,
             reporter=reporter,
             write_gate=write_gate,
@@ -204,7 +214,7 @@ class Operator:
         ``nodeGrowth`` are on and ``workloads`` is given)."""
         self.budget_tasks = BudgetTasks(
             budgets,
-            quotas=quotas,
+            quotas=RecordingQuotas(quotas, failures, BUDGET_WRITER),
             write_gate=write_gate,
             leader=self.gate,
             reporter=reporter,
@@ -213,10 +223,12 @@ class Operator:
             settings=settings,
             tally=cluster.count,
             clock=clock,
+            failures=failures,
         )
         """One serialized task per QuotaBudget (started by the runtime with the queue)."""
         budgets.on_wake = self.budget_tasks.wake
         budgets.on_records = self.budget_tasks.sync
+        failures.on_change = self._on_write_failure
         self.reconciler = Reconciler(
             settings,
             quotas=quotas,
@@ -357,6 +369,13 @@ class Operator:
         self.reconciler.forget(namespace)
         self.companions.forget(namespace)
         self.reporter.forget(namespace)
+        self.write_failures.forget(namespace)
+
+    def _on_write_failure(self, namespace: str) -> None:
+        """A write in ``namespace`` began or stopped failing: its budget and the policies say
+        so (Ready)."""
+        self.budgets.wake_namespace(namespace)
+        self.status.mark_dirty()
 
     def _on_stall(self, stalled: bool) -> None:
         """The quota controller stalled or recovered (once recovered: decide all again)."""

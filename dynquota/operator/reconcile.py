@@ -187,6 +187,8 @@ class Reconciler:
             self.forget_everywhere(namespace)
             return Outcome(), "ok"
         if governance.kind == "excluded":
+            # e.g. being deleted: its series go now, not at the namespace's DELETED event
+            self.reporter.not_governed(namespace)
             return Outcome(), "ok"
         if governance.warning:
             await self.reporter.warn_once(

@@ -152,6 +152,22 @@ class Reporter:
         self._children.pop(namespace, None)
         self._optional.pop(namespace, None)
 
+    def not_governed(self, namespace: str) -> None:
+        """No policy governs ``namespace`` now (unmanaged, excluded, being deleted): its
+        per-namespace series go at once, with their ``enforcement`` label; its view stays.
+        Cheap when it has none (dictionary lookups)."""
+        if namespace in self._overrides:
+            self._overrides.discard(namespace)
+            with contextlib.suppress(KeyError):
+                self.metrics.overrides_active.remove(namespace)
+        keys = self._metric_keys.pop(namespace, None)
+        self._optional.pop(namespace, None)
+        if keys is not None:
+            self._forget_series(namespace, keys)
+        else:
+            self.metrics.forget_enforcement(namespace)
+        self._children.pop(namespace, None)
+
     def quota_deleted(self, namespace: str, why: str) -> None:
         """dynquota deleted the managed quota of ``namespace`` (``why``): the view says so and
         its hard series go."""
@@ -179,8 +195,7 @@ class Reporter:
         m = self.metrics
         if governance.kind != "managed" and namespace in self._metric_keys:
             # (only this method sets these series: none to remove for a namespace not in it)
-            self._forget_series(namespace, self._metric_keys.pop(namespace))
-            self._optional.pop(namespace, None)
+            self.not_governed(namespace)
         view = self.view(namespace)
         view.usage = dict(usage)
         view.tally = dict(tally)
@@ -251,8 +266,10 @@ class Reporter:
         """Log, count and post ``decision`` for ``namespace`` and record it in the view:
         ``quota`` is the managed quota afterwards (``None``: none), ``simulated`` the one a
         dry run keeps in memory (its hard and override are reported instead)."""
-        # the per-namespace series say whether their hard is enforced or a dry run's
-        self.metrics.set_enforcement(namespace, "dry-run" if decision.dry_run else "enforced")
+        # the per-namespace series say whether their hard is enforced or a dry run's (a
+        # namespace no policy governs has none: report_usage removed them)
+        if governance.kind == "managed":
+            self.metrics.set_enforcement(namespace, "dry-run" if decision.dry_run else "enforced")
         if decision.action == "delete" and not decision.dry_run:
             pass  # logged, and its hard series removed, by the deleter
         elif decision.action != "nothing" or decision.changes:
@@ -277,11 +294,18 @@ class Reporter:
                         self._child(self.metrics.hard, namespace, resource).set(
                             unit_for(resource).base(hard)
                         )
-        elif decision.hard:
-            for resource, value in decision.hard.items():
-                self._child(self.metrics.hard, namespace, resource).set(
-                    unit_for(resource).base(value)
-                )
+        elif governance.kind == "managed":
+            # the simulated quota's hard (a decision that changes nothing carries none: the
+            # series went when the enforced quota was released, and must not stay away)
+            simulated_hard = simulated.hard if simulated is not None else {}
+            for resource in resource_order(governance.profiles):
+                value = decision.hard.get(resource)
+                if value is None and resource in simulated_hard:
+                    value = unit_for(resource).units(simulated_hard[resource])
+                if value is not None:
+                    self._child(self.metrics.hard, namespace, resource).set(
+                        unit_for(resource).base(value)
+                    )
         active = quota is not None and OVERRIDE_GRANTED_AT in quota.annotations
         if decision.dry_run:
             active = simulated is not None and (OVERRIDE_GRANTED_AT in simulated.annotations)
