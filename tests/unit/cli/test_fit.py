@@ -122,6 +122,53 @@ def test_a_manifest_that_cannot_be_read_says_where(text: str, message: str) -> N
     with pytest.raises(ManifestError) as caught:
         read_manifest(text, "m")
     assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+DEPLOYMENT = "kind: Deployment\nmetadata: {name: w}\nspec: {template: {spec: %s}}"
+STS = ("kind: StatefulSet\nmetadata: {name: db}\nspec: {template: {spec: {containers: []}}, "
+       "volumeClaimTemplates: %s}")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (DEPLOYMENT % "{containers: [{name: c, resources: {requests: {cpu: 1e3m}}}]}",
+         "m: Deployment/w: spec.template.spec.containers[0].resources.requests.cpu: invalid "
+         "quantity '1e3m': expected a signed decimal number with an optional suffix"),
+        (DEPLOYMENT % "{initContainers: [{name: i, resources: {limits: {memory: [1]}}}]}",
+         "m: Deployment/w: spec.template.spec.initContainers[0].resources.limits.memory: not a "
+         "quantity: [1]"),
+        (DEPLOYMENT % "{containers: [x]}",
+         "m: Deployment/w: spec.template.spec.containers[0] must be an object, not 'x'"),
+        (DEPLOYMENT % "{containers: {c: 1}}",
+         "m: Deployment/w: spec.template.spec.containers must be a list, not {'c': 1}"),
+        (DEPLOYMENT % "{containers: [{name: c, resources: 1}]}",
+         "m: Deployment/w: spec.template.spec.containers[0].resources must be an object, not 1"),
+        (DEPLOYMENT % "{overhead: {cpu: lots}}",
+         "m: Deployment/w: spec.template.spec.overhead.cpu: invalid quantity 'lots'"),
+        ("kind: Deployment\nmetadata: {name: w}\nspec: {template: [1]}",
+         "m: Deployment/w: spec.template must be an object, not [1]"),
+        ("kind: Deployment\nmetadata: {name: w}\nspec: {replicas: '3', template: {spec: {}}}",
+         "m: Deployment/w: spec.replicas must be a whole number >= 0, not '3'"),
+        ("kind: Deployment\nmetadata: [w]", "m: document 1: metadata must be an object, not ['w']"),
+        ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{resources: {requests: "
+         "{memory: 1 Gi}}}]}",
+         "m: Pod/p: spec.containers[0].resources.requests.memory: invalid quantity '1 Gi'"),
+        (STS % "[{metadata: {name: data}, spec: {resources: {requests: {storage: 4GB}}}}]",
+         "m: StatefulSet/db: spec.volumeClaimTemplates[0].spec.resources.requests.storage: "
+         "invalid quantity '4GB'"),
+        (STS % "[{spec: {}}]", "m: StatefulSet/db: spec.volumeClaimTemplates[0].metadata.name "
+         "is missing"),
+        (STS % "{data: 1}", "m: StatefulSet/db: spec.volumeClaimTemplates must be a list"),
+        ("a: [x\n", "m: not valid YAML: line 2, column 1: expected ',' or ']', but got '<stream "
+         "end>'"),
+    ],
+)  # fmt: skip
+def test_a_malformed_pod_or_claim_is_one_line_naming_the_object_and_field(
+    text: str, message: str
+) -> None:
+    test_a_manifest_that_cannot_be_read_says_where(text, message)
 
 
 QUOTAS = [
@@ -245,11 +292,15 @@ def test_what_the_command_refuses_before_asking_the_cluster(
 ) -> None:
     manifest = tmp_path / "m.yaml"
     manifest.write_text(MANIFEST)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DEPLOYMENT % "{containers: [{name: c, resources: {requests: {cpu: 1e3m}}}]}")
     cases = [
         (["fit", "-f", str(tmp_path / "none.yaml")], "reading "),
         (["fit", "-f", str(manifest), "-n", "team-b"],
          "the manifest's namespace 'team-a' does not match -n 'team-b'"),
         (["fit", "-f", str(manifest), "--replicas", "-1"], "--replicas must be 0 or more, not -1"),
+        (["fit", "-f", str(bad)], f"{bad}: Deployment/w: spec.template.spec.containers[0]."
+         "resources.requests.cpu: invalid quantity '1e3m'"),
     ]  # fmt: skip
     for argv, message in cases:
         with pytest.raises(SystemExit) as caught:
