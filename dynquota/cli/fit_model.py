@@ -30,7 +30,7 @@ from dynquota.policy.fit import Blocker, Group, Growth, Limit, schedule
 from dynquota.policy.profiles import ResourceProfile
 from dynquota.policy.state import format_time, parse_time
 from dynquota.policy.units import KeyUnit, unit_for
-from dynquota.quantity import Quantity
+from dynquota.quantity import Quantity, parse_quantity
 
 __all__ = ["Block", "Candidate", "FitReport", "Later", "Row", "Step", "WorkloadFit", "evaluate"]
 
@@ -185,16 +185,27 @@ def growths(status: Mapping[str, Any], notes: list[str]) -> dict[str, Growth]:
             )
             after = shown.get("nextRaiseAfter")
             next_raise = parse_time(str(after)) if enforced and after else None
-            cap, name = None, ""
+            cap, name, free = None, "", None
             if key in (budget.get("hard") or {}):
                 name = str(budget.get("name") or "")
-                parts = [(budget.get(p) or {}).get(key) for p in ("slice", "free")]
-                cap = sum(unit.parse(str(p)) for p in parts if p is not None)
+                slice_, free = (_signed(budget, p, key, unit) for p in ("slice", "free"))
+                cap = (slice_ or 0) + (free or 0)
         except (KeyError, TypeError, ValueError) as exc:
             notes.append(f"the projection's profile of {key} cannot be read ({exc}): not sized")
             continue
-        found[key] = Growth(profile, unit.granularity, next_raise, cap, name)
+        found[key] = Growth(profile, unit.granularity, next_raise, cap, name, free)
     return found
+
+
+def _signed(budget: Mapping[str, Any], part: str, key: str, unit: KeyUnit) -> int | None:
+    """The budget's ``part`` (``slice``, ``free``) of ``key`` in whole units, or ``None``;
+    ``free`` is negative when the budget is over (docs/budgets.md: ``hard - granted``).
+
+    Raises:
+        QuantityError: not a quantity.
+    """
+    value = (budget.get(part) or {}).get(key)
+    return None if value is None else unit.units(parse_quantity(str(value)))
 
 
 def evaluate(
@@ -311,6 +322,13 @@ def _block(b: Blocker, grow: Mapping[str, Growth]) -> Block:
         message = (
             f"{where}: up to the budget slice and the free room of QuotaBudget {name}; "
             "ask the platform team for a larger budget"
+        )
+    elif b.reason == "over-budget" and growth is not None:
+        free = _text(-(growth.free or 0), b.key)
+        message = (
+            f"{where}: QuotaBudget {growth.budget} is over budget ({free} more granted than its "
+            "hard): no member grows until some give room back; ask the platform team for a "
+            "larger budget"
         )
     elif b.reason == "buffer":
         message = (

@@ -258,6 +258,24 @@ def test_a_budgeted_key_grows_only_up_to_its_slice_and_the_free_room() -> None:
     assert "QuotaBudget team" in block.message
 
 
+def test_a_budget_over_its_hard_is_the_blocker_not_an_unsized_quota() -> None:
+    budget = {"name": "team", "hard": {"pods": "60"}, "slice": {"pods": "10"},
+              "free": {"pods": "-2"}}  # fmt: skip
+    status = applied({"nextRaiseAfter": "2026-12-01T09:40:00Z"}, budget)
+    report = evaluate("team-a", candidates()[:1], QUOTAS, status, NOW)
+    [web] = report.workloads
+    assert (web.fits_now, web.later, web.never) == (8, (), 22)
+    [block] = web.blocked_by
+    assert (block.reason, block.hard, block.used) == ("over-budget", "10", "10")
+    assert block.message == (
+        "quota dynquota pods (hard 10, used 10, 1 a pod): QuotaBudget team is over budget (2 "
+        "more granted than its hard): no member grows until some give room back; ask the "
+        "platform team for a larger budget"
+    )
+    assert not [n for n in report.notes if "cannot be read" in n]
+    assert fit_document(report)["quotas"][1]["sizedBy"] == "dynquota"
+
+
 def test_a_policy_not_enforced_does_not_grow_and_a_refused_pod_never_fits() -> None:
     dry = applied({}, state="DryRun")
     dry["status"]["message"] = "policy p is in dry run"
