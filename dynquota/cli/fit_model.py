@@ -30,7 +30,7 @@ from dynquota.policy.fit import Blocker, Group, Growth, Limit, schedule
 from dynquota.policy.profiles import ResourceProfile
 from dynquota.policy.state import format_time, parse_time
 from dynquota.policy.units import KeyUnit, unit_for
-from dynquota.quantity import Quantity, parse_quantity
+from dynquota.quantity import Format, Quantity, format_quantity, parse_quantity
 
 __all__ = ["Block", "Candidate", "FitReport", "Later", "Row", "Step", "WorkloadFit", "evaluate"]
 
@@ -92,8 +92,8 @@ class WorkloadFit:
     """The answer for one workload: of ``replicas``, ``fits_now``, ``later`` (what each raise
     admits), ``never`` (never under the current policy), ``refused`` (refused whatever the
     room), ``next_refusal`` (the apiserver's answer to its first pod that does not fit now,
-    from the evaluator), ``blocked_by`` and ``all_fit_at`` (RFC 3339, or ``None``: now, or
-    never)."""
+    from the evaluator), ``blocked_by`` and ``all_fit_at`` (RFC 3339: when its last pod fits,
+    the time of the answer when all fit now; ``None``: some never fit)."""
 
     workload: str
     replicas: int
@@ -148,6 +148,17 @@ def _units(amount: Quantity, key: str, down: bool = False) -> int:
     step = unit.step if unit is not None else _NANO
     rounding = ROUND_FLOOR if down else ROUND_CEILING
     return int((amount.value / step).to_integral_value(rounding=rounding))
+
+
+def shown(amount: Quantity, key: str) -> str:
+    """``amount`` of ``key`` as the table prints it: canonical text (``0.5`` -> ``500m``,
+    ``1.5Gi`` -> ``1536Mi``), exponent notation with SI suffixes as the blocker and raise
+    lines print it (``1e3`` -> ``1k``), a count as a plain number (``1000`` pods)."""
+    unit = _unit(key)
+    if unit is not None and unit.counted and amount.value == amount.value.to_integral_value():
+        return str(int(amount.value))
+    fmt: Format = "DecimalSI" if amount.format == "DecimalExponent" else amount.format
+    return format_quantity(amount.value, fmt)
 
 
 def _text(units: int, key: str) -> str:
@@ -253,8 +264,9 @@ def evaluate(
                 entry = limits.setdefault((room.quota, k.key), [k.hard, k.used, {}])
                 entry[2][g] = k.per_pod
                 sized = room.quota in managed and k.key in grow
-                rows.append(Row(candidate.workload.title, room.quota, k.key, str(k.hard),
-                                str(k.used), str(k.per_pod), k.fits, sized))  # fmt: skip
+                rows.append(Row(candidate.workload.title, room.quota, k.key, shown(k.hard, k.key),
+                                shown(k.used, k.key), shown(k.per_pod, k.key), k.fits,
+                                sized))  # fmt: skip
         refused.append(why)
     groups = [
         Group(c.workload.title, c.workload.replicas, refused[g]) for g, c in enumerate(candidates)
@@ -292,7 +304,7 @@ def evaluate(
                 refused[g],
                 next_refusal,
                 blocks,
-                later[-1].at if later and not answer.never[g] else None,
+                _all_fit_at(later, answer.never[g], now),
             )
         )
     steps = tuple(
@@ -306,6 +318,14 @@ def evaluate(
     return FitReport(
         namespace, format_time(now), tuple(fits), tuple(rows), steps, tuple(not_read), tuple(lines)
     )
+
+
+def _all_fit_at(later: Sequence[Later], never: int, now: int) -> str | None:
+    """When the workload's last pod fits (RFC 3339): ``now`` when all fit now, the last raise
+    that admits some, ``None`` when some never fit."""
+    if never:
+        return None
+    return later[-1].at if later else format_time(now)
 
 
 def _block(b: Blocker, grow: Mapping[str, Growth]) -> Block:

@@ -37,7 +37,7 @@ def _workload_lines(fit: WorkloadFit, steps: dict[str, Step]) -> list[str]:
         return lines
     for later in fit.later:
         lines.append(f"  {later.pods} more at {later.at}{_raises(steps.get(later.at))}")
-    if fit.all_fit_at is not None:
+    if fit.later and fit.all_fit_at is not None:
         lines.append(f"  all fit at {fit.all_fit_at}")
     if fit.never:
         lines.append(f"  {fit.never} never fit under the current policy, held back by:")
@@ -91,7 +91,7 @@ def fit_document(report: FitReport) -> dict[str, Any]:
     now = sum(w.fits_now for w in report.workloads)
     never = sum(w.never for w in report.workloads)
     ends = [w.all_fit_at for w in report.workloads if w.all_fit_at is not None]
-    complete = all(w.all_fit_at is not None or w.fits_now == w.replicas for w in report.workloads)
+    complete = len(ends) == len(report.workloads)
     return {
         "apiVersion": FIT_API_VERSION,
         "kind": "Fit",

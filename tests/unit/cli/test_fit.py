@@ -232,7 +232,24 @@ def test_everything_fitting_now_exits_zero() -> None:
         (2, (), 0, None),
     ]
     assert report.exit_code == 0
-    assert fit_document(report)["summary"]["allFitAt"] == "2026-12-01T09:50:00Z"
+    document = fit_document(report)
+    assert document["summary"]["allFitAt"] == "2026-12-01T09:50:00Z"
+    # every pod fits now: the workload's last pod fits at the time of the answer, not null
+    assert [w["allFitAt"] for w in document["workloads"]] == ["2026-12-01T09:50:00Z"] * 2
+    assert "all fit at" not in fit_text(report)  # said by "2 fit now"
+
+
+def test_quantities_are_printed_canonically_in_the_keys_format() -> None:
+    text = MANIFEST.replace("cpu: \"1\"", "cpu: 1e-1, memory: 1536e6")
+    [_, job] = candidates(text)
+    exponent = [quota("compute", {"requests.cpu": "2e3", "requests.memory": "1e12"},
+                      {"requests.cpu": "1.5", "requests.memory": "0"})]  # fmt: skip
+    report = evaluate("team-a", [job], exponent, None, NOW)
+    assert fit_text(report).splitlines()[1:4] == [
+        "QUOTA    KEY              HARD  USED   PER POD  FITS NOW  SIZED BY",
+        "compute  requests.cpu     2k    1500m  100m     19985     -",
+        "compute  requests.memory  1T    0      1536M    651       -",
+    ]
 
 
 def test_without_the_projection_dynquotas_quota_is_fixed() -> None:
