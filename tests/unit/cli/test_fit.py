@@ -240,7 +240,7 @@ def test_everything_fitting_now_exits_zero() -> None:
 
 
 def test_quantities_are_printed_canonically_in_the_keys_format() -> None:
-    text = MANIFEST.replace("cpu: \"1\"", "cpu: 1e-1, memory: 1536e6")
+    text = MANIFEST.replace('cpu: "1"', "cpu: 1e-1, memory: 1536e6")
     [_, job] = candidates(text)
     exponent = [quota("compute", {"requests.cpu": "2e3", "requests.memory": "1e12"},
                       {"requests.cpu": "1.5", "requests.memory": "0"})]  # fmt: skip
