@@ -10,7 +10,8 @@ For each Deployment, ReplicaSet, StatefulSet, Job or Pod of the manifest
    (Pod Security, validating policies and webhooks, the quota check). A refusal other than
    quota's is what blocks the workload whatever the room; a refusal by quota or by the budget
    guard (for seconds, until a new hard is enforced), or no right to create pods, leaves the
-   manifest's pod with the namespace's LimitRange defaults applied here
+   manifest's pod with the namespace's LimitRange defaults applied here, and the LimitRanges'
+   ``min``/``max``/``maxLimitRequestRatio`` checked here, a refusal naming the LimitRange
    (:mod:`dynquota.admission.limitranger`);
 2. one LIST of the namespace's ResourceQuotas and one of its LimitRanges, and one GET of its
    ``AppliedDynamicQuota`` ``dynquota`` (the policy's bounds and cooldowns, ``nextRaiseAfter``,
@@ -218,7 +219,7 @@ async def _candidate(
     with the LimitRange defaults applied here (module docs, step 1)."""
     from dynquota._k8s.errors import ApiError, ForbiddenError
     from dynquota._k8s.request import call_json
-    from dynquota.admission.limitranger import apply_limit_range_defaults
+    from dynquota.admission.limitranger import apply_limit_range_defaults, limit_range_refusal
 
     pod: dict[str, Any] = dict(workload.pod)
     pod["metadata"] = {**dict(workload.pod.get("metadata") or {}), "namespace": namespace}
@@ -262,4 +263,8 @@ async def _candidate(
             return Candidate(workload, pod, f"refused by the apiserver: {exc.message}")
         raise
     defaulted, _ = apply_limit_range_defaults(pod, ranges)
+    refused = limit_range_refusal(defaulted, ranges)
+    if refused is not None:  # what the apiserver's LimitRanger would answer (no dry run here)
+        name, why = refused
+        return Candidate(workload, defaulted, f"refused by LimitRange {name} (checked here): {why}")
     return Candidate(workload, defaulted)
