@@ -211,8 +211,8 @@ def test_the_answer_fills_now_then_each_raise_until_a_fixed_quota_holds() -> Non
     assert report.exit_code == 1
     document = fit_document(report)
     assert document["apiVersion"] == FIT_API_VERSION == "fit.dynquota.io/v1"
-    assert document["summary"] == {"replicas": 33, "fitsNow": 8, "fitsLater": 22, "never": 3,
-                                   "allFitAt": None}  # fmt: skip
+    assert document["summary"] == {"replicas": 33, "surge": 0, "fitsNow": 8, "fitsLater": 22,
+                                   "never": 3, "allFitAt": None}  # fmt: skip
     assert document["workloads"][1]["blockedBy"][0]["reason"] == "fixed"
     assert document["quotas"][1] == {
         "workload": "Deployment/web", "quota": "dynquota", "key": "pods", "hard": "10",
@@ -344,3 +344,81 @@ def test_what_the_command_refuses_before_asking_the_cluster(
         err = capsys.readouterr().err
         assert err.startswith(f"dynquota: error: {message}"), err
         assert len(err.splitlines()) == 1
+
+
+STS = """
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 4
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: c, image: x, resources: {requests: {cpu: 100m}}}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {storageClassName: fast, resources: {requests: {storage: 4Gi}}}
+  - metadata: {name: logs}
+    spec: {resources: {requests: {storage: 1Gi}}}
+"""
+
+STORAGE = [
+    quota("storage", {"persistentvolumeclaims": "10", "requests.storage": "12Gi",
+                      "fast.storageclass.storage.k8s.io/persistentvolumeclaims": "10"},
+          {"persistentvolumeclaims": "2", "requests.storage": "2Gi",
+           "fast.storageclass.storage.k8s.io/persistentvolumeclaims": "1"}),
+    quota("compute", {"requests.cpu": "8"}, {"requests.cpu": "0"}),
+]  # fmt: skip
+
+
+def test_a_statefulsets_replica_needs_its_claims_and_a_claim_key_blocks() -> None:
+    [workload] = read_manifest(STS, "sts.yaml").workloads
+    pod = dict(workload.pod, metadata={**workload.pod["metadata"], "namespace": "team-a"})
+    report = evaluate("team-a", [Candidate(workload, pod)], STORAGE, None, NOW)
+    assert fit_text(report).splitlines() == [
+        "namespace: team-a (as of 2026-12-01T09:50:00Z)",
+        "QUOTA    KEY                                                      HARD  USED  PER POD  "
+        "FITS NOW  SIZED BY",
+        "compute  requests.cpu                                             8     0     100m     "
+        "80        -",
+        "storage  fast.storageclass.storage.k8s.io/persistentvolumeclaims  10    1     1        "
+        "9         -",
+        "storage  persistentvolumeclaims                                   10    2     2        "
+        "4         -",
+        "storage  requests.storage                                         12Gi  2Gi   5Gi      "
+        "2         -",
+        "StatefulSet/db: 4 pods, 2 fit now",
+        "  2 never fit under the current policy, held back by:",
+        "    quota storage requests.storage (hard 12Gi, used 12Gi, 5Gi a pod): not sized by "
+        "dynquota; whoever owns that quota can raise it",
+        '  the next pod now: persistentvolumeclaims "data-db-2" is forbidden: exceeded quota: '
+        "storage, requested: requests.storage=4Gi, used: requests.storage=12Gi, limited: "
+        "requests.storage=12Gi",
+    ]
+    assert report.exit_code == 1
+
+
+def test_claims_that_exist_for_an_ordinal_are_not_new_usage() -> None:
+    [workload] = read_manifest(STS, "sts.yaml").workloads
+    pod = dict(workload.pod, metadata={**workload.pod["metadata"], "namespace": "team-a"})
+    existing = frozenset({"data-db-0", "logs-db-0", "data-db-1", "logs-db-1", "logs-db-2"})
+    report = evaluate("team-a", [Candidate(workload, pod, existing_claims=existing)], STORAGE,
+                      None, NOW)  # fmt: skip
+    [db] = report.workloads
+    # ordinals 0, 1: the pod only; 2: its data claim (4Gi); 3: both (5Gi): 2Gi + 9Gi <= 12Gi
+    assert (db.fits_now, db.never, db.next_refusal) == (4, 0, None)
+    assert report.exit_code == 0
+    fuller = [quota("storage", {"requests.storage": "10Gi"}, {"requests.storage": "2Gi"})]
+    report = evaluate("team-a", [Candidate(workload, pod, existing_claims=existing)], fuller,
+                      None, NOW)  # fmt: skip
+    [db] = report.workloads
+    assert (db.fits_now, db.never) == (3, 1)  # 2Gi + 4Gi fits, + 5Gi does not
+    # ordinal 3's data claim is still created (10Gi), its logs claim is refused
+    assert db.next_refusal == (
+        'persistentvolumeclaims "logs-db-3" is forbidden: exceeded quota: storage, requested: '
+        "requests.storage=1Gi, used: requests.storage=10Gi, limited: requests.storage=10Gi"
+    )
+    assert [(b.quota, b.key, b.reason) for b in db.blocked_by] == [
+        ("storage", "requests.storage", "fixed")
+    ]
