@@ -101,16 +101,36 @@ def claim_runs(
 ) -> list[tuple[int, int, tuple[int, ...]]]:
     """The replicas of ``workload`` as runs ``(first ordinal, count, new claims)``: ``new
     claims`` are the indexes in :attr:`Workload.claims` of the claims those replicas still
-    need (their name not in ``existing``). A workload without claim templates is one run."""
+    need (their name not in ``existing``). A workload without claim templates is one run.
+    Only the ordinals an existing claim names are looked at (a run ends only there), so a
+    count of 10^8 costs what its claims cost."""
+    every = tuple(range(len(workload.claims)))
+    if not every:
+        return [(0, workload.replicas, ())]
+    marked: set[int] = set()
+    for template in workload.claims:
+        prefix = claim_name(template, workload.name, 0)[:-1]
+        for name in existing:
+            tail = name[len(prefix) :]
+            if name.startswith(prefix) and tail.isdigit() and int(tail) < workload.replicas:
+                marked.add(int(tail))
     runs: list[tuple[int, int, tuple[int, ...]]] = []
-    for ordinal in range(workload.replicas):
-        need = tuple(
-            i for i, t in enumerate(workload.claims)
-            if claim_name(t, workload.name, ordinal) not in existing
-        )  # fmt: skip
-        if runs and runs[-1][2] == need:
-            first, count, _ = runs[-1]
-            runs[-1] = (first, count + 1, need)
+
+    def extend(first: int, count: int, need: tuple[int, ...]) -> None:
+        if count <= 0:
+            return
+        if runs and runs[-1][2] == need and runs[-1][0] + runs[-1][1] == first:
+            runs[-1] = (runs[-1][0], runs[-1][1] + count, need)
         else:
-            runs.append((ordinal, 1, need))
-    return runs or [(0, 0, tuple(range(len(workload.claims))))]
+            runs.append((first, count, need))
+
+    ordinal = 0
+    for mark in sorted(marked):
+        extend(ordinal, mark - ordinal, every)
+        need = tuple(
+            i for i in every if claim_name(workload.claims[i], workload.name, mark) not in existing
+        )
+        extend(mark, 1, need)
+        ordinal = mark + 1
+    extend(ordinal, workload.replicas - ordinal, every)
+    return runs or [(0, 0, every)]

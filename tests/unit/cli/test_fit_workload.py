@@ -80,6 +80,11 @@ def test_a_statefulsets_replicas_are_cut_by_the_claims_they_still_need() -> None
     [sts] = read_manifest(text, "s.yaml").workloads
     existing = {"data-web-0", "logs-web-0", "data-web-1", "logs-web-1", "logs-web-2", "x"}
     assert claim_runs(sts, existing) == [(0, 2, ()), (2, 1, (0,)), (3, 2, (0, 1))]
+    [huge] = read_manifest(text, "s.yaml", replicas=10**8).workloads  # not one loop an ordinal
+    existing |= {"data-web-9", "data-web-x", "data-web-", "data-web-100000000"}
+    assert claim_runs(huge, existing) == [
+        (0, 2, ()), (2, 1, (0,)), (3, 6, (0, 1)), (9, 1, (1,)), (10, 10**8 - 10, (0, 1)),
+    ]  # fmt: skip
     [web] = read_manifest(WEB, "web.yaml").workloads
     assert claim_runs(web, existing) == [(0, 30, ())]
 
