@@ -82,8 +82,9 @@ def test_a_namespace_admin_learns_what_fits_now_and_when_the_rest_does(
                                  capsys)  # fmt: skip
         assert (code, err) == (1, "")
         document = json.loads(out)
-        assert document["summary"] == {"replicas": 12, "fitsNow": 10, "fitsLater": 2,
-                                       "never": 0, "allFitAt": next_raise}  # fmt: skip
+        assert document["summary"] == {"replicas": 12, "surge": 0, "fitsNow": 10,
+                                       "fitsLater": 2, "never": 0,
+                                       "allFitAt": next_raise}  # fmt: skip
         [web] = document["workloads"]
         assert web["later"] == [{"at": next_raise, "pods": 2}]
         assert web["nextRefusal"].endswith(
@@ -166,7 +167,8 @@ def test_a_namespace_admin_learns_what_fits_now_and_when_the_rest_does(
         assert (code, err) == (1, "")
         document = json.loads(out)
         assert document["workloads"][0]["refused"] is None
-        assert document["summary"]["fitsNow"] == 0
+        # web's 10 running pods are its own, not other usage: they are 10 of the 12 that fit
+        assert (document["summary"]["fitsNow"], document["summary"]["fitsLater"]) == (10, 2)
         [note] = [n for n in document["notes"] if "budget guard" in n]
         assert note.startswith(
             "the dry run of Deployment/web's pod was refused by dynquota's budget guard (pods"
