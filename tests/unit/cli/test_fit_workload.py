@@ -6,26 +6,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from dynquota.cli.fit_manifest import read_manifest
 from dynquota.cli.fit_model import Candidate, evaluate
 from dynquota.cli.fit_text import fit_document, fit_text
 from dynquota.cli.fit_workload import claim_runs, owned_pods, rollout_surge
 from dynquota.policy.state import parse_time
+from dynquota.testing.growth import deployment
 
 NOW = parse_time("2026-12-01T09:50:00Z")
 
-WEB = """
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 30
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers: [{name: c, image: pause, resources: {requests: {cpu: 250m}}}]
-"""
+
+def _web() -> str:
+    """Deployment web: 30 pods of 250m (the test bed's deployment, as YAML)."""
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", **deployment("web", 30)}
+    body["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "250m"}}
+    return str(yaml.safe_dump(body))
+
+
+WEB = _web()
 
 
 def meta(uid: str, owner: str | None = None, **more: Any) -> dict[str, Any]:
