@@ -46,13 +46,17 @@ def owned_pods(
     pods: Sequence[Mapping[str, Any]],
     replica_sets: Sequence[Mapping[str, Any]] = (),
 ) -> list[Mapping[str, Any]]:
-    """The pods of ``pods`` that the live workload ``live`` controls: through the ReplicaSets
-    of ``replica_sets`` it controls when it is a Deployment, else directly (the controller
-    owner reference's ``uid``)."""
+    """The pods of ``pods`` that the live workload ``live`` controls (through the ReplicaSets
+    of ``replica_sets`` it controls when it is a Deployment, else directly: the controller
+    owner reference's ``uid``) and that a new one replaces: not a finished pod (``Succeeded``,
+    ``Failed``: it stays, and ``count/pods`` keeps counting it)."""
     owners = {_uid(live)}
     if live.get("kind") == "Deployment":
         owners = {_uid(rs) for rs in replica_sets if _owned_by(rs, owners)}
-    return [p for p in pods if _owned_by(p, owners)]
+    done = ("Succeeded", "Failed")
+    return [
+        p for p in pods if _owned_by(p, owners) and (p.get("status") or {}).get("phase") not in done
+    ]
 
 
 def _contains(live: object, written: object) -> bool:

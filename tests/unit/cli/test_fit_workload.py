@@ -50,7 +50,9 @@ def test_a_deployments_pods_are_found_through_its_replica_sets() -> None:
         "rs-old-p0", "rs-old-p1", "rs-new-p0",
     ]  # fmt: skip
     job = {"kind": "Job", **meta("j1")}
-    assert len(owned_pods(job, running("j1", 2) + running("rs-new", 1))) == 2
+    finished = running("j1", 3)
+    finished[2]["status"]["phase"] = "Succeeded"  # stays: not replaced, still in count/pods
+    assert len(owned_pods(job, finished + running("rs-new", 1))) == 2
 
 
 def test_the_surge_is_asked_for_a_rollout_only() -> None:
