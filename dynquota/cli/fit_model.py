@@ -8,7 +8,14 @@ every quota of the namespace into :class:`~dynquota.policy.fit.Limit` values in 
 integer units (:mod:`dynquota.policy.units`; a key sizing does not know in nano-units), the
 tenant projection ``AppliedDynamicQuota`` into :class:`~dynquota.policy.fit.Growth` values
 (the policy's bounds and cooldowns, ``nextRaiseAfter``, the budget's slice plus free room),
-and the answer into a :class:`FitReport` that :mod:`dynquota.cli.fit_text` prints.
+and the answer into a :class:`~dynquota.cli.fit_report.FitReport` that
+:mod:`dynquota.cli.fit_text` prints.
+
+The schedule's groups are a workload's runs of replicas (:meth:`Candidate.runs`): one replica
+charges its pod and, for a StatefulSet, the claims it still needs (a run ends where an
+existing claim changes that), and a rollout's surge is one more group after its replicas. The
+workload's own pods are taken out of the quotas' usage first (``without``), so the replicas
+asked for replace them.
 
 Units: a hard limit is rounded down to a whole unit, usage and per-pod charges up, so a
 fraction of a unit never makes a pod fit that the apiserver would refuse.
