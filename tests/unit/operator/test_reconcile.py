@@ -11,6 +11,7 @@ import pytest
 from dynquota._k8s.errors import ApiError, ConflictError
 from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.quotas import QuotaSnapshot
+from dynquota.operator.apply import REFUSED_RETRY
 from dynquota.operator.reporting import NEW_VALUE_AFTER
 from dynquota.testing.wait import async_wait_until
 
@@ -581,8 +582,9 @@ async def test_conflict_and_server_errors_retry_validation_errors_do_not(world: 
     world.quotas.create = refuse  # type: ignore[method-assign]
     first = await world.reconcile("team-a")
     second = await world.reconcile("team-a")
-    assert first == Outcome()
-    assert second == Outcome()
+    # not retried with backoff: decided again a minute later (a fixed RBAC or policy lands)
+    assert first == Outcome(requeue_at=world.clock.now + REFUSED_RETRY)
+    assert second == Outcome(requeue_at=world.clock.now + REFUSED_RETRY)
     failed = [e for e in world.events.posted if e[2] == "QuotaWriteFailed"]
     assert len(failed) == 1
     assert "422 Invalid" in failed[0][3]
