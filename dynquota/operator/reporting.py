@@ -104,9 +104,10 @@ class Reporter:
         self._optional: dict[str, set[tuple[str, ...]]] = {}
         """Per namespace, the quota keys it has per-key metric series for."""
         self._overrides: set[str] = set()
-        # ns -> (gauge, key) -> its labelled child: ``labels()`` costs a lock and a tuple
-        # build, 15 times a decision; every removal of a series goes through this class
-        self._children: dict[str, dict[tuple[int, str], Any]] = {}
+        # ns -> (gauge, labels after the namespace) -> [its child, the value last set]: a
+        # decision sets about 16 series, most to the value they hold (labels() and set() take
+        # a lock each); every removal of a series goes through this class
+        self._children: dict[str, dict[tuple[int, tuple[str, ...]], list[Any]]] = {}
         # keyed by (namespace or object, reason, cause): never by message, which carries usage
         # and tenant text
         self._warned: TTLCache[tuple[str, str, str], tuple[str, float]] = TTLCache(
@@ -122,20 +123,31 @@ class Reporter:
         """The view of ``namespace`` (made empty on first use)."""
         return self.views.setdefault(namespace, NamespaceView())
 
-    def _child(self, gauge: Gauge, namespace: str, resource: str) -> Any:
-        """The series of ``gauge`` for ``(namespace, resource)`` (made on first use)."""
+    def _set(self, gauge: Gauge, namespace: str, value: float, *labels: str) -> None:
+        """Set the series of ``gauge`` for ``(namespace, *labels)`` to ``value`` (made on
+        first use; nothing is done when it holds that value)."""
         children = self._children.setdefault(namespace, {})
-        child = children.get((id(gauge), resource))
-        if child is None:
-            child = children[(id(gauge), resource)] = gauge.labels(namespace, resource)
-        return child
+        entry = children.get((id(gauge), labels))
+        if entry is None:
+            entry = children[(id(gauge), labels)] = [gauge.labels(namespace, *labels), None]
+        if entry[1] != value:
+            entry[0].set(value)
+            entry[1] = value
+
+    def _remove(self, gauge: Gauge, namespace: str, *labels: str) -> None:
+        """Remove the series of ``gauge`` for ``(namespace, *labels)`` (none: nothing)."""
+        children = self._children.get(namespace)
+        if children is not None:
+            children.pop((id(gauge), labels), None)
+        with contextlib.suppress(KeyError):
+            gauge.remove(namespace, *labels)
 
     def _forget_series(self, namespace: str, resources: Iterable[str]) -> None:
         """Remove the per-key series of ``namespace`` for ``resources``."""
         resources = tuple(resources)
         children = self._children.get(namespace)
         if children is not None:
-            for key in [k for k in children if k[1] in resources]:
+            for key in [k for k in children if k[1][0] in resources]:
                 del children[key]
             if not children:
                 del self._children[namespace]
@@ -173,11 +185,8 @@ class Reporter:
         its hard series go."""
         view = self.record_view(namespace, "delete", (why,))
         view.hard = {}
-        children = self._children.get(namespace, {})
         for resource in self._metric_keys.get(namespace, TRACKED_RESOURCES):
-            children.pop((id(self.metrics.hard), resource), None)
-            with contextlib.suppress(KeyError):
-                self.metrics.hard.remove(namespace, resource)
+            self._remove(self.metrics.hard, namespace, resource)
 
     # -- reporting -------------------------------------------------------------------------------
 
@@ -218,42 +227,36 @@ class Reporter:
             unit = unit_for(resource)
             hard = current.hard_int(resource) if current is not None else None
             if hard is not None:
-                self._child(m.hard, namespace, resource).set(unit.base(hard))
-            self._child(m.maximum, namespace, resource).set(unit.base(profile.maximum))
+                self._set(m.hard, namespace, unit.base(hard), resource)
+            self._set(m.maximum, namespace, unit.base(profile.maximum), resource)
             if resource not in usage and hard is not None:
                 # in the quota but not counted: held (docs/metrics.md)
-                m.usage_unknown.labels(namespace, resource).set(1)
+                self._set(m.usage_unknown, namespace, 1, resource)
                 optional.add(("unknown", resource))
                 continue
             if ("unknown", resource) in optional:
                 optional.discard(("unknown", resource))
-                with contextlib.suppress(KeyError):
-                    m.usage_unknown.remove(namespace, resource)
+                self._remove(m.usage_unknown, namespace, resource)
             if resource not in usage:
                 continue  # not in the quota (held for a default, or KeyNotCounted): no usage
             used = usage[resource]
-            self._child(m.usage, namespace, resource).set(unit.base(used))
-            self._child(m.target, namespace, resource).set(
-                unit.base(target(used, profile, unit.granularity))
+            self._set(m.usage, namespace, unit.base(used), resource)
+            self._set(
+                m.target, namespace, unit.base(target(used, profile, unit.granularity)), resource
             )
-            self._child(m.above_maximum, namespace, resource).set(
-                1 if used > profile.maximum else 0
-            )
+            self._set(m.above_maximum, namespace, 1 if used > profile.maximum else 0, resource)
             for limit in ("hard", "maximum"):
                 left = view.exhaustion.get((resource, limit))
                 if left is not None:
-                    m.exhaustion.labels(namespace, resource, limit).set(left)
+                    self._set(m.exhaustion, namespace, left, resource, limit)
                     optional.add(("exhaustion", resource, limit))
                 elif ("exhaustion", resource, limit) in optional:
                     optional.discard(("exhaustion", resource, limit))
-                    with contextlib.suppress(KeyError):
-                        m.exhaustion.remove(namespace, resource, limit)
+                    self._remove(m.exhaustion, namespace, resource, limit)
             if resource in tally:
-                self._child(m.tally, namespace, resource).set(tally[resource])
+                self._set(m.tally, namespace, tally[resource], resource)
                 if resource in status_used:
-                    self._child(m.drift, namespace, resource).set(
-                        tally[resource] - status_used[resource]
-                    )
+                    self._set(m.drift, namespace, tally[resource] - status_used[resource], resource)
 
     async def report_decision(
         self,
@@ -291,8 +294,8 @@ class Reporter:
                 for resource in resource_order(governance.profiles):  # (else report_usage's)
                     hard = quota.hard_int(resource)
                     if hard is not None:
-                        self._child(self.metrics.hard, namespace, resource).set(
-                            unit_for(resource).base(hard)
+                        self._set(
+                            self.metrics.hard, namespace, unit_for(resource).base(hard), resource
                         )
         elif governance.kind == "managed":
             # the simulated quota's hard (a decision that changes nothing carries none: the
@@ -303,8 +306,8 @@ class Reporter:
                 if value is None and resource in simulated_hard:
                     value = unit_for(resource).units(simulated_hard[resource])
                 if value is not None:
-                    self._child(self.metrics.hard, namespace, resource).set(
-                        unit_for(resource).base(value)
+                    self._set(
+                        self.metrics.hard, namespace, unit_for(resource).base(value), resource
                     )
         active = quota is not None and OVERRIDE_GRANTED_AT in quota.annotations
         if decision.dry_run:

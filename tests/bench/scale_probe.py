@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import cProfile
 import functools
+import gc
 import json
 import os
 import sys
@@ -184,6 +185,15 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
     phases: list[list[float]] = []
     holder: list[Runtime] = []
     decision_cpu = [0.0]
+    gc_cpu = [0.0, 0.0]  # seconds of the loop thread's CPU in the cyclic GC; a start mark
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_cpu[1] = time.thread_time()
+        else:
+            gc_cpu[0] += time.thread_time() - gc_cpu[1]
+
+    gc.callbacks.append(on_gc)
 
     def got(runtime: Runtime) -> None:
         holder.append(runtime)
@@ -210,6 +220,11 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
                 "ready": runtime.ready.is_set(),
                 "decisions": _total(runtime.metrics.reconciles),
                 "decision_cpu": decision_cpu[0],
+                "gc_cpu": gc_cpu[0],
+                "gc_counts": gc.get_count(),
+                "gc_tracked": len(gc.get_objects())
+                if os.environ.get("DYNQUOTA_SCALE_GC_COUNT")
+                else -1,
                 "writes": _total(runtime.metrics.quota_writes),
                 "reactions": reactions,
                 "phases": phases,
@@ -219,13 +234,14 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
     profile_path = os.environ.get("DYNQUOTA_SCALE_PROFILE")  # a cProfile dump, every 10 s
     background: list[asyncio.Task[None]] = []  # held: a task nobody holds may be collected
     if profile_path:
-        profiler = cProfile.Profile()
+        profiler = cProfile.Profile(time.thread_time)  # CPU, not wall: the machine is shared
         profiler.enable()
 
         async def dump() -> None:
             while True:
                 await asyncio.sleep(10)
-                profiler.dump_stats(profile_path)
+                profiler.dump_stats(profile_path)  # (it stops the profiler: start it again)
+                profiler.enable()
 
         background.append(asyncio.create_task(dump()))
     reporter = asyncio.create_task(report())

@@ -125,7 +125,7 @@ class Proc:
         """Record /proc figures and the stats file's counters under ``label``."""
         figures = self.proc()
         stats = self.stats()
-        for key in ("events", "decisions", "decision_cpu", "writes", "objects"):
+        for key in ("events", "decisions", "decision_cpu", "gc_cpu", "writes", "objects"):
             if key in stats:
                 figures[key] = float(stats[key])
         figures["t"] = time.monotonic()
@@ -605,7 +605,8 @@ def test_scale_b_churn(tmp_path: Path, procs: list[Proc]) -> None:
                 f"dynquota/kopf {per_event / max(kopf_per_event, 1e-9):.2f} "
                 f"(gate <= {MAX_CPU_SHARE_OF_KOPF:.2f})",
                 f"CPU per decision (the reconcile's own steps): {cpu_per_decision_ms:.3f} ms "
-                f"(gate < {MAX_DECISION_CPU_MS} ms)",
+                f"(gate < {MAX_DECISION_CPU_MS} ms); cyclic GC: "
+                f"{d1['gc_cpu'] - d0['gc_cpu']:.2f} s of dynquota's CPU under churn",
                 comparison(d1, k1, "end of churn"),
                 comparison(d2, k2, f"after {REST_SECONDS} s at rest"),
                 f"reaction (tally change -> patch sent, in the operator) idle: {ms(idle)}; "
