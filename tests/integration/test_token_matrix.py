@@ -32,6 +32,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.policy.churn import tarpit_rules
 from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.podtoken import pod_kubeconfig
 from dynquota.testing.wait import wait_until
@@ -100,7 +101,7 @@ def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactor
         cp.kubectl("create", "namespace", name)
     cp.kubectl("label", "namespace", optout, "dynquota.io/managed=false")
     _helm(cp, env, "install", release, str(CHART), "--namespace", ns,
-          "--set", "rbac.budgetAdmissionPolicies=false",
+          "--set", "rbac.budgetAdmissionPolicies=false", "--set", "writeRate.enabled=true",
           "--set", f"defaultPolicy.name={release}-default",
           "--set", f"operator.excludeNamespaces={{{excluded}}}")  # fmt: skip
     full = f"{release}-dynquota"
@@ -392,6 +393,38 @@ def _managed_quota_in_tenant(b: Bed) -> Any:
     return b.core().read_namespaced_resource_quota("dynquota", b.tenant, _request_timeout=TIMEOUT)
 
 
+TARPIT = (
+    WHO + "changes only the namespace lists of the tarpit FlowSchema's rules (writes of the "
+    "chart's writeRate.resources by system:authenticated), never in kube-system, kube-public, "
+    "kube-node-lease, its release namespace or operator.excludeNamespaces; nothing else of it, "
+    "and no other FlowSchema."
+)
+FLOWCONTROL = "flowcontrol.apiserver.k8s.io"
+
+
+def flow(b: Bed) -> Any:
+    return kubernetes.client.FlowcontrolApiserverV1Api(b.token)
+
+
+def _tarpit(b: Bed, spec: dict[str, Any]) -> object:
+    """Patch the chart's tarpit FlowSchema (issue 32) as the token."""
+    return flow(b).patch_flow_schema(f"{b.full}-tarpit", {"spec": spec}, _request_timeout=TIMEOUT)
+
+
+def _tarpit_rules(b: Bed, namespaces: list[str], resources: list[str] | None = None) -> object:
+    """The rules the operator writes (dynquota.policy.churn.tarpit_rules), namespaces and
+    resources as given (the pure function would drop a system namespace or a lease)."""
+    (rule,) = tarpit_rules([b.tenant], ["pods", "configmaps"], b.namespace)
+    rule["resourceRules"][0]["namespaces"] = namespaces
+    if resources is not None:
+        rule["resourceRules"][0]["resources"] = resources
+    return _tarpit(b, {"rules": [rule]})
+
+
+TARPIT_DENIED = POLICY.format(kind=f"flowschemas.{FLOWCONTROL}", name="{full}-tarpit",
+                              full="{full}") + TARPIT  # fmt: skip
+
+
 # fmt: off
 ROWS = [
     # -- admission objects: no verb at all (the chart installs every policy dynquota needs)
@@ -670,6 +703,40 @@ ROWS = [
         lambda b: b.core().patch_node(
             _a_node(b), {"spec": {"unschedulable": True}}, _request_timeout=TIMEOUT),
         rbac("patch", "nodes", name="dq-node", kind="nodes")),
+    # the write-rate governor's tarpit (issue 32, writeRate.enabled)
+    Row("flowschema-tarpit-namespaces", "nothing",
+        lambda b: _tarpit_rules(b, [b.tenant]), ADMITTED),
+    Row("flowschema-tarpit-kube-system", "policy",
+        lambda b: _tarpit_rules(b, ["kube-system"]), TARPIT_DENIED),
+    Row("flowschema-tarpit-release-namespace", "policy",
+        lambda b: _tarpit_rules(b, [b.namespace]), TARPIT_DENIED),
+    Row("flowschema-tarpit-all-namespaces", "policy",
+        lambda b: _tarpit_rules(b, ["*"]), TARPIT_DENIED),
+    Row("flowschema-tarpit-leases", "policy",
+        lambda b: _tarpit_rules(b, [b.tenant], ["leases"]), TARPIT_DENIED),
+    Row("flowschema-tarpit-precedence", "policy",
+        lambda b: _tarpit(b, {"matchingPrecedence": 100}), TARPIT_DENIED),
+    Row("flowschema-create", "RBAC",
+        lambda b: flow(b).create_flow_schema(
+            {"metadata": {"name": "x"}, "spec": {
+                "priorityLevelConfiguration": {"name": f"{b.full}-tarpit"},
+                "matchingPrecedence": 2, "rules": [{
+                    "subjects": [{"kind": "Group", "group": {"name": "system:authenticated"}}],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}},
+            _request_timeout=TIMEOUT),
+        rbac("create", "flowschemas", FLOWCONTROL, kind=f"flowschemas.{FLOWCONTROL}")),
+    Row("flowschema-patch-builtin", "RBAC",
+        lambda b: flow(b).patch_flow_schema(
+            "kube-controller-manager", {"spec": {"matchingPrecedence": 9500}},
+            _request_timeout=TIMEOUT),
+        rbac("patch", "flowschemas", FLOWCONTROL, name="kube-controller-manager",
+             kind=f"flowschemas.{FLOWCONTROL}")),
+    Row("prioritylevel-patch", "RBAC",
+        lambda b: flow(b).patch_priority_level_configuration(
+            f"{b.full}-tarpit", {"spec": {"limited": {"nominalConcurrencyShares": 0}}},
+            _request_timeout=TIMEOUT),
+        rbac("patch", "prioritylevelconfigurations", FLOWCONTROL, name="{full}-tarpit",
+             kind=f"prioritylevelconfigurations.{FLOWCONTROL}")),
     Row("workloads-list-templates", "nothing",
         lambda b: (apps(b).list_stateful_set_for_all_namespaces(_request_timeout=TIMEOUT),
                    apps(b).list_daemon_set_for_all_namespaces(_request_timeout=TIMEOUT),
