@@ -41,10 +41,12 @@ class Bed:
     tokens: dict[str, str]  # "operator", "tenant"
 
     def client(self, who: str, headers: dict[str, str] | None = None) -> Any:
+        """A sync client as ``who`` (``admin`` or a key of ``tokens``), sending ``headers``."""
         config = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(self.cp.kubeconfig, client_configuration=config)
-        if who != "admin":
-            config.api_key = {"authorization": f"Bearer {self.tokens[who]}"}
+        config.host = self.cp.server
+        config.ssl_ca_cert = str(self.cp.ca_file)
+        token = self.cp.admin_token if who == "admin" else self.tokens[who]
+        config.api_key = {"authorization": f"Bearer {token}"}
         api = kubernetes.client.ApiClient(config)
         for name, value in (headers or {}).items():
             api.set_default_header(name, value)
