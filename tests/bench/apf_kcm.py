@@ -37,6 +37,7 @@ from apf_bed import (  # same directory
 
 from dynquota.testing.apf import FlowCounts, tarpit_level, tarpit_schema
 from dynquota.testing.apfload import run_churn
+from dynquota.testing.growth import deployment
 from dynquota.testing.wait import wait_until
 
 REPLICAS = int(os.environ.get("DYNQUOTA_APF_BENCH_REPLICAS", "20"))
@@ -47,22 +48,6 @@ KCM_SUBJECTS = [
     {"kind": "Group", "group": {"name": "system:serviceaccounts:kube-system"}},
 ]
 KCM_SCHEMA = f"{TARPIT}-kcm"
-
-
-def deployment(name: str) -> dict[str, Any]:
-    """A Deployment of ``REPLICAS`` pause pods (Pending: the bed has no nodes)."""
-    labels = {"app": name}
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": REPLICAS,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
-            },
-        },
-    }
 
 
 @dataclass
@@ -163,7 +148,9 @@ def kcm_rows(bed: Bed, pool: ProcessPoolExecutor, workers: int) -> list[str]:
         start = time.monotonic()
         progress = {ns: Progress() for ns in (CHURN_NS, OTHER_NS)}
         for ns in progress:
-            apps.create_namespaced_deployment(ns, deployment(name), _request_timeout=TIMEOUT)
+            apps.create_namespaced_deployment(
+                ns, deployment(name, REPLICAS), _request_timeout=TIMEOUT
+            )
         follow(bed, name, progress, start, start + KCM_DEADLINE)
         pods_then = {ns: p.pods for ns, p in progress.items()}
         stop_file.touch()

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from dynquota.policy.churn import tarpit_rules
+from dynquota.testing.chart import helm
 from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.podtoken import pod_kubeconfig
 from dynquota.testing.wait import wait_until
@@ -77,15 +76,6 @@ class Bed:
         return kubernetes.client.AdmissionregistrationV1Api(self.token if as_token else self.admin)
 
 
-def _helm(cp: LocalControlPlane, env: dict[str, str], *args: str) -> None:
-    assert cp.bin_dir is not None
-    done = subprocess.run(
-        [str(cp.bin_dir / "helm"), "--kubeconfig", cp.kubeconfig, *args],
-        capture_output=True, text=True, env=env, check=False, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 @pytest.fixture(scope="module")
 def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     """The chart installed (defaults, but ``operator.excludeNamespaces`` holds one namespace
@@ -95,12 +85,10 @@ def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactor
     release, ns = f"dqm{tag}", f"dq-matrix-{tag}"
     tenant, excluded, optout = f"dq-tenant-{tag}", f"dq-excluded-{tag}", f"dq-optout-{tag}"
     home = tmp_path_factory.mktemp("helm-home")
-    env = {**os.environ, "HELM_CONFIG_HOME": str(home / "c"), "HELM_CACHE_HOME": str(home / "k"),
-           "HELM_DATA_HOME": str(home / "d")}  # fmt: skip
     for name in (ns, tenant, excluded, optout):
         cp.kubectl("create", "namespace", name)
     cp.kubectl("label", "namespace", optout, "dynquota.io/managed=false")
-    _helm(cp, env, "install", release, str(CHART), "--namespace", ns,
+    helm(cp, home, "install", release, str(CHART), "--namespace", ns,
           "--set", "rbac.budgetAdmissionPolicies=false", "--set", "writeRate.enabled=true",
           "--set", f"defaultPolicy.name={release}-default",
           "--set", f"operator.excludeNamespaces={{{excluded}}}")  # fmt: skip
@@ -127,7 +115,7 @@ def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactor
     try:
         yield b
     finally:
-        _helm(cp, env, "uninstall", release, "-n", ns, "--no-hooks", "--wait")
+        helm(cp, home, "uninstall", release, "-n", ns, "--no-hooks", "--wait")
         for name in (ns, tenant, excluded, optout):
             cp.kubectl("delete", "namespace", name, "--wait=false")
         admin.close()

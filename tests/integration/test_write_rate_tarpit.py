@@ -7,8 +7,6 @@ default identities)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dynquota.policy.churn import tarpit_rules
 from dynquota.testing.apf import flow_counts
+from dynquota.testing.chart import helm
 from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.podtoken import service_account_token
 from dynquota.testing.rbac import bind_cluster_role
@@ -53,17 +52,6 @@ class Bed:
         return api
 
 
-def _helm(cp: LocalControlPlane, home: Path, *args: str) -> None:
-    assert cp.bin_dir is not None
-    env = {**os.environ, "HELM_CONFIG_HOME": str(home / "c"), "HELM_CACHE_HOME": str(home / "k"),
-           "HELM_DATA_HOME": str(home / "d")}  # fmt: skip
-    done = subprocess.run(
-        [str(cp.bin_dir / "helm"), "--kubeconfig", cp.kubeconfig, *args],
-        capture_output=True, text=True, env=env, check=False, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 @pytest.fixture(scope="module")
 def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     cp = controlplane
@@ -72,7 +60,7 @@ def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactor
     home = tmp_path_factory.mktemp("helm-home")
     for name in (release_ns, tenant):
         cp.kubectl("create", "namespace", name)
-    _helm(cp, home, "install", release, str(CHART), "--namespace", release_ns,
+    helm(cp, home, "install", release, str(CHART), "--namespace", release_ns,
           "--set", "writeRate.enabled=true", "--set", "writeRate.bypassGroups={platform-admins}",
           "--set", f"defaultPolicy.name={release}-default")  # fmt: skip
     admin = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)  # type: ignore[no-untyped-call]
@@ -88,7 +76,7 @@ def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactor
     try:
         yield Bed(cp, full, release_ns, tenant, admin, tokens)
     finally:
-        _helm(cp, home, "uninstall", release, "-n", release_ns, "--no-hooks", "--wait")
+        helm(cp, home, "uninstall", release, "-n", release_ns, "--no-hooks", "--wait")
         for name in (release_ns, tenant):
             cp.kubectl("delete", "namespace", name, "--wait=false")
         admin.close()
