@@ -99,7 +99,7 @@ bench-admission: setup controlplane
 
 # API Priority and Fairness against one namespace's churn (issue 32): a tarpit priority level of
 # 1-3 shares, Reject or a short queue, against no tarpit, and kube-controller-manager caught or
-# not; about 10 minutes (DYNQUOTA_APF_BENCH_SECONDS per run, 20; knobs in the file).
+# not; about 10 minutes (DYNQUOTA_APF_BENCH_SECONDS per run, 15; knobs in the file).
 bench-apf: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench/test_apf_bench.py
 
