@@ -14,6 +14,12 @@ quota puts on it (``must specify requests.cpu``) are the ported pod evaluator's
 :func:`~dynquota.admission.check.check_request` itself for the message the apiserver would
 answer to the first pod that does not fit.
 
+The same questions for a PersistentVolumeClaim (a StatefulSet's replica needs its claims as
+well as its pod): every function taking a pod takes a claim too (``kind:
+PersistentVolumeClaim``), charged and matched by the ported PVC evaluator
+(:class:`dynquota.admission.pvcs.PersistentVolumeClaimEvaluator`); :func:`without` takes
+what existing objects charge out of the quotas' usage.
+
 Shapes: ``pod`` is Kubernetes JSON after defaulting (the dry run's answer, or
 :func:`dynquota.admission.limitranger.apply_limit_range_defaults`); quotas are
 :class:`~dynquota.admission.types.ResourceQuota` values (``hard`` is ``status.hard``, what
@@ -32,14 +38,33 @@ from dynquota.quantity import Quantity, quantity_from_int
 from .check import check_request
 from .errors import AdmissionError
 from .pods import PodEvaluator
-from .resources import add, mask
-from .types import AdmissionAttributes, GroupResource, Operation, ResourceQuota
+from .pvcs import PersistentVolumeClaimEvaluator
+from .resources import add, mask, subtract_non_negative
+from .types import AdmissionAttributes, Operation, ResourceQuota
 
-__all__ = ["KeyRoom", "QuotaRoom", "copies_that_fit", "pod_charge", "quota_rooms", "refusal"]
+__all__ = [
+    "KeyRoom",
+    "QuotaRoom",
+    "copies_that_fit",
+    "pod_charge",
+    "quota_rooms",
+    "refusal",
+    "without",
+]
 
-_PODS = GroupResource("", "pods")
 _EVALUATOR = PodEvaluator()
+_CLAIMS = PersistentVolumeClaimEvaluator()
 _ZERO = quantity_from_int(0)
+
+
+def _evaluator(obj: Mapping[str, Any]) -> PodEvaluator | PersistentVolumeClaimEvaluator:
+    """The claim evaluator for a ``PersistentVolumeClaim``, else the pod evaluator."""
+    return _CLAIMS if obj.get("kind") == "PersistentVolumeClaim" else _EVALUATOR
+
+
+def _charge(obj: Mapping[str, Any], now: float) -> dict[str, Quantity]:
+    """What quota charges ``obj`` (a pod, or a claim)."""
+    return _evaluator(obj).usage(obj, now)
 
 
 def pod_charge(pod: Mapping[str, Any], now: float) -> dict[str, Quantity]:
@@ -118,14 +143,15 @@ def quota_rooms(
     Raises:
         InvalidObjectError: an amount in the pod is not a quantity.
     """
-    charge = pod_charge(pod, now)
+    evaluator = _evaluator(pod)
+    charge = _charge(pod, now)
     rooms: list[QuotaRoom] = []
     for quota in quotas:
-        if not _EVALUATOR.matches(quota, pod):
+        if not evaluator.matches(quota, pod):
             rooms.append(QuotaRoom(quota.name, False))
             continue
-        restricted = sorted(_EVALUATOR.matching_resources(quota.hard))
-        problem = _EVALUATOR.constraints(restricted, pod)
+        restricted = sorted(evaluator.matching_resources(quota.hard))
+        problem = evaluator.constraints(restricted, pod)
         detail = f"failed quota: {quota.name}: {problem}" if problem is not None else None
         if detail is None and any(r not in quota.used for r in restricted):
             names = ",".join(restricted)
@@ -153,21 +179,22 @@ def refusal(
     for earlier, count in charged:
         if count <= 0:
             continue
-        charge = pod_charge(earlier, now)
+        charge = _charge(earlier, now)
         for i, quota in enumerate(current):
-            if _EVALUATOR.matches(quota, earlier):
+            if _evaluator(earlier).matches(quota, earlier):
                 extra = {k: _times(v, count) for k, v in mask(charge, quota.hard).items()}
                 current[i] = quota.with_used(add(quota.used, extra))
     meta = pod.get("metadata") or {}
+    evaluator = _evaluator(pod)
     attributes = AdmissionAttributes(
         namespace=str(meta.get("namespace") or ""),
-        resource=_PODS,
+        resource=evaluator.group_resource,
         operation=Operation.CREATE,
         object=pod,
         name=str(meta.get("name") or ""),
     )
     try:
-        check_request(current, attributes, _EVALUATOR, now)
+        check_request(current, attributes, evaluator, now)
     except AdmissionError as exc:
         return str(exc)
     return None
@@ -176,3 +203,20 @@ def refusal(
 def _times(amount: Quantity, n: int) -> Quantity:
     """``amount * n`` exactly, in ``amount``'s format."""
     return Quantity(amount.value * n, amount.format)
+
+
+def without(
+    quotas: Sequence[ResourceQuota], existing: Sequence[Mapping[str, Any]], now: float
+) -> list[ResourceQuota]:
+    """``quotas`` with what each of ``existing`` (pods or claims that exist and are counted in
+    ``status.used``) charges taken out of the quotas that match it, never below zero: the
+    usage without a workload's own pods, which a scale or rollout replaces."""
+    current = list(quotas)
+    for obj in existing:
+        charge = _charge(obj, now)
+        for i, quota in enumerate(current):
+            if _evaluator(obj).matches(quota, obj):
+                current[i] = quota.with_used(
+                    subtract_non_negative(quota.used, mask(charge, quota.used))
+                )
+    return current

@@ -10,11 +10,16 @@ For each Deployment, ReplicaSet, StatefulSet, Job or Pod of the manifest
    (Pod Security, validating policies and webhooks, the quota check). A refusal other than
    quota's is what blocks the workload whatever the room; a refusal by quota or by the budget
    guard (for seconds, until a new hard is enforced), or no right to create pods, leaves the
-   manifest's pod with the namespace's LimitRange defaults applied here
+   manifest's pod with the namespace's LimitRange defaults applied here, and the LimitRanges'
+   ``min``/``max``/``maxLimitRequestRatio`` checked here, a refusal naming the LimitRange
    (:mod:`dynquota.admission.limitranger`);
 2. one LIST of the namespace's ResourceQuotas and one of its LimitRanges, and one GET of its
    ``AppliedDynamicQuota`` ``dynquota`` (the policy's bounds and cooldowns, ``nextRaiseAfter``,
-   the override, the budget's slice and free room);
+   the override, the budget's slice and free room); one GET of each workload as it exists
+   and, when one does, one LIST of the namespace's pods (and ReplicaSets, for a Deployment):
+   its own pods are no other usage, and a rollout's surge is asked for too; for a
+   StatefulSet's ``volumeClaimTemplates``, one LIST of the namespace's claims (a replica
+   whose claim exists needs no new one). Every LIST is read in pages of :data:`PAGE`;
 3. the arithmetic (:mod:`dynquota.cli.fit_model`): the bundled evaluator over N pods against
    every quota of the namespace, and the raise schedule of the keys dynquota sizes.
 
@@ -31,12 +36,14 @@ import asyncio
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from dynquota.cli.errors import UserError, connect, context_namespace_of, explain
 from dynquota.cli.fit_manifest import Manifest, ManifestError, Workload, read_manifest
-from dynquota.cli.fit_model import Candidate, FitReport, evaluate
+from dynquota.cli.fit_model import Candidate, evaluate
+from dynquota.cli.fit_report import FitReport
 from dynquota.cli.fit_text import fit_document, fit_text
 from dynquota.cli.flags import target_of
 from dynquota.cli.output import OutputError, render_document
@@ -113,17 +120,13 @@ async def fit_report(args: argparse.Namespace, namespace: str, manifest: Manifes
         core: Any = client.CoreV1Api(api)
         quotas = await _read(
             f"resourcequotas in {namespace}",
-            lambda t: core.list_namespaced_resource_quota(
-                namespace, _request_timeout=t, _preload_content=False
-            ),
+            core.list_namespaced_resource_quota,
             not_read,
             "the counts ignore every quota",
         )
         ranges = await _read(
             f"limitranges in {namespace}",
-            lambda t: core.list_namespaced_limit_range(
-                namespace, _request_timeout=t, _preload_content=False
-            ),
+            core.list_namespaced_limit_range,
             not_read,
             "LimitRange defaults come from the dry run only",
         )
@@ -138,6 +141,7 @@ async def fit_report(args: argparse.Namespace, namespace: str, manifest: Manifes
             candidates.append(
                 await _candidate(core, namespace, workload, ranges or [], not_read, notes)
             )
+        candidates = await _existing(api, namespace, candidates, not_read)
     if quotas is None:
         dry_runs = [n for n in not_read if n[0].startswith("a dry-run create")]
         if len(dry_runs) == len(manifest.workloads):  # nothing to answer with
@@ -149,23 +153,139 @@ async def fit_report(args: argparse.Namespace, namespace: str, manifest: Manifes
     return evaluate(namespace, candidates, quotas, applied, int(time.time()), not_read, notes)
 
 
+PAGE = 500
+"""Items per page of a LIST (``limit``; the ``continue`` token fetches the next)."""
+
+
 async def _read(
     what: str,
-    request: Callable[[Any], Awaitable[Any]],
+    lister: Callable[..., Awaitable[Any]],
     not_read: list[tuple[str, str]],
     without: str,
 ) -> list[dict[str, Any]] | None:
-    """The items of one LIST, or ``None`` after a 403 (named in ``not_read``, with what the
-    answer does ``without`` it)."""
+    """The items of one LIST of ``what`` (``pods in team-a``: ``lister`` is the
+    kubernetes_asyncio ``list_namespaced_...`` method), page by page, or ``None`` after a
+    403 (named in ``not_read``, with what the answer does ``without`` it)."""
     from dynquota._k8s.errors import ForbiddenError
+    from dynquota._k8s.paginate import ListPage, paginate
     from dynquota._k8s.request import call_json
 
+    resource, namespace = what.split()[0], what.split()[-1]
+
+    async def page(token: str | None) -> ListPage:
+        more = {"_continue": token} if token else {}
+        body = await _allowed(
+            f"listing {what}",
+            call_json(
+                "list",
+                resource,
+                lambda t: lister(
+                    namespace, limit=PAGE, _request_timeout=t, _preload_content=False, **more
+                ),
+            ),
+        )
+        return ListPage.from_body(body, what)
+
+    items: list[dict[str, Any]] = []
     try:
-        body = await _allowed(f"listing {what}", call_json("list", what.split()[0], request))
+        async for listed in paginate(page):
+            items += [dict(item) for item in listed.items]
     except ForbiddenError as exc:
         not_read.append((what, f"{exc.status}: {exc.message}; {without}"))
         return None
-    return [dict(item) for item in body.get("items") or ()]
+    return items
+
+
+_READERS: Final = {
+    "Deployment": ("apps", "deployments", "read_namespaced_deployment"),
+    "ReplicaSet": ("apps", "replicasets", "read_namespaced_replica_set"),
+    "StatefulSet": ("apps", "statefulsets", "read_namespaced_stateful_set"),
+    "Job": ("batch", "jobs", "read_namespaced_job"),
+}
+"""The kinds whose live object ``fit`` reads: API group, resource, kubernetes_asyncio method."""
+
+
+async def _live(
+    apis: Mapping[str, Any], namespace: str, workload: Workload, not_read: list[tuple[str, str]]
+) -> dict[str, Any] | None:
+    """The workload as it exists (one GET), or ``None``: new (404), a Pod, or not readable
+    (a 403, named in ``not_read``)."""
+    from dynquota._k8s.errors import ForbiddenError, NotFoundError
+    from dynquota._k8s.request import call_json
+
+    if workload.kind not in _READERS:
+        return None
+    group, resource, method = _READERS[workload.kind]
+    read = getattr(apis[group], method)
+    what = f"{resource}/{workload.name} in {namespace}"
+
+    async def get(t: Any) -> Any:
+        return await read(workload.name, namespace, _request_timeout=t, _preload_content=False)
+
+    try:
+        live = await call_json("get", resource, get)
+    except NotFoundError:
+        return None
+    except ForbiddenError as exc:
+        if exc.status != 403:
+            raise (explain(exc, f"reading {what}") or exc) from exc
+        not_read.append((what, f"{exc.status}: {exc.message}; taken as new"))
+        return None
+    except Exception as exc:
+        error = explain(exc, f"reading {what}")
+        if error is not None:
+            raise error from exc
+        raise
+    return {**live, "kind": workload.kind}
+
+
+async def _existing(
+    api: Any, namespace: str, candidates: list[Candidate], not_read: list[tuple[str, str]]
+) -> list[Candidate]:
+    """The candidates with what of them exists (:mod:`dynquota.cli.fit_workload`): the live
+    workload (one GET each; 404: new), its pods (one LIST of the namespace's pods, and of its
+    ReplicaSets for a Deployment), a rollout's surge, and the namespace's claims for a
+    StatefulSet's templates (one LIST). What may not be read is named in ``not_read``."""
+    from kubernetes_asyncio import client
+
+    from dynquota.cli.fit_workload import owned_pods, rollout_surge
+
+    core: Any = client.CoreV1Api(api)
+    apis: Any = {"apps": client.AppsV1Api(api), "batch": client.BatchV1Api(api)}
+    lives = [await _live(apis, namespace, c.workload, not_read) for c in candidates]
+    pods: list[dict[str, Any]] = []
+    replica_sets: list[dict[str, Any]] = []
+    if any(lives):
+        own = "the workload's own pods are counted as other usage"
+        pods = await _read(f"pods in {namespace}", core.list_namespaced_pod, not_read, own) or []
+        if any(live and live["kind"] == "Deployment" for live in lives):
+            replica_sets = (
+                await _read(
+                    f"replicasets in {namespace}",
+                    apis["apps"].list_namespaced_replica_set,
+                    not_read,
+                    own,
+                )
+                or []
+            )
+    claims: frozenset[str] = frozenset()
+    if any(c.workload.claims for c in candidates):
+        listed = await _read(
+            f"persistentvolumeclaims in {namespace}",
+            core.list_namespaced_persistent_volume_claim,
+            not_read,
+            "every claim of a StatefulSet's replicas is taken as new",
+        )
+        claims = frozenset(str((c.get("metadata") or {}).get("name")) for c in listed or ())
+    return [
+        replace(
+            candidate,
+            own=tuple(owned_pods(live, pods, replica_sets)) if live is not None else (),
+            surge=rollout_surge(candidate.workload, live, candidate.workload.replicas),
+            existing_claims=claims,
+        )
+        for candidate, live in zip(candidates, lives, strict=True)
+    ]
 
 
 async def _allowed(what: str, call: Awaitable[T]) -> T:
@@ -218,7 +338,7 @@ async def _candidate(
     with the LimitRange defaults applied here (module docs, step 1)."""
     from dynquota._k8s.errors import ApiError, ForbiddenError
     from dynquota._k8s.request import call_json
-    from dynquota.admission.limitranger import apply_limit_range_defaults
+    from dynquota.admission.limitranger import apply_limit_range_defaults, limit_range_refusal
 
     pod: dict[str, Any] = dict(workload.pod)
     pod["metadata"] = {**dict(workload.pod.get("metadata") or {}), "namespace": namespace}
@@ -262,4 +382,8 @@ async def _candidate(
             return Candidate(workload, pod, f"refused by the apiserver: {exc.message}")
         raise
     defaulted, _ = apply_limit_range_defaults(pod, ranges)
+    refused = limit_range_refusal(defaulted, ranges)
+    if refused is not None:  # what the apiserver's LimitRanger would answer (no dry run here)
+        name, why = refused
+        return Candidate(workload, defaulted, f"refused by LimitRange {name} (checked here): {why}")
     return Candidate(workload, defaulted)

@@ -6,14 +6,20 @@ controller would create (the template's labels, annotations and spec, with a
 ``generateName``) and how many at once (``spec.replicas``, default 1; a Job's
 ``parallelism``, default 1, at most its ``completions``; a Pod is one). Any other kind is
 listed in :attr:`Manifest.skipped` (it creates no pod, or creates them on a schedule of its
-own, like a CronJob). Nothing is sent anywhere.
+own, like a CronJob). A StatefulSet's ``volumeClaimTemplates`` are the claims each replica
+needs besides its pod (:attr:`Workload.claims`). What quota or admission would read is checked
+here (objects where objects belong, every resource amount a quantity), so a malformed manifest
+is one :class:`ManifestError` naming the object and the field, never a traceback later.
+Nothing is sent anywhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = ["KINDS", "Manifest", "ManifestError", "Workload", "read_manifest"]
 
@@ -29,13 +35,21 @@ class ManifestError(ValueError):
 class Workload:
     """One workload of the manifest: ``kind``, ``name``, its ``namespace`` as written (``""``:
     none), the ``replicas`` it runs at once and the ``pod`` its controller would create
-    (Kubernetes JSON, ``generateName`` ``<name>-fit-``)."""
+    (Kubernetes JSON, ``generateName`` ``<name>-fit-``); a StatefulSet's ``claims``: one
+    PersistentVolumeClaim (JSON, ``metadata.name`` the template's name) per entry of
+    ``spec.volumeClaimTemplates``, which the controller creates as ``<template>-<name>-<ordinal>``
+    for each replica that lacks it; ``template`` (``spec.template`` as written) and
+    ``strategy`` (a Deployment's ``spec.strategy`` as written), to tell a rollout from a
+    scale of a workload that exists."""
 
     kind: str
     name: str
     namespace: str
     replicas: int
     pod: Mapping[str, Any]
+    claims: tuple[Mapping[str, Any], ...] = ()
+    template: Mapping[str, Any] = field(default_factory=dict)
+    strategy: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -58,19 +72,21 @@ def read_manifest(text: str, source: str = "manifest", replicas: int | None = No
 
     Raises:
         ManifestError: not YAML, a document that is not an object, a workload without a
-            name or a pod template, a count that is not a whole number, or no workload.
+            name or a pod template, a count that is not a whole number, a field that must be
+            an object or a list and is not, an amount that is not a quantity, or no workload.
     """
     import yaml
 
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise ManifestError(f"{source}: not valid YAML: {exc}") from exc
+        raise ManifestError(f"{source}: not valid YAML: {_yaml_problem(exc)}") from exc
     workloads: list[Workload] = []
     skipped: list[str] = []
     for i, document in enumerate(_unpacked(documents, source)):
         kind = str(document.get("kind") or "")
-        name = str((document.get("metadata") or {}).get("name") or "")
+        meta = _object(document.get("metadata"), f"{source}: document {i + 1}: metadata")
+        name = str(meta.get("name") or "")
         if kind not in KINDS:
             skipped.append(f"{kind or '(no kind)'}/{name or f'document {i + 1}'}")
             continue
@@ -99,6 +115,85 @@ def _unpacked(documents: Iterable[object], source: str) -> list[Mapping[str, Any
     return out
 
 
+def _yaml_problem(exc: Exception) -> str:
+    """PyYAML's error on one line: ``line 2, column 1: expected ',' or ']', but got '<stream
+    end>'`` (its text spans several lines, with the source quoted)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return str(problem)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+
+
+def _object(value: object, where: str) -> Mapping[str, Any]:
+    """``value`` when it is an object (``None``: an empty one); else :class:`ManifestError`."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ManifestError(f"{where} must be an object, not {_shown(value)}")
+    return value
+
+
+def _list(value: object, where: str) -> list[Any]:
+    """``value`` when it is a list (``None``: an empty one); else :class:`ManifestError`."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ManifestError(f"{where} must be a list, not {_shown(value)}")
+    return value
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _quantities(value: object, where: str) -> None:
+    """Every amount of a ResourceList (``requests``, ``limits``, ``overhead``) is a quantity
+    (as admission reads it: the text of a YAML number too)."""
+    for key, amount in _object(value, where).items():
+        if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
+            raise ManifestError(f"{where}.{key}: not a quantity: {_shown(amount)}")
+        try:
+            parse_quantity(str(amount))
+        except QuantityError as exc:
+            raise ManifestError(f"{where}.{key}: {exc}") from exc
+
+
+def _check_pod_spec(spec: Mapping[str, Any], where: str) -> None:
+    """The parts of a pod spec quota and the LimitRanger read: containers and init containers
+    (lists of objects), their ``resources.requests``/``limits``, the pod's ``overhead`` and
+    ``resources``."""
+    for kind in ("initContainers", "containers"):
+        for n, container in enumerate(_list(spec.get(kind), f"{where}.{kind}")):
+            at = f"{where}.{kind}[{n}]"
+            resources = _object(_object(container, at).get("resources"), f"{at}.resources")
+            for part in ("requests", "limits"):
+                _quantities(resources.get(part), f"{at}.resources.{part}")
+    _quantities(spec.get("overhead"), f"{where}.overhead")
+    pod_resources = _object(spec.get("resources"), f"{where}.resources")
+    for part in ("requests", "limits"):
+        _quantities(pod_resources.get(part), f"{where}.resources.{part}")
+
+
+def _claims(spec: Mapping[str, Any], where: str) -> tuple[dict[str, Any], ...]:
+    """A StatefulSet's ``volumeClaimTemplates`` as claims (JSON, named by the template)."""
+    claims = []
+    for n, template in enumerate(_list(spec.get("volumeClaimTemplates"), f"{where}")):
+        at = f"{where}[{n}]"
+        meta = _object(_object(template, at).get("metadata"), f"{at}.metadata")
+        if not meta.get("name"):
+            raise ManifestError(f"{at}.metadata.name is missing")
+        claim_spec = _object(template.get("spec"), f"{at}.spec")
+        resources = _object(claim_spec.get("resources"), f"{at}.spec.resources")
+        _quantities(resources.get("requests"), f"{at}.spec.resources.requests")
+        claims.append(
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": dict(meta), "spec": dict(claim_spec)}
+        )  # fmt: skip
+    return tuple(claims)
+
+
 def _count(value: object, default: int, where: str) -> int:
     if value is None:
         return default
@@ -110,17 +205,17 @@ def _count(value: object, default: int, where: str) -> int:
 def _workload(
     document: Mapping[str, Any], kind: str, name: str, where: str, replicas: int | None
 ) -> Workload:
-    meta = document.get("metadata") or {}
-    spec = document.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        raise ManifestError(f"{where}: spec is not an object")
+    meta = _object(document.get("metadata"), f"{where}: metadata")
+    spec = _object(document.get("spec"), f"{where}: spec")
     if kind == "Pod":
         template: Mapping[str, Any] = {"metadata": meta, "spec": spec}
         count = 1
+        _check_pod_spec(spec, f"{where}: spec")
     else:
-        template = spec.get("template") or {}
-        if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+        template = _object(spec.get("template"), f"{where}: spec.template")
+        if not isinstance(template.get("spec"), Mapping):
             raise ManifestError(f"{where}: spec.template.spec is missing")
+        _check_pod_spec(template["spec"], f"{where}: spec.template.spec")
         if kind == "Job":
             count = _count(spec.get("parallelism"), 1, f"{where}: spec.parallelism")
             completions = spec.get("completions")
@@ -129,10 +224,17 @@ def _workload(
         else:
             count = _count(spec.get("replicas"), 1, f"{where}: spec.replicas")
     namespace = str(meta.get("namespace") or "")
-    template_meta = template.get("metadata") or {}
+    template_meta = _object(template.get("metadata"), f"{where}: spec.template.metadata")
     pod_meta: dict[str, Any] = {"generateName": f"{name}-fit-"}
     for part in ("labels", "annotations"):
         if template_meta.get(part):
-            pod_meta[part] = dict(template_meta[part])
+            pod_meta[part] = dict(_object(template_meta[part], f"{where}: metadata.{part}"))
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": dict(template["spec"])}
-    return Workload(kind, name, namespace, count if replicas is None else replicas, pod)
+    claims = _claims(spec, f"{where}: spec.volumeClaimTemplates") if kind == "StatefulSet" else ()
+    strategy = (
+        _object(spec.get("strategy"), f"{where}: spec.strategy") if kind == "Deployment" else {}
+    )
+    return Workload(
+        kind, name, namespace, count if replicas is None else replicas, pod, claims,
+        dict(template) if kind != "Pod" else {}, dict(strategy),
+    )  # fmt: skip

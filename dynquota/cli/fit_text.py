@@ -1,12 +1,13 @@
 """How ``kubectl dynquota fit`` prints its answer (Pure): the text and the ``-o json|yaml``
-document of a :class:`~dynquota.cli.fit_model.FitReport`.
+document of a :class:`~dynquota.cli.fit_report.FitReport`.
 
-The text: the namespace and the time of the answer; one line per quota key a workload's pods
-are charged to (``HARD``, ``USED``, ``PER POD``, ``FITS NOW``: how many of its pods that key
-alone admits now, ``SIZED BY``); then per workload how many fit now, ``N more at <RFC 3339>
-(raise dynquota pods to H)`` for each raise that admits some, and what holds the rest back;
-then what could not be read and the notes. The document (:data:`FIT_API_VERSION`) carries
-the same, camelCase.
+The text: the namespace and the time of the answer; one line per quota key a workload's
+replicas are charged to (``HARD``, ``USED``, ``PER POD``: what one replica charges, its pod
+and the claims it may need; ``FITS NOW``: how many of them that key alone admits now,
+``SIZED BY``); then per workload how many fit now (of its replicas and, rolling out, its
+surge), ``N more at <RFC 3339> (raise dynquota pods to H)`` for each raise that admits some,
+and what holds the rest back; then what could not be read and the notes. The document
+(:data:`FIT_API_VERSION`) carries the same, camelCase.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
-from dynquota.cli.fit_model import FitReport, Step, WorkloadFit
+from dynquota.cli.fit_report import FitReport, Step, WorkloadFit
 from dynquota.cli.output import columns
 
 __all__ = ["FIT_API_VERSION", "fit_document", "fit_text"]
@@ -31,13 +32,14 @@ def _raises(step: Step | None) -> str:
 
 
 def _workload_lines(fit: WorkloadFit, steps: dict[str, Step]) -> list[str]:
-    lines = [f"{fit.workload}: {fit.replicas} pods, {fit.fits_now} fit now"]
+    surge = f" and {fit.surge} more while it rolls out (maxSurge)" if fit.surge else ""
+    lines = [f"{fit.workload}: {fit.replicas} pods{surge}, {fit.fits_now} fit now"]
     if fit.refused is not None:
         lines.append(f"  none is ever admitted: {fit.refused}")
         return lines
     for later in fit.later:
         lines.append(f"  {later.pods} more at {later.at}{_raises(steps.get(later.at))}")
-    if fit.all_fit_at is not None:
+    if fit.later and fit.all_fit_at is not None:
         lines.append(f"  all fit at {fit.all_fit_at}")
     if fit.never:
         lines.append(f"  {fit.never} never fit under the current policy, held back by:")
@@ -87,18 +89,19 @@ def _sized(sized: bool) -> str | None:
 
 def fit_document(report: FitReport) -> dict[str, Any]:
     """The ``-o json|yaml`` document of ``report`` (module docs)."""
-    total = sum(w.replicas for w in report.workloads)
+    total = sum(w.pods for w in report.workloads)
     now = sum(w.fits_now for w in report.workloads)
     never = sum(w.never for w in report.workloads)
     ends = [w.all_fit_at for w in report.workloads if w.all_fit_at is not None]
-    complete = all(w.all_fit_at is not None or w.fits_now == w.replicas for w in report.workloads)
+    complete = len(ends) == len(report.workloads)
     return {
         "apiVersion": FIT_API_VERSION,
         "kind": "Fit",
         "namespace": report.namespace,
         "asOf": report.as_of,
         "summary": {
-            "replicas": total,
+            "replicas": sum(w.replicas for w in report.workloads),
+            "surge": sum(w.surge for w in report.workloads),
             "fitsNow": now,
             "fitsLater": total - now - never,
             "never": never,
@@ -108,6 +111,7 @@ def fit_document(report: FitReport) -> dict[str, Any]:
             {
                 "workload": w.workload,
                 "replicas": w.replicas,
+                "surge": w.surge,
                 "fitsNow": w.fits_now,
                 "later": [{"at": x.at, "pods": x.pods} for x in w.later],
                 "never": w.never,

@@ -69,6 +69,7 @@ def render_jsonpath(document: Any, template: str) -> str:
 
     if "{" not in template:
         template = "{" + template + "}"
+    _no_nested_action(template)
     out: list[str] = []
     position = 0
     for match in _PART.finditer(template):
@@ -91,6 +92,26 @@ def render_jsonpath(document: Any, template: str) -> str:
         out.append(" ".join(_scalar(v) for v in found))
     _text(template[position:], out)
     return "".join(out)
+
+
+def _no_nested_action(template: str) -> None:
+    """Raises :class:`OutputError` at a ``{`` inside an open action (``{{.status}}``: a Go
+    template's braces; kubectl: ``unrecognized character in action: U+007B '{'``), naming
+    the template, the character and the single-brace action meant."""
+    depth = 0
+    for i, char in enumerate(template):
+        if char == "{":
+            if depth:
+                inner = _PART.search(template, i)
+                meant = f"; write {inner.group(0)}" if inner is not None else ""
+                raise OutputError(
+                    f"jsonpath template {template!r}: the '{{' at character {i + 1} opens an "
+                    "action inside another: a jsonpath action takes one pair of braces, not a "
+                    f"Go template's {{{{ }}}}{meant}"
+                )
+            depth = 1
+        elif char == "}":
+            depth = 0
 
 
 def _text(text: str, out: list[str]) -> None:

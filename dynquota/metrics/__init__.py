@@ -270,6 +270,10 @@ class Metrics:
         """The ``enforcement`` label the series of ``namespace`` carry."""
         return self._enforcement.mode(namespace)
 
+    def forget_enforcement(self, namespace: str) -> None:
+        """Drop the ``enforcement`` mode of ``namespace`` when none of its series is left."""
+        self._enforcement.forget_if_unused(namespace)
+
     def forget_budget(self, budget: str) -> None:
         """Remove the series of a deleted QuotaBudget."""
         for gauge in (self.budget_hard, self.budget_granted, self.budget_used):

@@ -24,6 +24,10 @@ When it writes (figures in ``docs/operator.md``, "What governs me"):
   pass); every object is listed again every :data:`RELIST_SECONDS` seconds and after the
   replica gains the Lease (one labelled LIST), so an object deleted or edited by hand comes
   back (an edit is logged);
+- a namespace that joins a budget (or moves to another) is written at once with the budget,
+  and its figures again as soon as the budget's status counts it (event driven: a budget's
+  status change wakes the writer, :meth:`AppliedWriter.budget_status`), not after
+  :data:`~dynquota.policy.applied.FIGURES_REFRESH`; joining or leaving wakes it too;
 - a namespace no longer governed (opted out, no policy selects it, excluded) loses its object
   (a delete with a uid precondition). The kill switch keeps them, saying
   ``KillSwitchEngaged``: a tenant then reads why its quota vanished. ``dynquota cleanup``
@@ -94,6 +98,11 @@ class _Stored:
     figures_at: float | None
 
 
+def _budget_name(projection: Projection) -> str | None:
+    budget = projection.stable.get("budget")
+    return str(budget["name"]) if isinstance(budget, Mapping) and "name" in budget else None
+
+
 class AppliedWriter:
     """Keeps the tenant projections (see the module docs).
 
@@ -141,6 +150,10 @@ class AppliedWriter:
         self._stored: dict[str, _Stored] = {}
         self._listed_at: float | None = None
         self._wake = asyncio.Event()
+        self._member: dict[str, str | None] = {}
+        """Namespace -> the budget it was a member of at its last reconcile."""
+        self._joining: dict[str, str] = {}
+        """Namespace -> the budget it joined, until figures counting it were written."""
         self._crd_missing = False
         self.writes = 0
         """Writes made (create, replace, delete), for tests and the log."""
@@ -155,6 +168,21 @@ class AppliedWriter:
         if self._quotas.get(namespace, False) != facts:
             self._quotas[namespace] = facts
             self._wake.set()
+        member = self.budgets.slicing(namespace).budget
+        if self._member.get(namespace) != member:  # joined, left or moved: show it now
+            self._member[namespace] = member
+            self._wake.set()
+
+    def budget_status(self, budget: str) -> None:
+        """Budget ``budget``'s status changed: a member that just joined it is written again
+        (its figures now count it)."""
+        if budget in self._joining.values():
+            self._wake.set()
+
+    @property
+    def woken(self) -> bool:
+        """Whether a pass is asked for (tests)."""
+        return self._wake.is_set()
 
     # -- the task -------------------------------------------------------------------------------
 
@@ -248,6 +276,8 @@ class AppliedWriter:
         if namespace not in self.namespaces:
             self._quotas.pop(namespace, None)  # deleted: its objects went with it
             self._stored.pop(namespace, None)
+            self._member.pop(namespace, None)
+            self._joining.pop(namespace, None)
             return True
         stored = self._stored.get(namespace)
         wanted = self.projection(namespace)
@@ -261,9 +291,24 @@ class AppliedWriter:
             return await self._write(namespace, stored, None)
         old = stored.projection if stored is not None else None
         written_at = stored.written_at if stored is not None else None
-        if not should_write(old, wanted, written_at, self.clock()):
+        joined = _budget_name(wanted)
+        if joined is None:
+            self._joining.pop(namespace, None)
+        elif old is None or _budget_name(old) != joined:
+            self._joining[namespace] = joined  # its figures may not count it yet
+        prompt = namespace in self._joining
+        if not should_write(old, wanted, written_at, self.clock(), prompt):
             return True
-        return await self._write(namespace, stored, wanted)
+        counted = prompt and self._counts(joined, namespace)  # (read before the write's wait)
+        done = await self._write(namespace, stored, wanted)
+        if counted and self._stored.get(namespace) is not None:
+            self._joining.pop(namespace, None)  # figures that count it are written
+        return done
+
+    def _counts(self, budget: str | None, namespace: str) -> bool:
+        """Whether ``budget``'s stored status lists ``namespace`` (its figures count it)."""
+        record = self.budgets.records.get(budget) if budget is not None else None
+        return record is not None and namespace in (record.status.get("namespaces") or {})
 
     async def _write(
         self, namespace: str, stored: _Stored | None, wanted: Projection | None

@@ -16,6 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 from dynquota._k8s.errors import ApiError, ConflictError, NotFoundError
 from dynquota._k8s.workqueue import Outcome
@@ -56,6 +57,9 @@ __all__ = [
 log = logging.getLogger("dynquota.operator")
 
 RESTORER = "who may update dynamicquotapolicies.dynquota.io"
+REFUSED_RETRY: Final = 60.0
+"""Seconds after a refused (not retryable) quota write before the namespace is decided again:
+the budget's slice writes back off to the same ceiling (``docs/budgets.md``)."""
 """The role that can restore a managed quota released by a change of the namespace's guarded
 labels (the chart's governance-labels policy: docs/tenants.md)."""
 
@@ -371,8 +375,9 @@ class QuotaWriter:
     ) -> Applied:
         """A write (``what``: the action) the apiserver answered with ``exc``: retried with
         backoff if retryable or the namespace is terminating; otherwise logged at ERROR (as
-        ``log_as`` if given) and posted once as a ``QuotaWriteFailed`` Warning (result
-        ``invalid``, not retried)."""
+        ``log_as`` if given), posted once as a ``QuotaWriteFailed`` Warning (result
+        ``invalid``) and decided again after :data:`REFUSED_RETRY` seconds (an admin who
+        fixes RBAC or a policy sees the write land within a minute, not at the resync)."""
         if exc.retryable or namespace_terminating(exc):
             return Applied(outcome=Outcome(retry=True), result="retry")
         if log_as is None:
@@ -387,4 +392,4 @@ class QuotaWriter:
             key=namespace,
             logged=True,
         )
-        return Applied(outcome=Outcome(), result="invalid")
+        return Applied(outcome=Outcome(requeue_at=self.clock() + REFUSED_RETRY), result="invalid")

@@ -43,6 +43,7 @@ from dynquota.operator.companion import Companions
 from dynquota.operator.daemons import NodeGrowth
 from dynquota.operator.deleter import Deleter
 from dynquota.operator.killswitch import KillSwitch, SwitchState
+from dynquota.operator.own_writes import RecordedQuotas
 from dynquota.operator.policy_status import PolicyStatusWriter
 from dynquota.operator.ports import (
     KUBE_SYSTEM,
@@ -60,6 +61,12 @@ from dynquota.operator.reporting import Reporter
 from dynquota.operator.stall import StallWatch
 from dynquota.operator.wake import Waker, WorkloadStore
 from dynquota.operator.wake_wiring import growth_applies, status_used_units, wake_allowed
+from dynquota.operator.write_failures import (
+    BUDGET_WRITER,
+    RECONCILE_WRITER,
+    RecordingQuotas,
+    WriteFailures,
+)
 from dynquota.operator.write_gate import PartsKnowledge, WriteGate
 from dynquota.policy import KILL_SWITCH, NamespaceInfo
 from dynquota.policy.state import BUDGET
@@ -123,16 +130,21 @@ class Operator:
             clock=clock,  # requeue instants are the cluster's time (Outcome.requeue_at)
         )
         self.cluster = cluster = ClusterView(settings, clock=clock, monotonic=monotonic)
+        # every part writes through it: a decision waits for the watch to show our own write
+        quotas = RecordedQuotas(quotas, cluster.wrote)
         state = SwitchState()
         self.budgets = budgets = Budgets(
             settings, cluster.namespaces, cluster.governance, self.requeue_all
         )
         self.write_gate = write_gate = WriteGate(PartsKnowledge(cluster, budgets, state, self.gate))
+        self.write_failures = failures = WriteFailures()
+        """Refused or failing quota writes until one succeeds (the status writers' Ready)."""
+        writes = RecordingQuotas(quotas, failures, RECONCILE_WRITER)
         self.reporter = reporter = Reporter(
             events, write_gate, metrics, clock, watched=cluster.watched
         )
         self.deleter = deleter = Deleter(
-            quotas,
+            writes,
             write_gate,
             state,
             metrics,
@@ -150,6 +162,7 @@ class Operator:
             metrics=metrics,
             stall=self.stall,
             settings=settings,
+            failures=failures,
         )
         self.switch = KillSwitch(
             state,
@@ -157,7 +170,7 @@ class Operator:
             deleter=deleter,
             reporter=reporter,
             write_gate=write_gate,
-            quotas=quotas,
+            quotas=writes,
             leader=self.gate,
             metrics=metrics,
             requeue_all=self.requeue_all,
@@ -166,7 +179,7 @@ class Operator:
             namespace_reader=namespace_reader,
         )
         self.writer = QuotaWriter(
-            quotas,
+            writes,
             deleter=deleter,
             reporter=reporter,
             write_gate=write_gate,
@@ -201,7 +214,7 @@ class Operator:
         ``nodeGrowth`` are on and ``workloads`` is given)."""
         self.budget_tasks = BudgetTasks(
             budgets,
-            quotas=quotas,
+            quotas=RecordingQuotas(quotas, failures, BUDGET_WRITER),
             write_gate=write_gate,
             leader=self.gate,
             reporter=reporter,
@@ -210,10 +223,12 @@ class Operator:
             settings=settings,
             tally=cluster.count,
             clock=clock,
+            failures=failures,
         )
         """One serialized task per QuotaBudget (started by the runtime with the queue)."""
         budgets.on_wake = self.budget_tasks.wake
         budgets.on_records = self.budget_tasks.sync
+        failures.on_change = self._on_write_failure
         self.reconciler = Reconciler(
             settings,
             quotas=quotas,
@@ -317,9 +332,13 @@ class Operator:
             self.status.mark_dirty()
 
     def on_usage_change(self, namespace: str, resource: str) -> None:
-        """The usage informers' callback: sample the peak and queue the namespace."""
+        """The usage informers' callback: sample the peak and queue the namespace (at once if
+        the change confirms a charge its last run took as phantom)."""
         self.cluster.on_usage_change(namespace, resource)
-        self.queue.add(namespace)
+        if self.reconciler.confirms(namespace, resource):
+            self.queue.add_now(namespace)
+        else:
+            self.queue.add(namespace)
 
     async def on_leadership(self, leading: bool) -> None:
         """Leadership changed: report it; a new leader catches up on everything."""
@@ -350,6 +369,13 @@ class Operator:
         self.reconciler.forget(namespace)
         self.companions.forget(namespace)
         self.reporter.forget(namespace)
+        self.write_failures.forget(namespace)
+
+    def _on_write_failure(self, namespace: str) -> None:
+        """A write in ``namespace`` began or stopped failing: its budget and the policies say
+        so (Ready)."""
+        self.budgets.wake_namespace(namespace)
+        self.status.mark_dirty()
 
     def _on_stall(self, stalled: bool) -> None:
         """The quota controller stalled or recovered (once recovered: decide all again)."""

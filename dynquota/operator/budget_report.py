@@ -5,7 +5,8 @@ merge-patch of the status subresource, only when it changed): ``used``, ``grante
 commitments after the pass), ``free``, the slices per namespace and the
 conditions ``Valid``, ``OverBudget``, ``AtRisk``, ``Rebalancing``, ``Guarded``; the Events
 ``Rebalanced``, ``OverBudget`` (when a key goes over) and ``BudgetInvalid``; and the
-``dynquota_budget_*`` metrics.
+``dynquota_budget_*`` metrics. ``Ready``/``Reconciling``/``Stalled`` also say when a write of a
+member's quota is refused or failing (:mod:`dynquota.operator.write_failures`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dynquota.names import API_VERSION, BUDGET_KIND, EventReason
 from dynquota.operator.budgets import BudgetRecord, Budgets
 from dynquota.operator.ports import BudgetStatusSink
 from dynquota.operator.reporting import Reporter
+from dynquota.operator.write_failures import WriteFailures
 from dynquota.operator.write_gate import STATUS, WriteGate
 from dynquota.policy import hard_text, unit_for
 from dynquota.policy.budget import Allocation
@@ -64,6 +66,7 @@ class BudgetReporter:
         write_gate: asked before a status write (:data:`~dynquota.operator.write_gate.STATUS`).
         status: the budgets' status writes (``None``: none written; unit tests).
         metrics: the ``dynquota_budget_*`` metrics.
+        failures: the failing writes of the members' quotas (``None``: none known).
     """
 
     def __init__(
@@ -74,8 +77,10 @@ class BudgetReporter:
         write_gate: WriteGate,
         status: BudgetStatusSink | None,
         metrics: Metrics,
+        failures: WriteFailures | None = None,
     ) -> None:
         self.budgets = budgets
+        self.failures = failures
         self.events = reporter
         self.write_gate = write_gate
         self.status = status
@@ -192,7 +197,8 @@ class BudgetReporter:
             + observe + held,
             gen, stamp,
         )  # fmt: skip
-        set_readiness(conditions, "QuotaBudget", gen, stamp)
+        failing = self.failures.of(members) if self.failures is not None else []
+        set_readiness(conditions, "QuotaBudget", gen, stamp, failing)
         if over and over != self._over.get(record.name, frozenset()):
             message = "; ".join(
                 f"{k}: committed {_text(k, allocations[k].committed)} of "

@@ -15,7 +15,10 @@ the ``dynquota.io/hard.<key>`` record to the same value (so the per-namespace re
 not take it for a manual edit); a grow also stamps ``last-upscale``/``last-change`` (the
 policy's upscale cooldown runs from it). A 409 Conflict ends the pass and starts another from a
 fresh LIST. The room a shrink frees is counted only when a later LIST shows it in
-``status.hard`` (the quota controller's copy): the quota's watch event wakes the task.
+``status.hard`` (the quota controller's copy): the quota's watch event wakes the task. A patch
+refused (400/403/422) or failing (429, 5xx, no answer) is recorded
+(:mod:`dynquota.operator.write_failures`: the budget says Ready=False naming it) and the pass is
+tried again after :func:`refused_backoff` seconds, until a write succeeds.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from dynquota.operator.ports import (
     QuotaStore,
 )
 from dynquota.operator.reporting import Reporter
+from dynquota.operator.write_failures import WriteFailures
 from dynquota.operator.write_gate import BUDGET_SLICES, WriteGate
 from dynquota.policy import hard_text
 from dynquota.policy.budget import Slice, allocate
@@ -59,9 +63,20 @@ from dynquota.policy.state import (
 )
 from dynquota.settings import Settings
 
-__all__ = ["BudgetTasks"]
+__all__ = ["BudgetTasks", "refused_backoff"]
 
 log = logging.getLogger("dynquota.operator")
+
+REFUSED_BACKOFF = (5.0, 60.0)
+"""Seconds before a pass is tried again after a refused or failing patch: the first, and the
+most (doubled after each pass that failed again)."""
+
+
+def refused_backoff(passes: int) -> float:
+    """Seconds until the next pass after ``passes`` (>= 1) passes in a row had a refused or
+    failing patch: 5, 10, 20, 40, then 60."""
+    first, most = REFUSED_BACKOFF
+    return min(most, first * 2.0 ** min(passes - 1, 16))
 
 
 class BudgetTasks:
@@ -82,6 +97,8 @@ class BudgetTasks:
         tally: the informers' count of a key in a namespace at an instant (``None``: not
             counted), for a member's usage.
         clock: the cluster's time, seconds since the epoch (the grow stamps).
+        failures: the failing writes of the members' quotas, for the budget's Ready (``None``:
+            none known).
     """
 
     def __init__(
@@ -97,6 +114,7 @@ class BudgetTasks:
         settings: Settings,
         tally: Callable[[str, str, float], int | None],
         clock: Callable[[], float] = time.time,
+        failures: WriteFailures | None = None,
     ) -> None:
         self.budgets = budgets
         self.quotas = quotas
@@ -109,8 +127,15 @@ class BudgetTasks:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wakes: dict[str, asyncio.Event] = {}
         self.reporter = BudgetReporter(
-            budgets, reporter=reporter, write_gate=write_gate, status=status, metrics=metrics
+            budgets,
+            reporter=reporter,
+            write_gate=write_gate,
+            status=status,
+            metrics=metrics,
+            failures=failures,
         )
+        self._refused_passes: dict[str, int] = {}
+        """Budget -> passes in a row with a refused or failing patch (the backoff's count)."""
         self._held_logged: dict[str, float] = {}
         self.running = False
         self.last: dict[str, PassResult] = {}
@@ -141,6 +166,7 @@ class BudgetTasks:
             self._tasks.pop(name).cancel()
             self._wakes.pop(name, None)
             self.last.pop(name, None)
+            self._refused_passes.pop(name, None)
             self.reporter.forget(name)
 
     def wake(self, name: str) -> None:
@@ -227,6 +253,7 @@ class BudgetTasks:
             held = reserved(key, result.leaving, listed)
             result.allocations[key] = allocate(budget, slices, held)
         versions = {ns: q.resource_version for ns, q in listed.items()}
+        failed = retrying = False
         for grows in (False, True):  # shrinks and bounding writes first, grows last
             for ns in members:
                 quota = listed.get(ns)
@@ -272,11 +299,18 @@ class BudgetTasks:
                 except NotFoundError:
                     result.again = 1.0
                     break
-                except ApiError as exc:
-                    if exc.retryable:
-                        raise
-                    log.error("budget %s: patch of the quota in %s refused: %s", name, ns, exc)
-                    continue
+                except KubeError as exc:
+                    # refused (a human must act: RBAC, an admission policy) or failing (retried):
+                    # recorded by the quota store's recorder, so the status written below says
+                    # Ready=False; tried again with backoff until a write succeeds
+                    failed = True
+                    if isinstance(exc, ApiError) and not exc.retryable:
+                        log.error("budget %s: patch of the quota in %s refused: %s", name, ns, exc)
+                        continue  # the other members' slices are still written
+                    log.warning("budget %s: patch of the quota in %s failed: %s", name, ns, exc)
+                    retrying = True
+                    result.again = 0.0  # the backoff below
+                    break
                 versions[ns] = patched.resource_version
                 self._labelled.setdefault(name, set()).add(ns)
                 if mark_only:
@@ -286,6 +320,14 @@ class BudgetTasks:
                 log.info("budget %s: slice of %s set to %s", name, ns, hard_text(values))
             if result.again is not None:
                 break
+        if failed:
+            passes = self._refused_passes[name] = self._refused_passes.get(name, 0) + 1
+            backoff = refused_backoff(passes)
+            # (a 409 or 404 in the same pass still asks for the next pass sooner)
+            again = result.again
+            result.again = backoff if again is None or retrying else min(again, backoff)
+        else:
+            self._refused_passes.pop(name, None)
         log.debug(
             "budget %s: pass over %s: %s", name, members,
             {k: (a.writes, a.targets, a.committed) for k, a in result.allocations.items()},

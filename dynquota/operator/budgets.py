@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.names import BUDGET_LABEL, TRACKED_RESOURCES
 from dynquota.operator.budget_shape import mark_as_label, strip_keys
-from dynquota.policy import Decision, Governance, NamespaceInfo
+from dynquota.policy import Decision, Governance, NamespaceInfo, describe_validation_error
 from dynquota.policy.budget import Slice, commitment
 from dynquota.policy.budget_spec import QuotaBudgetSpec
 from dynquota.policy.state import (
@@ -81,9 +81,8 @@ def read_budget(obj: Mapping[str, Any]) -> BudgetRecord:
     try:
         spec = QuotaBudgetSpec.model_validate(raw)
     except ValidationError as exc:
-        error = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()
-        )
+        # one clear line per problem, as a policy's (no pydantic "Value error," text)
+        error = describe_validation_error(exc)
     hard = raw.get("hard")
     keys = frozenset(str(k) for k in hard) if isinstance(hard, Mapping) else frozenset()
     return BudgetRecord(
@@ -204,6 +203,9 @@ class Budgets:
         self.on_records: Callable[[], None] | None = None
         """Called after the set of budgets changed (the assembly wires it to
         :meth:`~dynquota.operator.budget_task.BudgetTasks.sync`)."""
+        self.on_status: Callable[[str], None] | None = None
+        """Called with a budget's name when its stored status changed (the runtime wires it to
+        the tenant projections' :meth:`~dynquota.operator.applied.AppliedWriter.budget_status`)."""
 
     # -- watches --------------------------------------------------------------------------------
 
@@ -219,6 +221,8 @@ class Budgets:
             return
         record = read_budget(obj)
         self.records[name] = record
+        if old is not None and old.status != record.status:
+            self._status_changed(name)
         if old is None or (old.spec, old.keys) != (record.spec, record.keys):
             if record.spec is None:
                 log.warning("QuotaBudget %s is invalid: %s", name, record.error)
@@ -263,6 +267,11 @@ class Budgets:
         is stored now, unless the budget changed meanwhile."""
         if self.records.get(record.name) is record:
             self.records[record.name] = replace(record, status=status)
+            self._status_changed(record.name)
+
+    def _status_changed(self, name: str) -> None:
+        if self.on_status is not None:
+            self.on_status(name)
 
     def wake(self, budget: str | None) -> None:
         """Ask the task of ``budget`` for a pass (no-op for ``None``)."""

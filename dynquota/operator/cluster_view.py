@@ -136,6 +136,9 @@ class ClusterView:
         # a quiet namespace's first event decides from it instead of a GET (bounded: a GET
         # waits behind the create that caused the event, p50 13 ms, p99 58 ms on 2 cores)
         self._watched: LRUCache[str, QuotaSnapshot] = LRUCache(maxsize=WATCHED_QUOTAS)
+        # namespace -> the least resourceVersion a watched copy needs to show this replica's
+        # last write of the managed quota (a copy older than that is not decided from)
+        self._written: dict[str, int] = {}
         self.peaks = PeakWindows(self._peak_horizon())
 
     # -- watches ------------------------------------------------------------------------------
@@ -255,6 +258,7 @@ class ClusterView:
             self._namespace_uid.pop(namespace, None)
         self._status_used.pop(namespace, None)
         self._watched.pop(namespace, None)
+        self._written.pop(namespace, None)
         self._governance.pop(namespace, None)
 
     # -- what is known ----------------------------------------------------------------------
@@ -296,6 +300,33 @@ class ClusterView:
         """The managed quota of ``namespace`` as its watch delivered it last (``None``: none
         kept: absent, or not active recently)."""
         return self._watched.get(namespace)
+
+    def current(self, namespace: str) -> QuotaSnapshot | None:
+        """The watched managed quota of ``namespace`` if it shows this replica's last write of
+        it (its resourceVersion is at least the one the write returned), else ``None``: read
+        it. A copy another writer has since changed is still returned: a patch decided from
+        it carries its resourceVersion and gets a 409."""
+        snapshot = self._watched.get(namespace)
+        if snapshot is None:
+            return None
+        rv = snapshot.resource_version
+        if not rv.isdigit() or int(rv) < self._written.get(namespace, 0):
+            return None
+        return snapshot
+
+    def wrote(self, namespace: str, snapshot: QuotaSnapshot | None) -> None:
+        """This replica wrote the managed quota of ``namespace``: ``snapshot`` as the create
+        or patch returned it, ``None`` for a delete (the copy held is then older than the
+        delete, whose resourceVersion is not returned)."""
+        if snapshot is None:
+            held = self._watched.pop(namespace, None)
+            rv = held.resource_version if held is not None else ""
+            floor = int(rv) + 1 if rv.isdigit() else 0
+        else:
+            rv = snapshot.resource_version
+            floor = int(rv) if rv.isdigit() else 0
+        if floor:
+            self._written[namespace] = max(floor, self._written.get(namespace, 0))
 
     def watched_quotas(self) -> Iterable[QuotaSnapshot]:
         """Every managed quota kept as the watch delivered it."""

@@ -4,7 +4,8 @@
 The pure parts (tallies per policy, the ``Valid`` and ``Shadowed`` conditions,
 :func:`~dynquota.policy.status.set_condition`) live in :mod:`dynquota.policy.status`; this
 module gathers the inputs, writes only what differs and only while leading, and posts
-``PolicyInvalid`` once per generation.
+``PolicyInvalid`` once per generation. A policy whose governed namespaces have a refused or
+failing quota write (:mod:`dynquota.operator.write_failures`) is not ``Ready``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from dynquota.operator.cluster_view import ClusterView
 from dynquota.operator.ports import LeaderView, PolicyRecord, PolicyStatusSink
 from dynquota.operator.reporting import Reporter
 from dynquota.operator.stall import StallWatch
+from dynquota.operator.write_failures import WriteFailures
 from dynquota.operator.write_gate import STATUS, WriteGate
-from dynquota.policy.readiness import policy_readiness
+from dynquota.policy.readiness import WriteFailure, policy_readiness
 from dynquota.policy.status import (
     PolicyTally,
     guarded_condition,
@@ -57,6 +59,8 @@ class PolicyStatusWriter:
         metrics: ``dynquota_managed_namespaces``, ``dynquota_frozen_namespaces``.
         stall: the quota controller's state (condition ``QuotaControllerStalled``).
         settings: the label keys the chart guards (condition ``Guarded``).
+        failures: the failing quota writes (``None``: none known), shown on the policy that
+            governs the namespace.
     """
 
     def __init__(
@@ -70,8 +74,10 @@ class PolicyStatusWriter:
         metrics: Metrics,
         stall: StallWatch,
         settings: Settings,
+        failures: WriteFailures | None = None,
     ) -> None:
         self.cluster = cluster
+        self.failures = failures
         self.sink = sink
         self.reporter = reporter
         self.write_gate = write_gate
@@ -130,6 +136,17 @@ class PolicyStatusWriter:
                     tally.winners[governance.policy] = tally.winners.get(governance.policy, 0) + 1
         return tallies, managed, frozen
 
+    def _failing(self) -> dict[str, list[WriteFailure]]:
+        """Policy -> the failing quota writes of the namespaces it governs now."""
+        found: dict[str, list[WriteFailure]] = {}
+        if self.failures is None:
+            return found
+        for failure in self.failures.of(self.failures.namespaces()):
+            governance = self.cluster.governance(failure.namespace)
+            if governance is not None and governance.policy is not None:
+                found.setdefault(governance.policy, []).append(failure)
+        return found
+
     async def _report_invalid_policy(
         self, name: str, record: PolicyRecord, frozen: int, old_valid: Mapping[str, Any]
     ) -> None:
@@ -174,6 +191,7 @@ class PolicyStatusWriter:
         for name in list(self._invalid_reported):
             if name not in policies or policies[name].info.valid:
                 del self._invalid_reported[name]
+        failing = self._failing()
         written = 0
         for name, record in list(policies.items()):
             info = record.info
@@ -198,7 +216,9 @@ class PolicyStatusWriter:
             if info.valid:
                 wanted.append((STALLED, *stall_condition(self.stall.current)))
             # the summary for people, Flux and kstatus: Ready, Reconciling, Stalled
-            wanted += policy_readiness({t: {"status": st, "message": m} for t, st, _, m in wanted})
+            wanted += policy_readiness(
+                {t: {"status": st, "message": m} for t, st, _, m in wanted}, failing.get(name, [])
+            )
             # the stored conditions of other types first, as stored; then ours, in order
             known = {type_ for type_, *_ in wanted} | {"Shadowed", "Guarded", STALLED}
             kept = [c for t, c in old_conditions.items() if t not in known]

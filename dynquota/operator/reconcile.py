@@ -134,12 +134,27 @@ class Reconciler:
         """Per namespace in dry run, the quota dynquota would have (kept in memory only)."""
         self._uncounted: dict[str, dict[str, float]] = {}  # ns -> status-driven key -> since
         self._excess_since: dict[str, dict[str, float]] = {}  # ns -> key -> status.used > tally
+        # ns -> the keys a quiet namespace's first run took as phantom: admission's charge
+        # arrived before the object's own event, whose tally change then runs it at once
+        self._confirming: dict[str, frozenset[str]] = {}
 
     def forget(self, namespace: str) -> None:
         """``namespace`` was deleted: what was remembered of it goes."""
         self._uncounted.pop(namespace, None)
         self._excess_since.pop(namespace, None)
+        self._confirming.pop(namespace, None)
         self.simulated.pop(namespace, None)
+
+    def confirms(self, namespace: str, resource: str) -> bool:
+        """Whether a tally change of ``resource`` in ``namespace`` confirms a charge the
+        namespace's first run after a quiet spell took as phantom (``status.used`` ahead of
+        the tally): it is then decided at once, not at the end of the coalescing window.
+        Answers yes once per such run."""
+        keys = self._confirming.get(namespace)
+        if keys is None or resource not in keys:
+            return False
+        del self._confirming[namespace]
+        return True
 
     async def reconcile(self, namespace: str) -> Outcome:
         """Decide and apply the managed quota of ``namespace`` (the workqueue's handler).
@@ -172,6 +187,8 @@ class Reconciler:
             self.forget_everywhere(namespace)
             return Outcome(), "ok"
         if governance.kind == "excluded":
+            # e.g. being deleted: its series go now, not at the namespace's DELETED event
+            self.reporter.not_governed(namespace)
             return Outcome(), "ok"
         if governance.warning:
             await self.reporter.warn_once(
@@ -183,11 +200,11 @@ class Reconciler:
             )
         dry_run = self.settings.dry_run or governance.dry_run
         result: ReconcileResult
-        # The first event of a quiet namespace decides from the quota its watch just delivered
-        # (no GET on the reaction path); every other attempt reads it afresh. Either way a patch
+        # Decide from the quota its watch delivered once that copy shows this replica's own
+        # last write (no GET on the reaction path); a retry reads it afresh. Either way a patch
         # is conditional on the resourceVersion decided from, so it never overwrites a change it
         # has not seen (409: read again); anything but a patch is decided again from a GET.
-        watched = self.cluster.watched(namespace) if self.queue.leading(namespace) else None
+        watched = self.cluster.current(namespace)
         for attempt in range(CONFLICT_RETRIES + 1 + (watched is not None)):
             from_watch = attempt == 0 and watched is not None
             current = watched if from_watch else await self.quotas.get(namespace)
@@ -272,6 +289,10 @@ class Reconciler:
         tally = self.cluster.tally(namespace, now)
         self.stall.observe_usage(namespace, current, tally, status_used, now)
         phantom = self._phantom(namespace, tally, status_used, now)
+        if phantom and self.queue.leading(namespace):
+            self._confirming[namespace] = phantom
+        else:
+            self._confirming.pop(namespace, None)
         observed = observe(governance, status_used, tally, phantom)
         usage = observed.usage
         peak: dict[str, int] = {}

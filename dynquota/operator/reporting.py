@@ -14,9 +14,10 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 
 from cachetools import TTLCache
+from prometheus_client import Gauge
 
 from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
@@ -37,7 +38,7 @@ from dynquota.policy import (
     unit_for,
 )
 from dynquota.policy.decide import reject_unmanaged_override
-from dynquota.policy.forecast import Trend, eta
+from dynquota.policy.forecast import Trend, etas
 from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = ["NEW_VALUE_AFTER", "Reporter", "observe_trend"]
@@ -62,8 +63,10 @@ def observe_trend(
     trend = view.trends.setdefault(key, Trend())
     trend.observe(steady, used)
     hard = current.hard_int(key) if current is not None else None
-    for limit, value in (("hard", hard), ("maximum", maximum)):
-        if value is not None and (left := eta(trend, value, steady)) is not None:
+    limits = [("maximum", maximum)] if hard is None else [("hard", hard), ("maximum", maximum)]
+    found = etas(trend, [value for _, value in limits], steady)
+    for (limit, _), left in zip(limits, found, strict=True):
+        if left is not None:
             view.exhaustion[(key, limit)] = left
 
 
@@ -101,6 +104,9 @@ class Reporter:
         self._optional: dict[str, set[tuple[str, ...]]] = {}
         """Per namespace, the quota keys it has per-key metric series for."""
         self._overrides: set[str] = set()
+        # ns -> (gauge, key) -> its labelled child: ``labels()`` costs a lock and a tuple
+        # build, 15 times a decision; every removal of a series goes through this class
+        self._children: dict[str, dict[tuple[int, str], Any]] = {}
         # keyed by (namespace or object, reason, cause): never by message, which carries usage
         # and tenant text
         self._warned: TTLCache[tuple[str, str, str], tuple[str, float]] = TTLCache(
@@ -116,23 +122,60 @@ class Reporter:
         """The view of ``namespace`` (made empty on first use)."""
         return self.views.setdefault(namespace, NamespaceView())
 
+    def _child(self, gauge: Gauge, namespace: str, resource: str) -> Any:
+        """The series of ``gauge`` for ``(namespace, resource)`` (made on first use)."""
+        children = self._children.setdefault(namespace, {})
+        child = children.get((id(gauge), resource))
+        if child is None:
+            child = children[(id(gauge), resource)] = gauge.labels(namespace, resource)
+        return child
+
+    def _forget_series(self, namespace: str, resources: Iterable[str]) -> None:
+        """Remove the per-key series of ``namespace`` for ``resources``."""
+        resources = tuple(resources)
+        children = self._children.get(namespace)
+        if children is not None:
+            for key in [k for k in children if k[1] in resources]:
+                del children[key]
+            if not children:
+                del self._children[namespace]
+        self.metrics.forget_namespace(namespace, resources)
+
     def forget(self, namespace: str) -> None:
         """``namespace`` was deleted: its view and metric series go."""
         self.views.pop(namespace, None)
-        self._overrides.discard(namespace)
-        with contextlib.suppress(KeyError):
-            self.metrics.overrides_active.remove(namespace)
-        self.metrics.forget_namespace(
-            namespace, self._metric_keys.pop(namespace, TRACKED_RESOURCES)
-        )
+        if namespace in self._overrides:
+            self._overrides.discard(namespace)
+            with contextlib.suppress(KeyError):
+                self.metrics.overrides_active.remove(namespace)
+        self._forget_series(namespace, self._metric_keys.pop(namespace, TRACKED_RESOURCES))
+        self._children.pop(namespace, None)
         self._optional.pop(namespace, None)
+
+    def not_governed(self, namespace: str) -> None:
+        """No policy governs ``namespace`` now (unmanaged, excluded, being deleted): its
+        per-namespace series go at once, with their ``enforcement`` label; its view stays.
+        Cheap when it has none (dictionary lookups)."""
+        if namespace in self._overrides:
+            self._overrides.discard(namespace)
+            with contextlib.suppress(KeyError):
+                self.metrics.overrides_active.remove(namespace)
+        keys = self._metric_keys.pop(namespace, None)
+        self._optional.pop(namespace, None)
+        if keys is not None:
+            self._forget_series(namespace, keys)
+        else:
+            self.metrics.forget_enforcement(namespace)
+        self._children.pop(namespace, None)
 
     def quota_deleted(self, namespace: str, why: str) -> None:
         """dynquota deleted the managed quota of ``namespace`` (``why``): the view says so and
         its hard series go."""
         view = self.record_view(namespace, "delete", (why,))
         view.hard = {}
+        children = self._children.get(namespace, {})
         for resource in self._metric_keys.get(namespace, TRACKED_RESOURCES):
+            children.pop((id(self.metrics.hard), resource), None)
             with contextlib.suppress(KeyError):
                 self.metrics.hard.remove(namespace, resource)
 
@@ -152,8 +195,7 @@ class Reporter:
         m = self.metrics
         if governance.kind != "managed" and namespace in self._metric_keys:
             # (only this method sets these series: none to remove for a namespace not in it)
-            m.forget_namespace(namespace, self._metric_keys.pop(namespace))
-            self._optional.pop(namespace, None)
+            self.not_governed(namespace)
         view = self.view(namespace)
         view.usage = dict(usage)
         view.tally = dict(tally)
@@ -168,7 +210,7 @@ class Reporter:
         keys = resource_order(governance.profiles)
         stale = self._metric_keys.get(namespace, set()) - set(keys)
         if stale:
-            m.forget_namespace(namespace, stale)
+            self._forget_series(namespace, stale)
         self._metric_keys[namespace] = set(keys)
         optional = self._optional.setdefault(namespace, set())
         for resource in keys:
@@ -176,8 +218,8 @@ class Reporter:
             unit = unit_for(resource)
             hard = current.hard_int(resource) if current is not None else None
             if hard is not None:
-                m.hard.labels(namespace, resource).set(unit.base(hard))
-            m.maximum.labels(namespace, resource).set(unit.base(profile.maximum))
+                self._child(m.hard, namespace, resource).set(unit.base(hard))
+            self._child(m.maximum, namespace, resource).set(unit.base(profile.maximum))
             if resource not in usage and hard is not None:
                 # in the quota but not counted: held (docs/metrics.md)
                 m.usage_unknown.labels(namespace, resource).set(1)
@@ -190,11 +232,13 @@ class Reporter:
             if resource not in usage:
                 continue  # not in the quota (held for a default, or KeyNotCounted): no usage
             used = usage[resource]
-            m.usage.labels(namespace, resource).set(unit.base(used))
-            m.target.labels(namespace, resource).set(
+            self._child(m.usage, namespace, resource).set(unit.base(used))
+            self._child(m.target, namespace, resource).set(
                 unit.base(target(used, profile, unit.granularity))
             )
-            m.above_maximum.labels(namespace, resource).set(1 if used > profile.maximum else 0)
+            self._child(m.above_maximum, namespace, resource).set(
+                1 if used > profile.maximum else 0
+            )
             for limit in ("hard", "maximum"):
                 left = view.exhaustion.get((resource, limit))
                 if left is not None:
@@ -205,9 +249,11 @@ class Reporter:
                     with contextlib.suppress(KeyError):
                         m.exhaustion.remove(namespace, resource, limit)
             if resource in tally:
-                m.tally.labels(namespace, resource).set(tally[resource])
+                self._child(m.tally, namespace, resource).set(tally[resource])
                 if resource in status_used:
-                    m.drift.labels(namespace, resource).set(tally[resource] - status_used[resource])
+                    self._child(m.drift, namespace, resource).set(
+                        tally[resource] - status_used[resource]
+                    )
 
     async def report_decision(
         self,
@@ -220,8 +266,10 @@ class Reporter:
         """Log, count and post ``decision`` for ``namespace`` and record it in the view:
         ``quota`` is the managed quota afterwards (``None``: none), ``simulated`` the one a
         dry run keeps in memory (its hard and override are reported instead)."""
-        # the per-namespace series say whether their hard is enforced or a dry run's
-        self.metrics.set_enforcement(namespace, "dry-run" if decision.dry_run else "enforced")
+        # the per-namespace series say whether their hard is enforced or a dry run's (a
+        # namespace no policy governs has none: report_usage removed them)
+        if governance.kind == "managed":
+            self.metrics.set_enforcement(namespace, "dry-run" if decision.dry_run else "enforced")
         if decision.action == "delete" and not decision.dry_run:
             pass  # logged, and its hard series removed, by the deleter
         elif decision.action != "nothing" or decision.changes:
@@ -239,23 +287,32 @@ class Reporter:
                     old_q, new_q = parse_quantity(change.old), parse_quantity(change.new)
                     direction = "up" if new_q > old_q else "down"
                     self.metrics.resizes.labels(direction, change.kind).inc()
-            if quota is not None and governance.kind == "managed":
-                for resource in resource_order(governance.profiles):
+            if quota is not None and governance.kind == "managed" and decision.action != "nothing":
+                for resource in resource_order(governance.profiles):  # (else report_usage's)
                     hard = quota.hard_int(resource)
                     if hard is not None:
-                        self.metrics.hard.labels(namespace, resource).set(
+                        self._child(self.metrics.hard, namespace, resource).set(
                             unit_for(resource).base(hard)
                         )
-        elif decision.hard:
-            for resource, value in decision.hard.items():
-                self.metrics.hard.labels(namespace, resource).set(unit_for(resource).base(value))
+        elif governance.kind == "managed":
+            # the simulated quota's hard (a decision that changes nothing carries none: the
+            # series went when the enforced quota was released, and must not stay away)
+            simulated_hard = simulated.hard if simulated is not None else {}
+            for resource in resource_order(governance.profiles):
+                value = decision.hard.get(resource)
+                if value is None and resource in simulated_hard:
+                    value = unit_for(resource).units(simulated_hard[resource])
+                if value is not None:
+                    self._child(self.metrics.hard, namespace, resource).set(
+                        unit_for(resource).base(value)
+                    )
         active = quota is not None and OVERRIDE_GRANTED_AT in quota.annotations
         if decision.dry_run:
             active = simulated is not None and (OVERRIDE_GRANTED_AT in simulated.annotations)
         if active:
             self._overrides.add(namespace)
             self.metrics.overrides_active.labels(namespace).set(1)
-        else:
+        elif namespace in self._overrides:
             self._overrides.discard(namespace)
             with contextlib.suppress(KeyError):
                 self.metrics.overrides_active.remove(namespace)

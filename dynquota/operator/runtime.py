@@ -165,6 +165,7 @@ class Runtime:
         )
         """The tenant projections (``AppliedDynamicQuota``), fed after every reconcile."""
         operator.reporter.on_reported = self.applied.observe
+        operator.budgets.on_status = self.applied.budget_status  # a joiner's figures, promptly
         if isinstance(self.gate, LeaderGate):
             self.gate.on_change = self.operator.on_leadership
         else:

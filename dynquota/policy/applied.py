@@ -116,16 +116,22 @@ _FIGURE_KEYS: Final = ("used", "granted", "free")
 
 
 def should_write(
-    old: Projection | None, new: Projection, written_at: float | None, now: float
+    old: Projection | None,
+    new: Projection,
+    written_at: float | None,
+    now: float,
+    prompt: bool = False,
 ) -> bool:
     """Whether ``new`` must be written over ``old`` (``None``: none stored), last written at
     ``written_at`` (``None``: unknown, e.g. listed after a restart): at once when its stable
-    part differs; when only the figures do, once :data:`FIGURES_REFRESH` seconds passed."""
+    part differs; when only the figures do, once :data:`FIGURES_REFRESH` seconds passed, or at
+    once with ``prompt`` (a namespace that just joined its budget, whose figures did not count
+    it yet)."""
     if old is None or old.stable != new.stable:
         return True
     if old.figures == new.figures:
         return False
-    return written_at is None or now - written_at >= FIGURES_REFRESH
+    return prompt or written_at is None or now - written_at >= FIGURES_REFRESH
 
 
 def project(

@@ -9,12 +9,14 @@ DynamicQuotaPolicy's ``spec.resources``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dynquota.policy.keys import conflicting_aliases, refused_keys
-from dynquota.policy.profiles import bound_units
+from dynquota.policy.profiles import MAX_COUNT, bound_units
 from dynquota.policy.units import unit_for
 from dynquota.quantity import parse_quantity
 
@@ -30,8 +32,9 @@ class QuotaBudgetSpec(BaseModel):
     (:func:`~dynquota.policy.units.unit_for`: millicores, bytes, objects). At least one key.
 
     Raises (``pydantic.ValidationError``): a key the quota system does not count, an alias
-    with its long form, a negative or malformed amount, a fraction for an integer key, an
-    empty ``hard``, any other field (``namespaceSelector`` went in issue #22: the namespace
+    with its long form, a negative or malformed amount, a fraction for an integer key or of a
+    millicore, a count above :data:`~dynquota.policy.profiles.MAX_COUNT`, an empty ``hard``,
+    any other field (``namespaceSelector`` went in issue #22: the namespace
     label ``dynquota.io/budget`` says which budget a namespace is in).
     """
 
@@ -52,19 +55,36 @@ class QuotaBudgetSpec(BaseModel):
 
 
 def _amount(key: str, value: object) -> int:
-    """``value`` as whole units of ``key``, as a policy's ``maximum`` is read (same messages)."""
+    """``value`` as whole units of ``key``, as a policy's ``maximum`` is read (same messages),
+    and as a ResourceQuota with that hard holds it (measured on kube-apiserver 1.37,
+    ``docs/budgets.md``, "Amounts as a ResourceQuota reads them"):
+
+    - a count as a quantity string of a whole number (``"60"``, ``"1k"``, ``"1000m"`` = 1),
+      at most :data:`~dynquota.policy.profiles.MAX_COUNT`;
+    - a fraction of a byte (``requests.memory: "0.5"``, ``requests.storage: "1.5"``): a
+      ResourceQuota keeps it to the milli-byte, rounded up (``500m``, ``1500m``; ``"0.9999"``
+      is stored as ``1``) and admits no more whole bytes than the floor of that, so the
+      budget is that floor (0, 1 byte): a slice is a whole number of bytes, and rounding up
+      would grant more than the budget;
+    - a fraction of a millicore (``"0.5m"``) is refused: a ResourceQuota rounds it *up* to
+      ``1m``, more than the budget says.
+    """
     unit = unit_for(key)
     units = bound_units(key, unit, "hard", value)
     if isinstance(units, bool) or not isinstance(units, int):
         raise ValueError(f"{key}: hard must be a whole number, not {value!r}")
     if units < 0:
         raise ValueError(f"{key}: hard must not be negative, not {value!r}")
-    if (
-        not unit.counted
-        and isinstance(value, str)
-        and units * unit.step != parse_quantity(value).value
-    ):
-        # a cap read rounded up would grant more than the budget (0.5m -> 1m)
-        whole = "millicores" if unit.step < 1 else "bytes"
-        raise ValueError(f"{key}: hard must be a whole number of {whole}, not {value!r}")
+    if unit.counted and units > MAX_COUNT:
+        raise ValueError(f"{key}: hard must be at most {MAX_COUNT}, not {value!r}")
+    if not unit.counted and isinstance(value, str):
+        amount = parse_quantity(value).value
+        if units * unit.step != amount:
+            if unit.step >= 1:  # bytes: a ResourceQuota keeps it to the milli-byte, rounded
+                # up ("0.9999" is stored as 1), and admits the whole bytes below that
+                return math.floor(math.ceil(amount * 1000) / Decimal(1000))
+            raise ValueError(
+                f"{key}: hard must be a whole number of millicores, not {value!r} (a "
+                "ResourceQuota rounds it up to the next millicore, more than the budget)"
+            )
     return units

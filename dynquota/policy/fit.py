@@ -54,9 +54,11 @@ MAX_STEPS: Final = 10_000
 """At most this many raise steps are simulated (a guard; a 1,000 maximum from 10 at a 40 %
 buffer takes 15)."""
 
-BlockReason = Literal["fixed", "maximum", "budget", "buffer", "not-growing"]
+BlockReason = Literal["fixed", "maximum", "budget", "over-budget", "buffer", "not-growing"]
 """Why a key holds pods back for good: ``fixed`` (a quota or key dynquota does not size),
 ``maximum`` (at the policy maximum), ``budget`` (at the budget slice plus its free room),
+``over-budget`` (the same, the budget's free room negative: its namespaces hold more than its
+hard, and no member grows until some give room back),
 ``buffer`` (one pod needs more than the room the target leaves: the key never grows for it),
 ``not-growing`` (dynquota sizes it but records no raise: not enforced, or frozen). A group
 refused whatever the room (:attr:`Group.refused`) has no blocker: its reason is the refusal."""
@@ -75,6 +77,8 @@ class Growth:
         cap: the most the key may be raised to besides the maximum, in units (a budget's
             slice plus its free room), or ``None``.
         budget: the budget's name, when ``cap`` is a budget's.
+        free: the budget's free room in units (negative when it is over budget), when ``cap``
+            is a budget's, else ``None``.
     """
 
     profile: ResourceProfile
@@ -82,6 +86,7 @@ class Growth:
     next_raise_after: int | None = None
     cap: int | None = None
     budget: str = ""
+    free: int | None = None
 
     def want(self, used: int) -> int:
         """The hard a raise would set for usage ``used``: ``target(used)`` capped at
@@ -278,5 +283,5 @@ def _why(lim: Limit, hard: int) -> BlockReason:
     if hard >= growth.profile.maximum:
         return "maximum"
     if growth.cap is not None and hard >= growth.cap:
-        return "budget"
+        return "over-budget" if growth.free is not None and growth.free < 0 else "budget"
     return "buffer"

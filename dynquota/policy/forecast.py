@@ -56,6 +56,7 @@ __all__ = [
     "WINDOW",
     "Trend",
     "eta",
+    "etas",
 ]
 
 WINDOW: Final = 900.0
@@ -140,37 +141,53 @@ def eta(trend: Trend, limit: int, now: float, horizon: float = HORIZON) -> float
     is at or above ``limit`` (or the trend says it is there by now); ``None`` when those
     samples are fewer than :data:`MIN_SAMPLES`, the usage is not growing (over them and over
     their newer half), or the forecast is beyond ``horizon`` seconds. Raises nothing."""
+    return etas(trend, (limit,), now, horizon)[0]
+
+
+def etas(
+    trend: Trend, limits: Sequence[int], now: float, horizon: float = HORIZON
+) -> list[float | None]:
+    """:func:`eta` for each of ``limits`` (the key's units), in their order, fitting the
+    samples once (a decision asks for the quota's hard and the policy's maximum)."""
     first = bisect_left(trend._times, now - trend.window)  # older: stale, not looked at since
-    xs = [t - now for t in trend._times[first:]]  # seconds, <= 0: the fits' x = 0 is now
     ys = trend._usage[first:]
     if not ys:
-        return None
+        return [None for _ in limits]
     newest = ys[-1]
-    if newest >= limit:
-        return 0.0
     if len(ys) < MIN_SAMPLES:
-        return None
+        return [0.0 if newest >= limit else None for limit in limits]
+    xs = [t - now for t in trend._times[first:]]  # seconds, <= 0: the fits' x = 0 is now
     line = _fit(xs, ys)
     half = len(xs) // 2
-    recent = _fit(xs[half:], ys[half:])
-    if line is None or recent is None or line[0] <= 0 or recent[0] <= 0:
-        return None
+    recent = _fit(xs[half:], ys[half:]) if line is not None and line[0] > 0 else None
+    if line is None or recent is None or recent[0] <= 0:
+        return [0.0 if newest >= limit else None for limit in limits]
     slope, at_now, line_error = line
-    seconds = (limit - at_now) / slope
+    curve = None
     if len(ys) >= CURVE_SAMPLES and min(ys) > 0:
-        curve = _fit(xs, [math.log(y) for y in ys])
-        if curve is not None and curve[0] > 0:
-            rate, log_at_now, _ = curve  # its error in usage units, as the line's:
+        fitted = _fit(xs, [math.log(y) for y in ys])
+        if fitted is not None and fitted[0] > 0:
+            rate, log_at_now, _ = fitted  # its error in usage units, as the line's:
             curve_error = sum(
                 [(y - math.exp(log_at_now + rate * x)) ** 2 for x, y in zip(xs, ys, strict=True)]
             )
-            on_curve = (math.log(limit) - log_at_now) / rate
-            span = xs[-1] - xs[0]
             removed = (line_error - curve_error) * (len(ys) - 2)
-            if removed > CURVE_EVIDENCE * curve_error and on_curve <= CURVE_REACH * span:
+            if removed > CURVE_EVIDENCE * curve_error:
+                curve = (rate, log_at_now, xs[-1] - xs[0])
+    answers: list[float | None] = []
+    for limit in limits:
+        if newest >= limit:
+            answers.append(0.0)
+            continue
+        seconds = (limit - at_now) / slope
+        if curve is not None:
+            rate, log_at_now, span = curve
+            on_curve = (math.log(limit) - log_at_now) / rate
+            if on_curve <= CURVE_REACH * span:
                 seconds = on_curve
-    seconds = max(0.0, seconds)
-    return seconds if seconds <= horizon else None
+        seconds = max(0.0, seconds)
+        answers.append(seconds if seconds <= horizon else None)
+    return answers
 
 
 def _fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float] | None:

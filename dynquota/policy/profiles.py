@@ -25,6 +25,7 @@ from dynquota.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "DEFAULT_PROFILES",
+    "MAX_COUNT",
     "ResourceProfile",
     "bound_units",
     "fill_resources",
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 _INT64_MAX: Final = 2**63 - 1
+MAX_COUNT: Final = _INT64_MAX
+"""The largest count a policy bound or a budget takes (9223372036854775807): the largest whole
+number Kubernetes' CEL quantity library (``isInteger``) and a CRD's JSON integer hold."""
 
 _STRICT = ConfigDict(
     frozen=True, extra="forbid", strict=True, validate_by_name=True, validate_by_alias=True
@@ -222,7 +226,8 @@ def bound_units(key: str, unit: KeyUnit, field: str, value: object) -> object:
 
 
 def _whole_count(key: str, field: str, text: str) -> int:
-    """A counted key's quantity string as an integer (``"60"`` -> 60, ``"1k"`` -> 1000)."""
+    """A counted key's quantity string as an integer (``"60"`` -> 60, ``"1k"`` -> 1000,
+    ``"1000m"`` -> 1, as a ResourceQuota reads it), at most :data:`MAX_COUNT`."""
     try:
         quantity = parse_quantity(text)
     except QuantityError as exc:
@@ -233,6 +238,8 @@ def _whole_count(key: str, field: str, text: str) -> int:
         raise ValueError(f"{key}: {field} must be a whole number, not {text!r}")
     if quantity.value < 0:
         raise ValueError(f"{key}: {field} must not be negative, not {text!r}")
+    if quantity.value > MAX_COUNT:
+        raise ValueError(f"{key}: {field} must be at most {MAX_COUNT}, not {text!r}")
     return int(quantity.value)
 
 

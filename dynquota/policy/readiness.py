@@ -15,11 +15,15 @@ DynamicQuotaPolicy:
 - ``QuotaControllerStalled=True``: Ready False, Stalled True (``QuotaControllerStalled``):
   nothing dynquota can do until kube-controller-manager recovers.
 - no ``Valid`` yet: Ready Unknown, Reconciling True (``NotObserved``).
+- a write of a governed namespace's managed quota failing (``failures``, below): Ready False
+  and, refused (400/401/403/422: RBAC, an admission policy), Stalled True, or failing
+  (429, 5xx, no answer: retried), Reconciling True.
 - otherwise Ready True (``Applied``; the message notes a ``Shadowed`` or unguarded policy).
 
 QuotaBudget:
 
 - ``Valid=False``: Ready False, Stalled True (``InvalidSpec``).
+- a write of a member's managed quota failing: as for a policy.
 - ``OverBudget=True``: Ready False, Stalled True (``OverBudget``): nothing is granted until
   usage falls or the budget is raised.
 - ``AtRisk=True``: Ready False, Reconciling True (``AtRisk``): a member has no enforced slice
@@ -28,11 +32,20 @@ QuotaBudget:
 - no ``Valid`` yet: Ready Unknown, Reconciling True (``NotObserved``).
 - otherwise Ready True (``Enforced``; ``Rebalancing=False/Waiting`` — demand waiting for room
   — is the budget working, not a fault, and is named in the message).
+
+A failing write (:class:`WriteFailure`) lasts until a write of the same writer in that
+namespace succeeds (``operator/write_failures.py``); the reason of the three summary
+conditions is ``QuotaWrite`` and the apiserver's Status reason (``QuotaWriteForbidden``,
+``QuotaWriteInvalid``, ``QuotaWriteServiceUnavailable``; ``QuotaWriteNoAnswer`` without
+one; a condition's reason admits no ``-``, so the namespace is in the message), the message
+names the namespaces, verbs and HTTP statuses.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, MutableSequence, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from dynquota.policy.profiles import resource_order
@@ -42,8 +55,10 @@ from dynquota.policy.units import unit_for
 __all__ = [
     "READINESS_TYPES",
     "Readiness",
+    "WriteFailure",
     "budget_readiness",
     "budget_summary",
+    "failure_readiness",
     "policy_readiness",
     "set_readiness",
 ]
@@ -56,6 +71,79 @@ Readiness = tuple[str, str, str, str]
 
 Kind = Literal["DynamicQuotaPolicy", "QuotaBudget"]
 _Conditions = Mapping[str, Mapping[str, Any]]
+
+
+MAX_FAILURES_SHOWN: Final = 3
+"""Failures named in a condition's message before ``and N more``."""
+MAX_APISERVER_MESSAGE: Final = 300
+"""Characters of the apiserver's message kept per failure (an admission policy's can be long)."""
+
+
+@dataclass(frozen=True)
+class WriteFailure:
+    """A write of a namespace's managed quota that the apiserver refused or that failed.
+
+    ``writer``: ``reconcile`` (the per-namespace writer, deleter, kill switch) or ``budget``
+    (a budget's slice patches); ``verb``: ``create``, ``patch`` or ``delete``; ``status``: the
+    HTTP code (0: no answer); ``reason``: the Status reason (``Forbidden``; may be empty);
+    ``retryable``: 429, 5xx or no answer (the writer tries again), else refused (a human must
+    act: the operator's RBAC, an admission policy, a bad value).
+    """
+
+    namespace: str
+    writer: str
+    verb: str
+    status: int
+    reason: str
+    message: str
+    retryable: bool
+
+    @property
+    def condition_reason(self) -> str:
+        """``QuotaWrite<Status reason>``, e.g. ``QuotaWriteForbidden`` (``QuotaWriteNoAnswer``
+        for status 0, ``QuotaWriteHTTP<code>`` without a reason): a valid condition reason."""
+        if self.status == 0:
+            return "QuotaWriteNoAnswer"
+        reason = re.sub(r"[^A-Za-z0-9]", "", self.reason)
+        return f"QuotaWrite{reason}" if reason else f"QuotaWriteHTTP{self.status}"
+
+    def describe(self) -> str:
+        """``patch of the managed quota in team-a refused: 403 Forbidden: <message>``."""
+        text = (
+            self.message
+            if len(self.message) <= MAX_APISERVER_MESSAGE
+            else (self.message[: MAX_APISERVER_MESSAGE - 3] + "...")
+        )
+        if self.status == 0:
+            return f"{self.verb} of the managed quota in {self.namespace} got no answer: {text}"
+        what = "failed" if self.retryable else "refused"
+        code = f"{self.status} {self.reason}".strip()
+        return f"{self.verb} of the managed quota in {self.namespace} {what}: {code}: {text}"
+
+
+def failure_readiness(failures: Sequence[WriteFailure]) -> list[Readiness] | None:
+    """Ready False and Stalled True (a refusal among ``failures``) or Reconciling True (all
+    retryable), the reason of the first refusal (else the first failure), the message naming
+    each (at most :data:`MAX_FAILURES_SHOWN` texts, each once); ``None`` without failures."""
+    if not failures:
+        return None
+    ordered = sorted(failures, key=lambda f: (f.retryable, f.namespace, f.writer, f.verb))
+    refused = not ordered[0].retryable
+    # the reconcile's and the budget's patch refused alike read the same: said once
+    texts = list(dict.fromkeys(f.describe() for f in ordered))
+    shown = "; ".join(texts[:MAX_FAILURES_SHOWN])
+    if len(texts) > MAX_FAILURES_SHOWN:
+        shown += f"; and {len(texts) - MAX_FAILURES_SHOWN} more"
+    then = (
+        "not Ready until a write there succeeds; dynquota tries again: fix the operator's "
+        "rights or the admission policy that refuses it"
+        if refused
+        else "dynquota retries with backoff"
+    )
+    why = f"writes of managed quotas are not landing: {shown} ({then})"
+    return _three(
+        ("False", ordered[0].condition_reason, why), reconciling=not refused, stalled=refused
+    )
 
 
 def _is(conditions: _Conditions, type_: str, status: str) -> bool:
@@ -77,12 +165,18 @@ def _three(ready: tuple[str, str, str], reconciling: bool, stalled: bool) -> lis
     ]  # fmt: skip
 
 
-def policy_readiness(conditions: _Conditions) -> list[Readiness]:
+def policy_readiness(
+    conditions: _Conditions, failures: Sequence[WriteFailure] = ()
+) -> list[Readiness]:
     """Ready, Reconciling and Stalled of a DynamicQuotaPolicy from its other conditions
-    (``{type: condition}``, each with ``status`` and ``message``); see the module docstring."""
+    (``{type: condition}``, each with ``status`` and ``message``) and the failing writes of
+    the namespaces it governs; see the module docstring."""
     if _is(conditions, "Valid", "False"):
         why = f"the spec is invalid and its namespaces are frozen: {_message(conditions, 'Valid')}"
         return _three(("False", "InvalidSpec", why), reconciling=False, stalled=True)
+    failing = failure_readiness(failures)
+    if failing is not None:
+        return failing
     if _is(conditions, "QuotaControllerStalled", "True"):
         why = _message(conditions, "QuotaControllerStalled")
         return _three(("False", "QuotaControllerStalled", why), reconciling=False, stalled=True)
@@ -97,12 +191,17 @@ def policy_readiness(conditions: _Conditions) -> list[Readiness]:
     return _three(("True", "Applied", "; ".join(notes)), reconciling=False, stalled=False)
 
 
-def budget_readiness(conditions: _Conditions) -> list[Readiness]:
-    """Ready, Reconciling and Stalled of a QuotaBudget from its other conditions; see the
-    module docstring."""
+def budget_readiness(
+    conditions: _Conditions, failures: Sequence[WriteFailure] = ()
+) -> list[Readiness]:
+    """Ready, Reconciling and Stalled of a QuotaBudget from its other conditions and the
+    failing writes of its members' quotas; see the module docstring."""
     if _is(conditions, "Valid", "False"):
         why = f"the spec is invalid: {_message(conditions, 'Valid')}"
         return _three(("False", "InvalidSpec", why), reconciling=False, stalled=True)
+    failing = failure_readiness(failures)
+    if failing is not None:
+        return failing
     if _is(conditions, "OverBudget", "True"):
         why = _message(conditions, "OverBudget")
         return _three(("False", "OverBudget", why), reconciling=False, stalled=True)
@@ -125,19 +224,24 @@ def budget_readiness(conditions: _Conditions) -> list[Readiness]:
 
 
 def set_readiness(
-    conditions: MutableSequence[dict[str, Any]], kind: Kind, observed_generation: int, now: str
+    conditions: MutableSequence[dict[str, Any]],
+    kind: Kind,
+    observed_generation: int,
+    now: str,
+    failures: Sequence[WriteFailure] = (),
 ) -> bool:
     """Set Ready, Reconciling and Stalled in ``conditions`` (in place, after the other types;
     :func:`~dynquota.policy.status.set_condition` semantics: ``lastTransitionTime`` moves only
-    when a status changes) from the other conditions in it. Returns whether any changed.
+    when a status changes) from the other conditions in it and ``failures`` (the failing
+    writes of the object's namespaces). Returns whether any changed.
 
     ``kind``: ``DynamicQuotaPolicy`` or ``QuotaBudget``; ``now``: RFC 3339. Raises
     ``ValueError`` for another kind."""
     others = {str(c.get("type")): c for c in conditions if c.get("type") not in READINESS_TYPES}
     if kind == "DynamicQuotaPolicy":
-        wanted = policy_readiness(others)
+        wanted = policy_readiness(others, failures)
     elif kind == "QuotaBudget":
-        wanted = budget_readiness(others)
+        wanted = budget_readiness(others, failures)
     else:
         raise ValueError(f"no readiness for kind {kind!r}")
     changed = False

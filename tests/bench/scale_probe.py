@@ -6,9 +6,11 @@
 ``operator``: dynquota's operator (``dynquota.operator.runtime.run``, production defaults:
 coalescing 0.1 s, 4 workers), as its own process so its RSS and CPU are its own. Every second
 it writes STATS (JSON): RSS, CPU seconds, watch events received, objects held, informers
-synced, decisions, quota writes, and the reaction samples of REACTION_NS: seconds from the
-tally change an event caused (the informer's ``on_change``) to the quota patch being sent,
-and where that time went (a GET of the quota on the path or not; the rest).
+synced, decisions, the CPU seconds spent inside them (each reconcile's own steps on the
+event loop's thread, :func:`cpu_timed`), quota writes, and the reaction samples of
+REACTION_NS: seconds from the tally change an event caused (the informer's ``on_change``) to
+the quota patch being sent, and where that time went (a GET of the quota on the path or not;
+the rest).
 
 ``populate``: NAMESPACES namespaces PREFIX-i, then PODS pods bound to NODE (``spec.nodeName``:
 no scheduler, no kubelet; they stay Pending and count) and CONFIGMAPS small ConfigMaps,
@@ -18,30 +20,73 @@ round-robin, at most CONC requests in flight. Prints one JSON line with timings.
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import functools
 import json
 import os
 import sys
 import time
+import types
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Generator, Iterator
 from typing import Any
 
 import kubernetes_asyncio
 from bench_informer_probe import create_namespaces, create_retrying, rss_bytes  # same directory
+from prometheus_client import Counter
 
+from dynquota._k8s.workqueue import Outcome
 from dynquota.operator.runtime import Runtime, run
 from dynquota.settings import Settings
 
 
-def _sample(runtime: Runtime, name: str) -> float:
-    """Sum of every sample of a metric family (all label values)."""
-    total = 0.0
-    for family in runtime.metrics.registry.collect():
-        for sample in family.samples:
-            if sample.name == name:
-                total += sample.value
-    return total
+def _total(counter: Counter) -> float:
+    """Sum of a counter's ``_total`` samples over all label values (one family collected, not
+    the registry: the probe's own CPU is counted as the operator's)."""
+    return sum(
+        sample.value
+        for family in counter.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
+
+
+@types.coroutine
+def cpu_timed(
+    coro: Coroutine[Any, Any, Outcome], spent: list[float]
+) -> Generator[Any, Any, Outcome]:
+    """Drive ``coro`` as the task would, adding the CPU time of the event loop's thread spent in
+    each of its steps to ``spent[0]`` (seconds): what one decision costs, without the other
+    tasks that run while it awaits the apiserver."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        started = time.thread_time()
+        try:
+            yielded = coro.send(value) if error is None else coro.throw(error)
+        except StopIteration as stop:
+            spent[0] += time.thread_time() - started
+            result: Outcome = stop.value
+            return result
+        except BaseException:
+            spent[0] += time.thread_time() - started
+            raise
+        spent[0] += time.thread_time() - started
+        try:
+            value, error = (yield yielded), None
+        except BaseException as exc:  # cancellation, the reconcile's own timeout
+            value, error = None, exc
+
+
+def time_decisions(runtime: Runtime, spent: list[float]) -> None:
+    """Add the CPU seconds of every reconcile (:func:`cpu_timed`) to ``spent[0]``."""
+    reconciler = runtime.operator.reconciler
+    reconcile = reconciler.reconcile
+
+    async def timed(namespace: str) -> Outcome:
+        return await cpu_timed(reconcile(namespace), spent)
+
+    reconciler.reconcile = timed  # type: ignore[method-assign]
 
 
 def instrument(
@@ -138,10 +183,12 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
     reactions: list[float] = []
     phases: list[list[float]] = []
     holder: list[Runtime] = []
+    decision_cpu = [0.0]
 
     def got(runtime: Runtime) -> None:
         holder.append(runtime)
         instrument(runtime, reaction_ns, reactions, phases)
+        time_decisions(runtime, decision_cpu)
 
     stop = asyncio.Event()
 
@@ -161,13 +208,26 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
                 "objects": sum(s["objects"] for s in informers.values()),
                 "synced": all(s["synced"] for s in informers.values()),
                 "ready": runtime.ready.is_set(),
-                "decisions": _sample(runtime, "dynquota_reconciles_total"),
-                "writes": _sample(runtime, "dynquota_quota_writes_total"),
+                "decisions": _total(runtime.metrics.reconciles),
+                "decision_cpu": decision_cpu[0],
+                "writes": _total(runtime.metrics.quota_writes),
                 "reactions": reactions,
                 "phases": phases,
             }
             write_stats(stats_path, stats)
 
+    profile_path = os.environ.get("DYNQUOTA_SCALE_PROFILE")  # a cProfile dump, every 10 s
+    background: list[asyncio.Task[None]] = []  # held: a task nobody holds may be collected
+    if profile_path:
+        profiler = cProfile.Profile()
+        profiler.enable()
+
+        async def dump() -> None:
+            while True:
+                await asyncio.sleep(10)
+                profiler.dump_stats(profile_path)
+
+        background.append(asyncio.create_task(dump()))
     reporter = asyncio.create_task(report())
     try:
         await run(settings, stop_flag=stop, on_runtime=got)

@@ -21,8 +21,10 @@ same moments from ``/proc``:
 
 ``DYNQUOTA_SCALE_RUNS`` (``a,b``) selects the runs. Gates (asserted after the table is
 printed): at most 120 B retained per watched object and RSS under 250 MiB (a); reaction p99
-under 50 ms on an idle apiserver, one write per decision that changes hard, 0 writes at rest
-(b). Everything else is reported.
+under 50 ms on an idle apiserver, one write per decision that changes hard, 0 writes at rest,
+CPU per decision under 0.5 ms (the reconcile's own steps on the event loop's thread, timed in
+the operator's process) and CPU per 1,000 watch events at most a third of the kopf baseline's
+in the same run (b). Everything else is reported.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ REACTION_SAMPLES = knob("REACTION_SAMPLES", 20)
 MAX_BYTES_PER_OBJECT = 120
 MAX_RSS_MIB = 250
 MAX_IDLE_REACTION_P99_MS = 50
+MAX_DECISION_CPU_MS = 0.5
+MAX_CPU_SHARE_OF_KOPF = 1 / 3
 
 
 def mib(n: float) -> str:
@@ -121,7 +125,7 @@ class Proc:
         """Record /proc figures and the stats file's counters under ``label``."""
         figures = self.proc()
         stats = self.stats()
-        for key in ("events", "decisions", "writes", "objects"):
+        for key in ("events", "decisions", "decision_cpu", "writes", "objects"):
             if key in stats:
                 figures[key] = float(stats[key])
         figures["t"] = time.monotonic()
@@ -572,6 +576,9 @@ def test_scale_b_churn(tmp_path: Path, procs: list[Proc]) -> None:
         events = d1["events"] - d0["events"]
         decisions = d1["decisions"] - d0["decisions"]
         writes = d1["writes"] - d0["writes"]
+        cpu_per_decision_ms = (d1["decision_cpu"] - d0["decision_cpu"]) / max(decisions, 1) * 1e3
+        per_event = (d1["cpu"] - d0["cpu"]) / max(events, 1) * 1000
+        kopf_per_event = (k1["cpu"] - k0["cpu"]) / max(k_events, 1) * 1000
 
         def ms(values: list[float]) -> str:
             if not values:
@@ -589,11 +596,16 @@ def test_scale_b_churn(tmp_path: Path, procs: list[Proc]) -> None:
                 f"{results['pods']:,} pod lifecycles and {results['configmaps']:,} ConfigMaps "
                 f"in {churn_seconds:.0f} s",
                 f"dynquota: {events:,.0f} watch events, CPU {d1['cpu'] - d0['cpu']:.1f} s = "
-                f"{(d1['cpu'] - d0['cpu']) / max(events, 1) * 1000:.2f} s per 1,000 events; "
+                f"{per_event:.2f} s per 1,000 events; "
                 f"{decisions / churn_seconds:.1f} decisions/s, {writes / churn_seconds:.2f} "
                 f"writes/s ({decisions:,.0f} decisions, {writes:,.0f} writes)",
                 f"kopf baseline: {k_events:,.0f} events, CPU {k1['cpu'] - k0['cpu']:.1f} s = "
-                f"{(k1['cpu'] - k0['cpu']) / max(k_events, 1) * 1000:.2f} s per 1,000 events",
+                f"{kopf_per_event:.2f} s per 1,000 events",
+                f"CPU per 1,000 events: dynquota {per_event:.2f} s, kopf {kopf_per_event:.2f} s: "
+                f"dynquota/kopf {per_event / max(kopf_per_event, 1e-9):.2f} "
+                f"(gate <= {MAX_CPU_SHARE_OF_KOPF:.2f})",
+                f"CPU per decision (the reconcile's own steps): {cpu_per_decision_ms:.3f} ms "
+                f"(gate < {MAX_DECISION_CPU_MS} ms)",
                 comparison(d1, k1, "end of churn"),
                 comparison(d2, k2, f"after {REST_SECONDS} s at rest"),
                 f"reaction (tally change -> patch sent, in the operator) idle: {ms(idle)}; "
@@ -605,5 +617,7 @@ def test_scale_b_churn(tmp_path: Path, procs: list[Proc]) -> None:
         )
         assert rest_writes == 0
         assert r.writes == len(idle) + len(busy)
+        assert cpu_per_decision_ms < MAX_DECISION_CPU_MS
+        assert per_event <= MAX_CPU_SHARE_OF_KOPF * kopf_per_event
         assert percentile(idle, 99) * 1000 < MAX_IDLE_REACTION_P99_MS
         c.api.close()

@@ -671,8 +671,8 @@ def test_counts_as_quantity_strings_are_stored_and_valid(
     ("hard", "expected"),
     [
         ({"pods": "60.5"}, 'pods: the budget of object counts, extended resources and devices '
-         'is a whole number, such as 60 or "60" (quantity strings such as 500m or 4Gi are for '
-         "cpu, memory, ephemeral-storage, hugepages and storage keys)"),
+         'is a whole number, such as 60, "60" or "1000m" (quantity strings such as 500m or 4Gi '
+         "are for cpu, memory, ephemeral-storage, hugepages and storage keys)"),
         ({"pods": "-1"}, "pods: every budget must be non-negative: a whole number, or a "
          "quantity such as 60, 500m or 4Gi"),
         ({"secrets": 1, "count/secrets": 2}, "secrets and its long form (requests.<key> or "

@@ -82,8 +82,9 @@ def test_a_namespace_admin_learns_what_fits_now_and_when_the_rest_does(
                                  capsys)  # fmt: skip
         assert (code, err) == (1, "")
         document = json.loads(out)
-        assert document["summary"] == {"replicas": 12, "fitsNow": 10, "fitsLater": 2,
-                                       "never": 0, "allFitAt": next_raise}  # fmt: skip
+        assert document["summary"] == {"replicas": 12, "surge": 0, "fitsNow": 10,
+                                       "fitsLater": 2, "never": 0,
+                                       "allFitAt": next_raise}  # fmt: skip
         [web] = document["workloads"]
         assert web["later"] == [{"at": next_raise, "pods": 2}]
         assert web["nextRefusal"].endswith(
@@ -166,7 +167,8 @@ def test_a_namespace_admin_learns_what_fits_now_and_when_the_rest_does(
         assert (code, err) == (1, "")
         document = json.loads(out)
         assert document["workloads"][0]["refused"] is None
-        assert document["summary"]["fitsNow"] == 0
+        # web's 10 running pods are its own, not other usage: they are 10 of the 12 that fit
+        assert (document["summary"]["fitsNow"], document["summary"]["fitsLater"]) == (10, 2)
         [note] = [n for n in document["notes"] if "budget guard" in n]
         assert note.startswith(
             "the dry run of Deployment/web's pod was refused by dynquota's budget guard (pods"
@@ -229,5 +231,141 @@ def test_the_limit_range_port_defaults_as_the_apiserver_does(op_cluster: Operato
             "requests": {"cpu": "2", "memory": "64Mi"},
             "limits": {"cpu": "2", "memory": "128Mi"},
         }
+    finally:
+        op_cluster.delete_namespace(ns)
+
+
+LIMITS = {
+    "metadata": {"name": "limits"},
+    "spec": {"limits": [
+        {"type": "Container", "max": {"cpu": "1"}, "min": {"memory": "16Mi"},
+         "maxLimitRequestRatio": {"memory": "2"},
+         "defaultRequest": {"memory": "32Mi"}, "default": {"memory": "64Mi"}},
+        {"type": "Pod", "max": {"cpu": "1500m"}},
+    ]},
+}  # fmt: skip
+
+
+def _pod(*containers: dict[str, Any], init: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"image": "pause", **c} for c in containers]}
+    if init:
+        spec["initContainers"] = [{"image": "pause", **c} for c in init]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "lr-"}, "spec": spec}
+
+
+def _dry_run_refusal(op_cluster: OperatorCluster, ns: str, pod: dict[str, Any]) -> str | None:
+    """The apiserver's message refusing a dry-run create of ``pod`` (a 403), or ``None``."""
+    try:
+        op_cluster.core.create_namespaced_pod(ns, pod, dry_run="All")
+    except kubernetes.client.exceptions.ApiException as exc:
+        if exc.status != 403:
+            raise
+        return str(json.loads(exc.body or "{}")["message"])
+    return None
+
+
+def _judged(op_cluster: OperatorCluster, limit_range: dict[str, Any],
+            pods: list[dict[str, Any]]) -> list[tuple[str, str] | None]:  # fmt: skip
+    """``limit_range_refusal`` of each pod (defaulted here) in a namespace holding only
+    ``limit_range`` (as the apiserver stores it: its defaulting fills ``default`` from ``max``),
+    each asserted equal to what the apiserver's dry run (as admin) answers."""
+    from dynquota.admission.limitranger import apply_limit_range_defaults, limit_range_refusal
+
+    ns = op_cluster.new_namespace()
+    try:
+        name = limit_range["metadata"]["name"]
+        op_cluster.core.create_namespaced_limit_range(ns, limit_range)
+        stored = op_cluster.api.sanitize_for_serialization(
+            op_cluster.core.read_namespaced_limit_range(name, ns)
+        )
+        local = []
+        for pod in pods:
+            defaulted, _ = apply_limit_range_defaults(pod, [stored])
+            local.append(limit_range_refusal(defaulted, [stored]))
+            served = _dry_run_refusal(op_cluster, ns, pod)
+            said = local[-1]
+            assert (said is None) == (served is None), (pod, served, said)
+            if served is not None and said is not None:
+                assert served.endswith(f" is forbidden: {said[1]}"), (served, said)
+        return local
+    finally:
+        op_cluster.delete_namespace(ns)
+
+
+def test_the_limit_range_checks_refuse_as_the_apiserver_does(op_cluster: OperatorCluster) -> None:
+    """The min/max/ratio port (``limit_range_refusal``, what ``fit`` answers without a dry run)
+    against the apiserver's own refusals: Container and Pod items, a sidecar in the Pod's sum,
+    several violations in one aggregate, a Pod item's missing request and limit."""
+    cpu = {"requests": {"cpu": "600m"}, "limits": {"cpu": "600m"}}
+    ratio = {"requests": {"memory": "16Mi"}, "limits": {"memory": "64Mi"}}
+    pods = [
+        _pod({"name": "big", "resources": {"limits": {"cpu": "2"}}}),  # Container and Pod max
+        _pod({"name": "tiny", "resources": {"requests": {"memory": "8Mi"}}}),  # min
+        _pod({"name": "ratio", "resources": ratio}),
+        _pod(  # the Pod max: a sidecar adds to the containers' sum
+            {"name": "a", "resources": cpu},
+            {"name": "b", "resources": cpu},
+            init=({"name": "side", "resources": cpu, "restartPolicy": "Always"},),
+        ),
+        _pod({"name": "fine", "resources": cpu}),
+    ]
+    assert _judged(op_cluster, LIMITS, pods) == [
+        (
+            "limits",
+            "[maximum cpu usage per Container is 1, but limit is 2, maximum cpu usage "
+            "per Pod is 1500m, but limit is 2]",
+        ),
+        (  # the default limit 64Mi makes a ratio of 8 too
+            "limits",
+            "[minimum memory usage per Container is 16Mi, but request is 8Mi, memory max limit "
+            "to request ratio per Container is 2, but provided ratio is 8.000000]",
+        ),
+        (
+            "limits",
+            "memory max limit to request ratio per Container is 2, but provided ratio is 4.000000",
+        ),
+        ("limits", "maximum cpu usage per Pod is 1500m, but limit is 1800m"),
+        None,
+    ]
+    storage = {
+        "metadata": {"name": "storage"},
+        "spec": {"limits": [{"type": "Pod", "min": {"ephemeral-storage": "1Gi"},
+                             "max": {"ephemeral-storage": "3Gi"}}]},
+    }  # fmt: skip
+    tmp = {"requests": {"ephemeral-storage": "2Gi"}, "limits": {"ephemeral-storage": "2Gi"}}
+    plain, sized = _pod({"name": "c"}), _pod({"name": "c", "resources": tmp})
+    assert _judged(op_cluster, storage, [plain, sized]) == [
+        ("storage", "[minimum ephemeral-storage usage per Pod is 1Gi.  No request is specified, "
+                    "maximum ephemeral-storage usage per Pod is 3Gi.  No limit is specified]"),
+        None,
+    ]  # fmt: skip
+
+
+def test_a_view_only_tenant_is_told_the_limit_range_refuses_its_pods(
+    op_cluster: OperatorCluster, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A tenant with only ``view`` may not dry-run a create: ``fit`` checks the LimitRanges
+    here and says which one refuses the Deployment's pods (exit 1), not that they fit."""
+    ns = op_cluster.new_namespace()
+    try:
+        op_cluster.core.create_namespaced_limit_range(ns, LIMITS)
+        bob = f"bob-{uuid.uuid4().hex[:6]}"
+        bind_cluster_role(op_cluster.api, ns, bob, "view")
+        manifest = tmp_path / "big.yaml"
+        big = {"apiVersion": "apps/v1", "kind": "Deployment", **deployment("big", 3)}
+        big["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "2"}}
+        manifest.write_text(yaml.safe_dump(big))
+        code, out, err = run_cli(["fit", "-f", str(manifest), "-n", ns, "-o", "json",
+                                  "--kubeconfig", op_cluster.cp.kubeconfig, "--as", bob],
+                                 capsys)  # fmt: skip
+        assert (code, err) == (1, "")
+        document = json.loads(out)
+        [workload] = document["workloads"]
+        assert (workload["fitsNow"], workload["never"], workload["refused"]) == (
+            0, 3, "refused by LimitRange limits (checked here): [maximum cpu usage per Container "
+            "is 1, but limit is 2, maximum cpu usage per Pod is 1500m, but limit is 2]",
+        )  # fmt: skip
+        [dry] = document["notRead"]
+        assert dry["what"] == "a dry-run create of Deployment/big's pod"
     finally:
         op_cluster.delete_namespace(ns)

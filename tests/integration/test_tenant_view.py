@@ -6,6 +6,7 @@ raise, override rules, its budget's figures and its slice) — with kubectl's ac
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
@@ -109,6 +110,51 @@ def test_a_namespace_admin_reads_what_governs_it_and_nothing_of_another_tenant(
             b, {"metadata": {"labels": {"dynquota.io/managed": "false"}}}
         )
         wait_until(lambda: _applied(op_cluster, b) is None, "b's projection deleted", timeout=60)
+    finally:
+        op.stop()
+        op_cluster.delete_budget(team)
+
+
+def test_a_namespace_joining_a_budget_sees_figures_that_count_it_within_seconds(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: Any
+) -> None:
+    """Issue 30 follow-up, finding D: right after a namespace joined a budget its projection
+    showed the budget's figures of before (up to the 5-minute figures refresh). Joining is
+    event driven now: the figures that count the joiner are shown once the budget's status
+    does."""
+    tag = uuid.uuid4().hex[:6]
+    team = op_cluster.budget(f"join-{tag}", {"pods": 30})
+    op_cluster.policy(f"tj-{tag}", scope, pods=PODS)
+    member = op_cluster.new_namespace({**scope, BUDGET_LABEL: team})
+    joiner = op_cluster.new_namespace(scope)
+    op_cluster.create_pods(joiner, 3)  # usage the budget's used must count once it joined
+    op = start_operator()
+    try:
+
+        def budget_status() -> dict[str, Any]:
+            got = op_cluster.custom.get_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, team)
+            return dict(got.get("status") or {})
+
+        wait_until(lambda: member in (budget_status().get("namespaces") or {}), "the member")
+        wait_until(lambda: _applied(op_cluster, joiner), "the joiner's projection")
+        started = time.monotonic()
+        op_cluster.core.patch_namespace(joiner, {"metadata": {"labels": {BUDGET_LABEL: team}}})
+
+        def shown() -> dict[str, Any] | None:
+            stored = budget_status()
+            budget = (((_applied(op_cluster, joiner) or {}).get("status") or {}).get("budget")
+                      or {})  # fmt: skip
+            counted = joiner in (stored.get("namespaces") or {})
+            figures = {k: stored.get(k) for k in ("used", "granted", "free")}
+            same = all(budget.get(k) == v for k, v in figures.items())
+            return budget if counted and same else None
+
+        budget = wait_until(shown, "the joiner's figures counting it", timeout=30)
+        took = time.monotonic() - started
+        print(f"measured: the joiner's projection counted it {took:.1f} s after the label")
+        assert budget["name"] == team
+        assert budget["used"] == {"pods": "3"}  # the joiner's 3 pods (the member has none)
+        assert took < 20.0  # before: up to FIGURES_REFRESH (300 s) plus a sweep
     finally:
         op.stop()
         op_cluster.delete_budget(team)

@@ -9,7 +9,9 @@ passes on this repository, and fails on a copy with a contradiction planted in i
 - every object kind the chart renders, and every CRD, is named in docs/chart.md's objects
   table; every CRD is in Chart.yaml's Artifact Hub annotation;
 - what docs/chart.md says the chart leaves out is not shipped (a dashboard), and no page says
-  Secrets are not tracked while a ``secrets`` key is sized.
+  Secrets are not tracked while a ``secrets`` key is sized;
+- no page says the ``enforcement`` label of the per-namespace series is not wired (every series
+  ``unknown``) while the reporter sets it.
 """
 
 from __future__ import annotations
@@ -156,7 +158,31 @@ def secrets_problems(root: Path) -> list[str]:
     ]
 
 
-CHECKS = (version_problems, future_problems, chart_doc_problems, secrets_problems)
+_UNWIRED = re.compile(
+    r"until (that|the) call is wired|enforcement\W+label is not (yet )?wired|"
+    r"every (per-namespace )?series says `?unknown`?",
+    re.I,
+)
+
+
+def enforcement_problems(root: Path) -> list[str]:
+    """Pages saying the ``enforcement`` label is not wired, while each decision sets it."""
+    import inspect
+
+    from dynquota.operator import reporting
+
+    if "set_enforcement(" not in inspect.getsource(reporting.Reporter.report_decision):
+        return []
+    return [
+        f"{page.relative_to(root)}: says the enforcement label is not wired"
+        for page in pages(root)
+        if _UNWIRED.search(" ".join(page.read_text().split()))
+    ]
+
+
+CHECKS = (
+    version_problems, future_problems, chart_doc_problems, secrets_problems, enforcement_problems,
+)  # fmt: skip
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
@@ -258,3 +284,15 @@ def test_secrets_said_untracked_is_found(copy: Path) -> None:
         "Secrets are not tracked.\n\n## Deliberately left out",
     )
     assert secrets_problems(copy) == ["docs/chart.md: says Secrets are not tracked"]
+
+
+def test_an_enforcement_label_said_unwired_is_found(copy: Path) -> None:
+    plant(
+        copy / "docs/metrics.md",
+        "(`Reporter.report_decision` calls",
+        "(until that call is wired in, every series says `unknown`; `Reporter.report_decision` "
+        "calls",
+    )
+    assert enforcement_problems(copy) == [
+        "docs/metrics.md: says the enforcement label is not wired"
+    ]

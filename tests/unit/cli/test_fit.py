@@ -122,6 +122,53 @@ def test_a_manifest_that_cannot_be_read_says_where(text: str, message: str) -> N
     with pytest.raises(ManifestError) as caught:
         read_manifest(text, "m")
     assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+DEPLOYMENT = "kind: Deployment\nmetadata: {name: w}\nspec: {template: {spec: %s}}"
+STS = ("kind: StatefulSet\nmetadata: {name: db}\nspec: {template: {spec: {containers: []}}, "
+       "volumeClaimTemplates: %s}")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (DEPLOYMENT % "{containers: [{name: c, resources: {requests: {cpu: 1e3m}}}]}",
+         "m: Deployment/w: spec.template.spec.containers[0].resources.requests.cpu: invalid "
+         "quantity '1e3m': expected a signed decimal number with an optional suffix"),
+        (DEPLOYMENT % "{initContainers: [{name: i, resources: {limits: {memory: [1]}}}]}",
+         "m: Deployment/w: spec.template.spec.initContainers[0].resources.limits.memory: not a "
+         "quantity: [1]"),
+        (DEPLOYMENT % "{containers: [x]}",
+         "m: Deployment/w: spec.template.spec.containers[0] must be an object, not 'x'"),
+        (DEPLOYMENT % "{containers: {c: 1}}",
+         "m: Deployment/w: spec.template.spec.containers must be a list, not {'c': 1}"),
+        (DEPLOYMENT % "{containers: [{name: c, resources: 1}]}",
+         "m: Deployment/w: spec.template.spec.containers[0].resources must be an object, not 1"),
+        (DEPLOYMENT % "{overhead: {cpu: lots}}",
+         "m: Deployment/w: spec.template.spec.overhead.cpu: invalid quantity 'lots'"),
+        ("kind: Deployment\nmetadata: {name: w}\nspec: {template: [1]}",
+         "m: Deployment/w: spec.template must be an object, not [1]"),
+        ("kind: Deployment\nmetadata: {name: w}\nspec: {replicas: '3', template: {spec: {}}}",
+         "m: Deployment/w: spec.replicas must be a whole number >= 0, not '3'"),
+        ("kind: Deployment\nmetadata: [w]", "m: document 1: metadata must be an object, not ['w']"),
+        ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{resources: {requests: "
+         "{memory: 1 Gi}}}]}",
+         "m: Pod/p: spec.containers[0].resources.requests.memory: invalid quantity '1 Gi'"),
+        (STS % "[{metadata: {name: data}, spec: {resources: {requests: {storage: 4GB}}}}]",
+         "m: StatefulSet/db: spec.volumeClaimTemplates[0].spec.resources.requests.storage: "
+         "invalid quantity '4GB'"),
+        (STS % "[{spec: {}}]", "m: StatefulSet/db: spec.volumeClaimTemplates[0].metadata.name "
+         "is missing"),
+        (STS % "{data: 1}", "m: StatefulSet/db: spec.volumeClaimTemplates must be a list"),
+        ("a: [x\n", "m: not valid YAML: line 2, column 1: expected ',' or ']', but got '<stream "
+         "end>'"),
+    ],
+)  # fmt: skip
+def test_a_malformed_pod_or_claim_is_one_line_naming_the_object_and_field(
+    text: str, message: str
+) -> None:
+    test_a_manifest_that_cannot_be_read_says_where(text, message)
 
 
 QUOTAS = [
@@ -164,8 +211,8 @@ def test_the_answer_fills_now_then_each_raise_until_a_fixed_quota_holds() -> Non
     assert report.exit_code == 1
     document = fit_document(report)
     assert document["apiVersion"] == FIT_API_VERSION == "fit.dynquota.io/v1"
-    assert document["summary"] == {"replicas": 33, "fitsNow": 8, "fitsLater": 22, "never": 3,
-                                   "allFitAt": None}  # fmt: skip
+    assert document["summary"] == {"replicas": 33, "surge": 0, "fitsNow": 8, "fitsLater": 22,
+                                   "never": 3, "allFitAt": None}  # fmt: skip
     assert document["workloads"][1]["blockedBy"][0]["reason"] == "fixed"
     assert document["quotas"][1] == {
         "workload": "Deployment/web", "quota": "dynquota", "key": "pods", "hard": "10",
@@ -185,7 +232,24 @@ def test_everything_fitting_now_exits_zero() -> None:
         (2, (), 0, None),
     ]
     assert report.exit_code == 0
-    assert fit_document(report)["summary"]["allFitAt"] == "2026-12-01T09:50:00Z"
+    document = fit_document(report)
+    assert document["summary"]["allFitAt"] == "2026-12-01T09:50:00Z"
+    # every pod fits now: the workload's last pod fits at the time of the answer, not null
+    assert [w["allFitAt"] for w in document["workloads"]] == ["2026-12-01T09:50:00Z"] * 2
+    assert "all fit at" not in fit_text(report)  # said by "2 fit now"
+
+
+def test_quantities_are_printed_canonically_in_the_keys_format() -> None:
+    text = MANIFEST.replace('cpu: "1"', "cpu: 1e-1, memory: 1536e6")
+    [_, job] = candidates(text)
+    exponent = [quota("compute", {"requests.cpu": "2e3", "requests.memory": "1e12"},
+                      {"requests.cpu": "1.5", "requests.memory": "0"})]  # fmt: skip
+    report = evaluate("team-a", [job], exponent, None, NOW)
+    assert fit_text(report).splitlines()[1:4] == [
+        "QUOTA    KEY              HARD  USED   PER POD  FITS NOW  SIZED BY",
+        "compute  requests.cpu     2k    1500m  100m     19985     -",
+        "compute  requests.memory  1T    0      1536M    651       -",
+    ]
 
 
 def test_without_the_projection_dynquotas_quota_is_fixed() -> None:
@@ -197,18 +261,36 @@ def test_without_the_projection_dynquotas_quota_is_fixed() -> None:
     assert "not read: applieddynamicquotas/dynquota in team-a: 403: no" in fit_text(report)
 
 
-def test_a_budgeted_key_grows_only_up_to_its_slice_and_the_free_room() -> None:
+def budgeted(free: str) -> Any:
+    """Deployment/web's answer under a budget of 60 pods, slice 10, ``free`` pods free."""
     budget = {"name": "team", "hard": {"pods": "60"}, "slice": {"pods": "10"},
-              "free": {"pods": "6"}}  # fmt: skip
+              "free": {"pods": free}}  # fmt: skip
     status = applied({"nextRaiseAfter": "2026-12-01T09:40:00Z"}, budget)
     report = evaluate("team-a", candidates()[:1], QUOTAS, status, NOW)
-    [web] = report.workloads
+    assert not [n for n in report.notes if "cannot be read" in n]
+    return report.workloads[0]
+
+
+def test_a_budgeted_key_grows_only_up_to_its_slice_and_the_free_room() -> None:
+    web = budgeted("6")
     assert (web.fits_now, [(x.at, x.pods) for x in web.later], web.never) == (
         8, [("2026-12-01T09:50:00Z", 4), ("2026-12-01T09:55:00Z", 2)], 16,
     )  # fmt: skip
     [block] = web.blocked_by
     assert (block.reason, block.hard) == ("budget", "16")
     assert "QuotaBudget team" in block.message
+
+
+def test_a_budget_over_its_hard_is_the_blocker_not_an_unsized_quota() -> None:
+    web = budgeted("-2")
+    assert (web.fits_now, web.later, web.never) == (8, (), 22)
+    [block] = web.blocked_by
+    assert (block.reason, block.hard, block.used) == ("over-budget", "10", "10")
+    assert block.message == (
+        "quota dynquota pods (hard 10, used 10, 1 a pod): QuotaBudget team is over budget (2 "
+        "more granted than its hard): no member grows until some give room back; ask the "
+        "platform team for a larger budget"
+    )
 
 
 def test_a_policy_not_enforced_does_not_grow_and_a_refused_pod_never_fits() -> None:
@@ -245,11 +327,15 @@ def test_what_the_command_refuses_before_asking_the_cluster(
 ) -> None:
     manifest = tmp_path / "m.yaml"
     manifest.write_text(MANIFEST)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DEPLOYMENT % "{containers: [{name: c, resources: {requests: {cpu: 1e3m}}}]}")
     cases = [
         (["fit", "-f", str(tmp_path / "none.yaml")], "reading "),
         (["fit", "-f", str(manifest), "-n", "team-b"],
          "the manifest's namespace 'team-a' does not match -n 'team-b'"),
         (["fit", "-f", str(manifest), "--replicas", "-1"], "--replicas must be 0 or more, not -1"),
+        (["fit", "-f", str(bad)], f"{bad}: Deployment/w: spec.template.spec.containers[0]."
+         "resources.requests.cpu: invalid quantity '1e3m'"),
     ]  # fmt: skip
     for argv, message in cases:
         with pytest.raises(SystemExit) as caught:
@@ -258,3 +344,81 @@ def test_what_the_command_refuses_before_asking_the_cluster(
         err = capsys.readouterr().err
         assert err.startswith(f"dynquota: error: {message}"), err
         assert len(err.splitlines()) == 1
+
+
+STS = """
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 4
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: c, image: x, resources: {requests: {cpu: 100m}}}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {storageClassName: fast, resources: {requests: {storage: 4Gi}}}
+  - metadata: {name: logs}
+    spec: {resources: {requests: {storage: 1Gi}}}
+"""
+
+STORAGE = [
+    quota("storage", {"persistentvolumeclaims": "10", "requests.storage": "12Gi",
+                      "fast.storageclass.storage.k8s.io/persistentvolumeclaims": "10"},
+          {"persistentvolumeclaims": "2", "requests.storage": "2Gi",
+           "fast.storageclass.storage.k8s.io/persistentvolumeclaims": "1"}),
+    quota("compute", {"requests.cpu": "8"}, {"requests.cpu": "0"}),
+]  # fmt: skip
+
+
+def test_a_statefulsets_replica_needs_its_claims_and_a_claim_key_blocks() -> None:
+    [workload] = read_manifest(STS, "sts.yaml").workloads
+    pod = dict(workload.pod, metadata={**workload.pod["metadata"], "namespace": "team-a"})
+    report = evaluate("team-a", [Candidate(workload, pod)], STORAGE, None, NOW)
+    assert fit_text(report).splitlines() == [
+        "namespace: team-a (as of 2026-12-01T09:50:00Z)",
+        "QUOTA    KEY                                                      HARD  USED  PER POD  "
+        "FITS NOW  SIZED BY",
+        "compute  requests.cpu                                             8     0     100m     "
+        "80        -",
+        "storage  fast.storageclass.storage.k8s.io/persistentvolumeclaims  10    1     1        "
+        "9         -",
+        "storage  persistentvolumeclaims                                   10    2     2        "
+        "4         -",
+        "storage  requests.storage                                         12Gi  2Gi   5Gi      "
+        "2         -",
+        "StatefulSet/db: 4 pods, 2 fit now",
+        "  2 never fit under the current policy, held back by:",
+        "    quota storage requests.storage (hard 12Gi, used 12Gi, 5Gi a pod): not sized by "
+        "dynquota; whoever owns that quota can raise it",
+        '  the next pod now: persistentvolumeclaims "data-db-2" is forbidden: exceeded quota: '
+        "storage, requested: requests.storage=4Gi, used: requests.storage=12Gi, limited: "
+        "requests.storage=12Gi",
+    ]
+    assert report.exit_code == 1
+
+
+def test_claims_that_exist_for_an_ordinal_are_not_new_usage() -> None:
+    [workload] = read_manifest(STS, "sts.yaml").workloads
+    pod = dict(workload.pod, metadata={**workload.pod["metadata"], "namespace": "team-a"})
+    existing = frozenset({"data-db-0", "logs-db-0", "data-db-1", "logs-db-1", "logs-db-2"})
+    report = evaluate("team-a", [Candidate(workload, pod, existing_claims=existing)], STORAGE,
+                      None, NOW)  # fmt: skip
+    [db] = report.workloads
+    # ordinals 0, 1: the pod only; 2: its data claim (4Gi); 3: both (5Gi): 2Gi + 9Gi <= 12Gi
+    assert (db.fits_now, db.never, db.next_refusal) == (4, 0, None)
+    assert report.exit_code == 0
+    fuller = [quota("storage", {"requests.storage": "10Gi"}, {"requests.storage": "2Gi"})]
+    report = evaluate("team-a", [Candidate(workload, pod, existing_claims=existing)], fuller,
+                      None, NOW)  # fmt: skip
+    [db] = report.workloads
+    assert (db.fits_now, db.never) == (3, 1)  # 2Gi + 4Gi fits, + 5Gi does not
+    # ordinal 3's data claim is still created (10Gi), its logs claim is refused
+    assert db.next_refusal == (
+        'persistentvolumeclaims "logs-db-3" is forbidden: exceeded quota: storage, requested: '
+        "requests.storage=1Gi, used: requests.storage=10Gi, limited: requests.storage=10Gi"
+    )
+    assert [(b.quota, b.key, b.reason) for b in db.blocked_by] == [
+        ("storage", "requests.storage", "fixed")
+    ]

@@ -210,6 +210,13 @@ def test_output_formats() -> None:
     with pytest.raises(OutputError, match=r"unclosed action"):
         render_jsonpath(document, "{.rows[0].namespace")  # kubectl: an error, not the text
     assert render_jsonpath(document, "{.rows[0].namespace}}") == "a}"
+    with pytest.raises(OutputError) as nested:  # a Go template's braces, as fit's users wrote
+        render_document(document, "jsonpath={{.rows[0].namespace}}")
+    assert str(nested.value) == (
+        "jsonpath template '{{.rows[0].namespace}}': the '{' at character 2 opens an action "
+        "inside another: a jsonpath action takes one pair of braces, not a Go template's {{ }}; "
+        "write {.rows[0].namespace}"
+    )
     assert columns([("A", "BB", "C"), ("aaa", "b", "")]) == "A    BB  C\naaa  b"
 
 

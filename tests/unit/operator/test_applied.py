@@ -66,6 +66,7 @@ def wired(world: World, **kw: Any) -> tuple[AppliedWriter, FakeStore]:
         **kw,
     )
     op.reporter.on_reported = writer.observe
+    op.budgets.on_status = writer.budget_status
     return writer, store
 
 
@@ -133,7 +134,8 @@ async def test_budget_figures_alone_wait_for_the_refresh_but_the_slice_does_not(
     world.op.on_policy(None, policy())
     world.op.on_namespace(None, namespace("team-a", {"dynquota.io/budget": "team"}))
     record = budget("team", {"pods": 60})
-    record["status"] = {"used": {"pods": "10"}, "granted": {"pods": "20"}, "free": {"pods": "40"}}
+    record["status"] = {"used": {"pods": "10"}, "granted": {"pods": "20"}, "free": {"pods": "40"},
+                        "namespaces": {"team-a": {}}}  # fmt: skip
     world.op.budgets.on_budget(None, record)
     await world.reconcile("team-a")
     await writer.sync()
@@ -142,7 +144,8 @@ async def test_budget_figures_alone_wait_for_the_refresh_but_the_slice_does_not(
     assert shown["hard"] == {"pods": "60"}
     assert (shown["used"], shown["free"]) == ({"pods": "10"}, {"pods": "40"})
     assert shown["figuresAsOf"] == "2027-01-15T08:00:00Z"
-    record["status"] = {"used": {"pods": "12"}, "granted": {"pods": "20"}, "free": {"pods": "40"}}
+    record["status"] = {"used": {"pods": "12"}, "granted": {"pods": "20"}, "free": {"pods": "40"},
+                        "namespaces": {"team-a": {}}}  # fmt: skip
     world.op.budgets.on_budget("MODIFIED", record)
     world.clock.now += FIGURES_REFRESH - 1
     assert await writer.sync() == 0  # figures alone: not yet
@@ -190,3 +193,44 @@ async def test_an_edit_by_someone_else_is_restored_at_the_next_list(caplog: Any)
     assert await writer.sync() == 1
     assert store.objects["team-a"].status["policy"]["resources"]["pods"]["maximum"] == "100"
     assert "changed by someone else (resourceVersion 2, ours 1): restored" in caplog.text
+
+
+async def test_joining_a_budget_shows_its_figures_once_they_count_the_joiner() -> None:
+    """Issue 30 follow-up, finding D: a namespace labelled into a budget got the budget's
+    figures of before it joined, and the ones counting it only after FIGURES_REFRESH (5 min)."""
+    world = World()
+    writer, store = wired(world)
+    world.op.on_policy(None, policy())
+    world.op.on_namespace(None, namespace("team-a"))
+    record = budget("team", {"pods": 60})
+    before = {"used": {"pods": "10"}, "granted": {"pods": "20"}, "free": {"pods": "40"}}
+    record["status"] = {**before, "namespaces": {"team-b": {"grant": {"pods": "20"}}}}
+    world.op.budgets.on_budget(None, record)
+    await world.reconcile("team-a")
+    assert await writer.sync() == 1
+    assert "budget" not in store.objects["team-a"].status
+    writer._wake.clear()  # (the task's loop clears it)
+    # labelled into the budget: its reconcile says so, and the pass writes it at once
+    world.op.on_namespace("MODIFIED", namespace("team-a", {"dynquota.io/budget": "team"}, rv=2))
+    await world.reconcile("team-a")
+    assert writer.woken
+    assert await writer.sync() == 1
+    shown = store.objects["team-a"].status["budget"]
+    assert (shown["name"], shown["used"]) == ("team", {"pods": "10"})  # not counting it yet
+    # the budget's pass counts it: its status change wakes the writer, the figures go at once
+    world.clock.now += 2
+    counted = {"used": {"pods": "14"}, "granted": {"pods": "34"}, "free": {"pods": "26"}}
+    record["status"] = {**counted, "namespaces": {"team-a": {}, "team-b": {}}}
+    writer._wake.clear()
+    world.op.budgets.on_budget("MODIFIED", record)
+    assert writer.woken
+    assert await writer.sync() == 1
+    shown = store.objects["team-a"].status["budget"]
+    assert (shown["used"], shown["granted"], shown["free"]) == (
+        counted["used"], counted["granted"], counted["free"],
+    )  # fmt: skip
+    assert shown["figuresAsOf"] == "2027-01-15T08:00:02Z"
+    # from now on its figures alone wait for the refresh, as every member's
+    record["status"] = {**counted, "used": {"pods": "15"}, "namespaces": {"team-a": {}}}
+    world.op.budgets.on_budget("MODIFIED", record)
+    assert await writer.sync() == 0
