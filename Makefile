@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup controlplane kwok toxiproxy promtool image image-test alerts test unit integration \
-	lint bench bench-admission bench-budgets bench-cleanup bench-fit bench-plan bench-scale soak demo clean \
+	lint bench bench-admission bench-apf bench-budgets bench-cleanup bench-fit bench-plan bench-scale soak \
+	demo clean \
 	chart-generate dist dist-test
 
 setup: $(STAMP)
@@ -95,6 +96,12 @@ bench: setup controlplane kwok
 
 bench-admission: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench -k admission
+
+# API Priority and Fairness against one namespace's churn (issue 32): a tarpit priority level of
+# 1-3 shares, Reject or a short queue, against no tarpit, and kube-controller-manager caught or
+# not; about 10 minutes (DYNQUOTA_APF_BENCH_SECONDS per run, 15; knobs in the file).
+bench-apf: setup controlplane
+	$(PY) -m pytest -m bench -s tests/bench/test_apf_bench.py
 
 # tenant budgets vs a static split vs no limit (issue #13); knobs DQ_BENCH_BUDGET_* in the file.
 bench-budgets: setup controlplane

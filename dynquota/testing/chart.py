@@ -1,5 +1,6 @@
 """The chart's objects the test bed installs without Helm releasing them (I/O: runs ``helm
-template``): the operator's RBAC and the admission policies every operator test runs under.
+template``): the operator's RBAC and the admission policies every operator test runs under;
+and :func:`helm`, a release installed as users install it.
 
 One road for every render (:func:`helm_template`), so the RBAC the tests use and the Lease fence
 they install come from the chart exactly as a release renders them.
@@ -7,6 +8,7 @@ they install come from the chart exactly as a release renders them.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +23,7 @@ __all__ = [
     "CHART",
     "CRD",
     "LEASE_FENCE",
+    "helm",
     "helm_template",
     "render_lease_fence",
     "render_rbac",
@@ -57,6 +60,23 @@ def helm_template(
     argv += [arg for value in sets for arg in ("--set", value)]
     argv += [arg for template in templates for arg in ("--show-only", template)]
     return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
+
+
+def helm(cp: LocalControlPlane, home: Path, *args: str) -> None:
+    """Run ``helm *args`` against ``cp`` as admin (5 minutes at most), its config, cache and
+    data under ``home`` (a test's own directory: no state shared with the user's Helm).
+
+    Raises:
+        AssertionError: helm exited non-zero (its output in the message).
+    """
+    assert cp.bin_dir is not None
+    env = {**os.environ, "HELM_CONFIG_HOME": str(home / "c"), "HELM_CACHE_HOME": str(home / "k"),
+           "HELM_DATA_HOME": str(home / "d")}  # fmt: skip
+    done = subprocess.run(
+        [str(cp.bin_dir / "helm"), "--kubeconfig", cp.kubeconfig, *args],
+        capture_output=True, text=True, env=env, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def render_rbac(cp: LocalControlPlane, namespace: str) -> str:

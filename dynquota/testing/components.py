@@ -18,6 +18,7 @@ __all__ = [
     "ADMIN_USER",
     "ASSETS_ENV",
     "BINARIES",
+    "COMPONENT_USERS",
     "CONTROLLERS",
     "KWOK_ASSETS_ENV",
     "NODE_CONTROLLERS",
@@ -31,6 +32,7 @@ __all__ = [
     "find_kwok",
     "kwok_args",
     "kwok_nodes",
+    "kwok_rbac",
 ]
 
 BINARIES = (
@@ -69,6 +71,20 @@ NODE_CONTROLLERS = (
     "taint-eviction-controller",
 )
 ADMIN_USER = "dynquota-admin"
+# The components' own identities (``LocalControlPlane(component_identities=True)``, the default):
+# user and groups of each one's static token, as a kubeadm cluster gives them client
+# certificates, so API Priority and Fairness classifies them as on a real cluster (FlowSchemas
+# `kube-controller-manager` and `kube-scheduler` at precedence 800; the controllers' own
+# ServiceAccounts in kube-system, `kube-system-service-accounts` at 900; kubelets, simulated by
+# kwok, `system-node-high`/`system-nodes` at 400/500) and none of them is exempt
+# (system:masters) from it. The bootstrap RBAC policy binds the first two; kwok (one process
+# for every simulated kubelet, so it cannot be one `system:node:<name>` for the Node
+# authorizer) gets :func:`kwok_rbac`.
+COMPONENT_USERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "kube-controller-manager": ("system:kube-controller-manager", ()),
+    "kube-scheduler": ("system:kube-scheduler", ()),
+    "kwok": ("system:kwok", ("system:nodes",)),
+}
 
 # --- simulated nodes (kwok) ------------------------------------------------------------------
 KWOK_ASSETS_ENV = "DYNQUOTA_KWOK_ASSETS"
@@ -164,10 +180,14 @@ def controller_manager_args(
     quota_sync_period: int,
     node_grace_period: int | None,
     client_qps: int | None,
+    service_account_credentials: bool,
 ) -> list[str]:
     """kube-controller-manager's flags: :data:`CONTROLLERS`, with ``node_grace_period``
     (seconds; None without nodes) also :data:`NODE_CONTROLLERS`; ``client_qps`` (burst twice
-    that; None keeps the defaults)."""
+    that; None keeps the defaults); ``service_account_credentials``: each controller acts as
+    its own ServiceAccount in kube-system (``system:serviceaccount:kube-system:<controller>``,
+    tokens from the TokenRequest API), as kubeadm runs it; the kubeconfig's user then only
+    makes those tokens and runs the shared informers."""
     node_args = []
     controllers: tuple[str, ...] = CONTROLLERS
     if node_grace_period is not None:
@@ -187,7 +207,7 @@ def controller_manager_args(
         f"--resource-quota-sync-period={quota_sync_period}s",
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
-        "--use-service-account-credentials=false",
+        f"--use-service-account-credentials={str(service_account_credentials).lower()}",
         *node_args,
         *rate_args,
     ]
@@ -222,6 +242,49 @@ def kwok_args(
         f"--node-lease-duration-seconds={lease_seconds}",
         f"--server-address=127.0.0.1:{port}",
     ]
+
+
+def kwok_rbac() -> dict[str, Any]:
+    """A ``v1`` List: the ClusterRole kwok ships for its controller (the core rules of
+    ``kustomize/rbac/role.yaml`` in ``sigs.k8s.io/kwok`` v0.8.0: events, nodes, node and pod
+    status, pods, leases) and its binding to kwok's user (:data:`COMPONENT_USERS`). Not the
+    kubelet's ``system:node`` role: kwok lists every node's Lease, which a kubelet never does."""
+    name = "dynquota-testbed:kwok"
+    core = ""
+    rules = [
+        ([core], ["events"], ["create", "delete", "get", "list", "patch", "update", "watch"]),
+        ([core], ["nodes"], ["get", "list", "watch"]),
+        ([core], ["nodes/status", "pods/status"], ["patch", "update"]),
+        ([core], ["pods"], ["delete", "get", "list", "patch", "update", "watch"]),
+        (
+            ["coordination.k8s.io"],
+            ["leases"],
+            ["create", "get", "list", "patch", "update", "watch"],
+        ),
+    ]
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": [
+            {"apiGroups": groups, "resources": resources, "verbs": verbs}
+            for groups, resources, verbs in rules
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [
+            {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "User",
+                "name": COMPONENT_USERS["kwok"][0],
+            }
+        ],
+    }
+    return {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
 
 
 def kwok_nodes(names: Sequence[str], pods: int, losable: bool) -> dict[str, Any]:

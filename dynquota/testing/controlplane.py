@@ -12,8 +12,10 @@ without a container runtime (a bound pod becomes Running, a Job's pod Succeeded,
 goes away), and the controller manager adds the job, ttl-after-finished, node-lifecycle and
 taint-eviction controllers, so Jobs finish and a lost node's pods are evicted.
 
-Everything listens on 127.0.0.1 on free ports. Authentication: a static admin token (group
-``system:masters``) and ServiceAccount tokens; authorization: ``Node,RBAC``; the default
+Everything listens on 127.0.0.1 on free ports. Authentication: static tokens (the admin's, in
+group ``system:masters``; each component's own, non-exempt identity, see
+:data:`~dynquota.testing.components.COMPONENT_USERS`) and ServiceAccount tokens;
+authorization: ``Node,RBAC``; the default
 admission plugins stay on, so the ResourceQuota admission plugin enforces quotas. Each
 component's output goes to ``<workdir>/logs/<component>.log``.
 """
@@ -42,6 +44,7 @@ from dynquota.testing import processes
 from dynquota.testing.audit import AUDIT_POLICY
 from dynquota.testing.components import (
     ADMIN_USER,
+    COMPONENT_USERS,
     ControlPlaneError,
     apiserver_args,
     audit_args,
@@ -49,7 +52,7 @@ from dynquota.testing.components import (
     etcd_args,
     find_binaries,
 )
-from dynquota.testing.credentials import make_pki, write_kubeconfig
+from dynquota.testing.credentials import make_pki, token_auth_file, write_kubeconfig
 from dynquota.testing.nodes import SimulatedNodes
 
 __all__ = ["ControlPlaneError", "LocalControlPlane", "find_binaries", "main"]
@@ -84,6 +87,10 @@ class LocalControlPlane(SimulatedNodes):
             ResourceQuotas and Leases) to ``audit_log_path``; read it with :class:`AuditLog`.
         audit_policy: the audit policy to use instead of :data:`AUDIT_POLICY` (with
             ``audit``), e.g. :data:`QUOTA_AUDIT_POLICY`.
+        component_identities: kube-controller-manager (each controller as its own
+            ServiceAccount in kube-system), kube-scheduler and kwok act as their own users
+            (:data:`COMPONENT_USERS`), classified by API Priority and Fairness as on a kubeadm
+            cluster; False: all three as the admin (``system:masters``, exempt from APF).
     """
 
     bin_dir: Path | None = None
@@ -101,12 +108,14 @@ class LocalControlPlane(SimulatedNodes):
     kwok_dir: Path | None = None
     audit: bool = False
     audit_policy: dict[str, object] | None = None
+    component_identities: bool = True
 
     kubeconfig: str = field(init=False, default="")
     server: str = field(init=False, default="")
     etcd_url: str = field(init=False, default="")
     admin_token: str = field(init=False, default="")
     _procs: dict[str, subprocess.Popen[bytes]] = field(init=False, default_factory=dict)
+    _component_tokens: dict[str, str] = field(init=False, default_factory=dict)
     _owns_workdir: bool = field(init=False, default=False)
     _apiserver_port: int = field(init=False, default=0)
 
@@ -208,6 +217,10 @@ class LocalControlPlane(SimulatedNodes):
         """Start kube-controller-manager again with its original flags; returns once ready."""
         self._start_controller_manager()
 
+    def pid(self, name: str) -> int:
+        """The process id of component ``name`` (``kube-apiserver``, ``etcd``, ...)."""
+        return self._procs[name].pid
+
     @property
     def apiserver_port(self) -> int:
         """The port kube-apiserver listens on (on 127.0.0.1); kept across restarts."""
@@ -302,7 +315,16 @@ class LocalControlPlane(SimulatedNodes):
         (d / "sa.key").write_bytes(pki.sa_key_pem)
         (d / "sa.pub").write_bytes(pki.sa_pub_pem)
         self.admin_token = secrets.token_hex(24)
-        (d / "tokens.csv").write_text(f'{self.admin_token},{ADMIN_USER},0,"system:masters"\n')
+        users: list[tuple[str, str, tuple[str, ...]]] = [
+            (self.admin_token, ADMIN_USER, ("system:masters",))
+        ]
+        if self.component_identities:
+            self._component_tokens = {name: secrets.token_hex(24) for name in COMPONENT_USERS}
+            users += [
+                (self._component_tokens[name], user, groups)
+                for name, (user, groups) in COMPONENT_USERS.items()
+            ]
+        (d / "tokens.csv").write_text(token_auth_file(users))
 
     def _write_kubeconfig(self) -> None:
         assert self.workdir is not None
@@ -313,6 +335,22 @@ class LocalControlPlane(SimulatedNodes):
             user=ADMIN_USER,
             token=self.admin_token,
         )
+        for name, token in self._component_tokens.items():
+            write_kubeconfig(
+                self.workdir / f"kubeconfig-{name}",
+                server=self.server,
+                ca_file=self.ca_file,
+                user=COMPONENT_USERS[name][0],
+                token=token,
+            )
+
+    def component_kubeconfig(self, name: str) -> str:
+        """The kubeconfig ``name`` (a key of :data:`COMPONENT_USERS`) runs with: its own
+        identity's, or the admin's without ``component_identities``."""
+        if not self._component_tokens:
+            return self.kubeconfig
+        assert self.workdir is not None
+        return str(self.workdir / f"kubeconfig-{name}")
 
     def _start_etcd(self) -> None:
         assert self.workdir is not None
@@ -327,11 +365,12 @@ class LocalControlPlane(SimulatedNodes):
     def _start_controller_manager(self) -> None:
         assert self.workdir is not None
         args = controller_manager_args(
-            self.kubeconfig,
+            self.component_kubeconfig("kube-controller-manager"),
             self.workdir / "pki",
             self.resource_quota_sync_period,
             self.node_monitor_grace_period if self.nodes else None,
             self.client_qps,
+            service_account_credentials=self.component_identities,
         )
         self._spawn("kube-controller-manager", args)
         # Ready once its serviceaccount controller has made `default` in `default`.

@@ -2,8 +2,9 @@
 
 :func:`make_pki` makes a fresh CA (ECDSA P-256, 30 days), the apiserver's serving certificate
 (for localhost, 127.0.0.1 and the in-cluster names) and the ServiceAccount signing key;
-:func:`write_kubeconfig` writes a token kubeconfig trusting that CA (the admin's, an
-operator's, a replica's through its proxy).
+:func:`write_kubeconfig` writes a token kubeconfig trusting that CA (the admin's, a
+component's, an operator's, a replica's through its proxy); :func:`token_auth_file` the
+apiserver's static tokens (the admin's and the components' own identities).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-__all__ = ["Pki", "make_pki", "write_kubeconfig"]
+__all__ = ["Pki", "make_pki", "token_auth_file", "write_kubeconfig"]
 
 
 @dataclass
@@ -129,3 +131,14 @@ def write_kubeconfig(
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return str(path)
+
+
+def token_auth_file(users: Sequence[tuple[str, str, Sequence[str]]]) -> str:
+    """The text of kube-apiserver's ``--token-auth-file`` for ``users``: one CSV line
+    ``token,user,uid,"group1,group2"`` per ``(token, user, groups)`` (uid: the line's index).
+    Every static-token user is also in ``system:authenticated`` (the apiserver adds it)."""
+    lines = []
+    for uid, (token, user, groups) in enumerate(users):
+        group_field = f',"{",".join(groups)}"' if groups else ""
+        lines.append(f"{token},{user},{uid}{group_field}\n")
+    return "".join(lines)

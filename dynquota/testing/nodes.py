@@ -23,6 +23,7 @@ from dynquota.testing.components import (
     find_kwok,
     kwok_args,
     kwok_nodes,
+    kwok_rbac,
 )
 
 __all__ = ["SimulatedNodes"]
@@ -42,6 +43,10 @@ class SimulatedNodes:
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         """Run kubectl as admin (provided by ``LocalControlPlane``)."""
+        raise NotImplementedError
+
+    def component_kubeconfig(self, name: str) -> str:
+        """The kubeconfig of component ``name`` (provided by ``LocalControlPlane``)."""
         raise NotImplementedError
 
     def _spawn(self, name: str, args: list[str], binary: Path | None = None) -> None:
@@ -125,7 +130,7 @@ class SimulatedNodes:
         assert self.workdir is not None
         port = processes.free_port()
         config = self.workdir / "kube-scheduler.yaml"
-        connection: dict[str, object] = {"kubeconfig": self.kubeconfig}
+        connection: dict[str, object] = {"kubeconfig": self.component_kubeconfig("kube-scheduler")}
         if self.client_qps is not None:
             connection |= {"qps": self.client_qps, "burst": 2 * self.client_qps}
         config.write_text(
@@ -151,7 +156,10 @@ class SimulatedNodes:
     def _start_kwok(self, manage: str = "", proc: str = "kwok") -> None:
         if self.kwok_dir is None:
             self.kwok_dir = find_kwok()
+        kubeconfig = self.component_kubeconfig("kwok")
+        if kubeconfig != self.kubeconfig:  # its own identity, kwok's own RBAC
+            self.kubectl("apply", "-f", "-", input=json.dumps(kwok_rbac()))
         args = kwok_args(
-            self.kubeconfig, self.kwok_dir, manage, self.node_lease_seconds, processes.free_port()
+            kubeconfig, self.kwok_dir, manage, self.node_lease_seconds, processes.free_port()
         )
         self._spawn(proc, args, binary=self.kwok_dir / "kwok")

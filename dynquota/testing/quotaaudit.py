@@ -3,7 +3,8 @@
 With ``LocalControlPlane(audit=True, audit_policy=QUOTA_AUDIT_POLICY)`` the audit log holds
 every write of a quota's status with its body: each charge of the ResourceQuota admission
 plugin (user ``system:apiserver``: it adds the new object to ``status.used`` before admitting
-it) and each recount of the quota controller (user agent ending in
+it) and each recount of the quota controller (:func:`by_quota_controller`: its ServiceAccount
+``kube-system:resourcequota-controller``, or a user agent ending in
 ``/resourcequota-controller``), plus every create of a pod or ConfigMap with its answer.
 
 :class:`QuotaLedger` replays them for one quota and one resource. Its use: telling apart what
@@ -30,6 +31,19 @@ from dynquota.testing.audit import AuditLog, AuditRecord
 
 APISERVER_USER = "system:apiserver"
 CONTROLLER_AGENT_SUFFIX = "/resourcequota-controller"
+"""How the quota controller's user agent ends when kube-controller-manager runs the controllers
+with its own credentials (``LocalControlPlane(component_identities=False)``)."""
+CONTROLLER_USER = "system:serviceaccount:kube-system:resourcequota-controller"
+"""The quota controller's user with ``--use-service-account-credentials`` (the test bed's
+default since issue 32; its user agent then ends in ``...:resourcequota-controller``)."""
+
+
+def by_quota_controller(record: AuditRecord) -> bool:
+    """Whether kube-controller-manager's quota controller sent ``record``, with either way of
+    running it (its own ServiceAccount or the controller manager's user)."""
+    return record.user == CONTROLLER_USER or record.user_agent.endswith(CONTROLLER_AGENT_SUFFIX)
+
+
 _REFUSED = re.compile(
     r"exceeded quota: [\w.-]+, requested: [\w./-]+=1, used: [\w./-]+=(\d+), "
     r"limited: [\w./-]+=(\d+)"
@@ -130,7 +144,7 @@ class QuotaLedger:
                 status = r.response.get("status") or {}
                 if r.user == APISERVER_USER:
                     by = "admission"
-                elif r.user_agent.endswith(CONTROLLER_AGENT_SUFFIX):
+                elif by_quota_controller(r):
                     by = "controller"
                 else:
                     by = "other"
@@ -282,7 +296,7 @@ def lowered_used(
         writes.append(
             (
                 int(r.response["metadata"]["resourceVersion"]),
-                r.user_agent.endswith(CONTROLLER_AGENT_SUFFIX),
+                by_quota_controller(r),
                 r.received,
                 {k: str(v) for k, v in used.items() if k in wanted},
             )

@@ -84,11 +84,12 @@ def lease_rules(lease: str) -> list[dict[str, Any]]:
 # -- lint and values files ----------------------------------------------------------------
 
 
-def test_ci_values_files_cover_the_three_scenarios() -> None:
+def test_ci_values_files_cover_the_four_scenarios() -> None:
     assert [p.name for p in CI_VALUES] == [
         "dry-run-values.yaml",
         "leader-election-values.yaml",
         "monitoring-values.yaml",
+        "write-rate-values.yaml",
     ]
 
 
@@ -1068,3 +1069,65 @@ def test_v0_2_opt_out_values_are_accepted_and_change_nothing(helm: Path) -> None
     assert one(plain, "ValidatingAdmissionPolicyBinding", "dq-dynquota-governance-labels")["spec"][
         "validationActions"
     ] == ["Deny"]
+
+
+def test_write_rate_tarpit_render(helm: Path) -> None:
+    """Issue 32: off by default (no APF object, no verb on FlowSchemas); on, the level lends and
+    borrows nothing, the tarpit has no rules at rest, the bypass sits one precedence earlier,
+    the operator may get and patch that one FlowSchema, and its policy judges FlowSchemas."""
+    default = render(helm)
+    assert [o for o in default if o["apiVersion"].startswith("flowcontrol.")] == []
+    role = one(default, "ClusterRole", "dq-dynquota")
+    assert all("flowschemas" not in r["resources"] for r in role["rules"])
+
+    objs = render(helm, "--values", str(CHART / "ci" / "write-rate-values.yaml"))
+    limited = one(objs, "PriorityLevelConfiguration", "dq-dynquota-tarpit")["spec"]["limited"]
+    assert limited == {
+        "nominalConcurrencyShares": 2,
+        "lendablePercent": 0,
+        "borrowingLimitPercent": 0,
+        "limitResponse": {
+            "type": "Queue",
+            "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 5},
+        },
+    }
+    tarpit = one(objs, "FlowSchema", "dq-dynquota-tarpit")["spec"]
+    assert "rules" not in tarpit
+    assert (tarpit["matchingPrecedence"], tarpit["distinguisherMethod"]) == (
+        1000,
+        {"type": "ByNamespace"},
+    )
+    bypass = one(objs, "FlowSchema", "dq-dynquota-tarpit-bypass")["spec"]
+    assert (bypass["matchingPrecedence"], bypass["priorityLevelConfiguration"]) == (
+        999,
+        {"name": "workload-low"},
+    )
+    (rule,) = bypass["rules"]
+    assert rule["subjects"] == [
+        {"kind": "ServiceAccount", "serviceAccount": {"name": "dq-dynquota", "namespace": NS}}
+    ]
+    assert rule["resourceRules"][0]["resources"] == ["pods", "configmaps", "secrets"]
+    admins = one(objs, "FlowSchema", "dq-dynquota-tarpit-bypass-admins")["spec"]
+    assert admins["priorityLevelConfiguration"] == {"name": "global-default"}
+    assert admins["rules"][0]["subjects"] == [
+        {"kind": "Group", "group": {"name": "platform-admins"}}
+    ]
+    role = one(objs, "ClusterRole", "dq-dynquota")
+    flow_rules = [r for r in role["rules"] if "flowschemas" in r["resources"]]
+    assert flow_rules == [
+        {
+            "apiGroups": ["flowcontrol.apiserver.k8s.io"],
+            "resources": ["flowschemas"],
+            "resourceNames": ["dq-dynquota-tarpit"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    policy = one(objs, "ValidatingAdmissionPolicy", "dq-dynquota-operator-writes")["spec"]
+    assert {
+        "apiGroups": ["flowcontrol.apiserver.k8s.io"],
+        "apiVersions": ["*"],
+        "resources": ["flowschemas"],
+        "operations": ["CREATE", "UPDATE", "DELETE"],
+    } in policy["matchConstraints"]["resourceRules"]
+    (tarpit_rule,) = [v for v in policy["validations"] if "flowschemas" in v["expression"]]
+    assert '["pods","configmaps","secrets"]' in tarpit_rule["expression"]

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +30,8 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from dynquota.policy.churn import tarpit_rules
+from dynquota.testing.chart import helm
 from dynquota.testing.controlplane import LocalControlPlane
 from dynquota.testing.podtoken import pod_kubeconfig
 from dynquota.testing.wait import wait_until
@@ -76,15 +76,6 @@ class Bed:
         return kubernetes.client.AdmissionregistrationV1Api(self.token if as_token else self.admin)
 
 
-def _helm(cp: LocalControlPlane, env: dict[str, str], *args: str) -> None:
-    assert cp.bin_dir is not None
-    done = subprocess.run(
-        [str(cp.bin_dir / "helm"), "--kubeconfig", cp.kubeconfig, *args],
-        capture_output=True, text=True, env=env, check=False, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 @pytest.fixture(scope="module")
 def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     """The chart installed (defaults, but ``operator.excludeNamespaces`` holds one namespace
@@ -94,13 +85,11 @@ def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactor
     release, ns = f"dqm{tag}", f"dq-matrix-{tag}"
     tenant, excluded, optout = f"dq-tenant-{tag}", f"dq-excluded-{tag}", f"dq-optout-{tag}"
     home = tmp_path_factory.mktemp("helm-home")
-    env = {**os.environ, "HELM_CONFIG_HOME": str(home / "c"), "HELM_CACHE_HOME": str(home / "k"),
-           "HELM_DATA_HOME": str(home / "d")}  # fmt: skip
     for name in (ns, tenant, excluded, optout):
         cp.kubectl("create", "namespace", name)
     cp.kubectl("label", "namespace", optout, "dynquota.io/managed=false")
-    _helm(cp, env, "install", release, str(CHART), "--namespace", ns,
-          "--set", "rbac.budgetAdmissionPolicies=false",
+    helm(cp, home, "install", release, str(CHART), "--namespace", ns,
+          "--set", "rbac.budgetAdmissionPolicies=false", "--set", "writeRate.enabled=true",
           "--set", f"defaultPolicy.name={release}-default",
           "--set", f"operator.excludeNamespaces={{{excluded}}}")  # fmt: skip
     full = f"{release}-dynquota"
@@ -126,7 +115,7 @@ def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactor
     try:
         yield b
     finally:
-        _helm(cp, env, "uninstall", release, "-n", ns, "--no-hooks", "--wait")
+        helm(cp, home, "uninstall", release, "-n", ns, "--no-hooks", "--wait")
         for name in (ns, tenant, excluded, optout):
             cp.kubectl("delete", "namespace", name, "--wait=false")
         admin.close()
@@ -390,6 +379,38 @@ def _a_node(b: Bed) -> str:
 
 def _managed_quota_in_tenant(b: Bed) -> Any:
     return b.core().read_namespaced_resource_quota("dynquota", b.tenant, _request_timeout=TIMEOUT)
+
+
+TARPIT = (
+    WHO + "changes only the namespace lists of the tarpit FlowSchema's rules (writes of the "
+    "chart's writeRate.resources by system:authenticated), never in kube-system, kube-public, "
+    "kube-node-lease, its release namespace or operator.excludeNamespaces; nothing else of it, "
+    "and no other FlowSchema."
+)
+FLOWCONTROL = "flowcontrol.apiserver.k8s.io"
+
+
+def flow(b: Bed) -> Any:
+    return kubernetes.client.FlowcontrolApiserverV1Api(b.token)
+
+
+def _tarpit(b: Bed, spec: dict[str, Any]) -> object:
+    """Patch the chart's tarpit FlowSchema (issue 32) as the token."""
+    return flow(b).patch_flow_schema(f"{b.full}-tarpit", {"spec": spec}, _request_timeout=TIMEOUT)
+
+
+def _tarpit_rules(b: Bed, namespaces: list[str], resources: list[str] | None = None) -> object:
+    """The rules the operator writes (dynquota.policy.churn.tarpit_rules), namespaces and
+    resources as given (the pure function would drop a system namespace or a lease)."""
+    (rule,) = tarpit_rules([b.tenant], ["pods", "configmaps"], b.namespace)
+    rule["resourceRules"][0]["namespaces"] = namespaces
+    if resources is not None:
+        rule["resourceRules"][0]["resources"] = resources
+    return _tarpit(b, {"rules": [rule]})
+
+
+TARPIT_DENIED = POLICY.format(kind=f"flowschemas.{FLOWCONTROL}", name="{full}-tarpit",
+                              full="{full}") + TARPIT  # fmt: skip
 
 
 # fmt: off
@@ -670,6 +691,40 @@ ROWS = [
         lambda b: b.core().patch_node(
             _a_node(b), {"spec": {"unschedulable": True}}, _request_timeout=TIMEOUT),
         rbac("patch", "nodes", name="dq-node", kind="nodes")),
+    # the write-rate governor's tarpit (issue 32, writeRate.enabled)
+    Row("flowschema-tarpit-namespaces", "nothing",
+        lambda b: _tarpit_rules(b, [b.tenant]), ADMITTED),
+    Row("flowschema-tarpit-kube-system", "policy",
+        lambda b: _tarpit_rules(b, ["kube-system"]), TARPIT_DENIED),
+    Row("flowschema-tarpit-release-namespace", "policy",
+        lambda b: _tarpit_rules(b, [b.namespace]), TARPIT_DENIED),
+    Row("flowschema-tarpit-all-namespaces", "policy",
+        lambda b: _tarpit_rules(b, ["*"]), TARPIT_DENIED),
+    Row("flowschema-tarpit-leases", "policy",
+        lambda b: _tarpit_rules(b, [b.tenant], ["leases"]), TARPIT_DENIED),
+    Row("flowschema-tarpit-precedence", "policy",
+        lambda b: _tarpit(b, {"matchingPrecedence": 100}), TARPIT_DENIED),
+    Row("flowschema-create", "RBAC",
+        lambda b: flow(b).create_flow_schema(
+            {"metadata": {"name": "x"}, "spec": {
+                "priorityLevelConfiguration": {"name": f"{b.full}-tarpit"},
+                "matchingPrecedence": 2, "rules": [{
+                    "subjects": [{"kind": "Group", "group": {"name": "system:authenticated"}}],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}},
+            _request_timeout=TIMEOUT),
+        rbac("create", "flowschemas", FLOWCONTROL, kind=f"flowschemas.{FLOWCONTROL}")),
+    Row("flowschema-patch-builtin", "RBAC",
+        lambda b: flow(b).patch_flow_schema(
+            "kube-controller-manager", {"spec": {"matchingPrecedence": 9500}},
+            _request_timeout=TIMEOUT),
+        rbac("patch", "flowschemas", FLOWCONTROL, name="kube-controller-manager",
+             kind=f"flowschemas.{FLOWCONTROL}")),
+    Row("prioritylevel-patch", "RBAC",
+        lambda b: flow(b).patch_priority_level_configuration(
+            f"{b.full}-tarpit", {"spec": {"limited": {"nominalConcurrencyShares": 0}}},
+            _request_timeout=TIMEOUT),
+        rbac("patch", "prioritylevelconfigurations", FLOWCONTROL, name="{full}-tarpit",
+             kind=f"prioritylevelconfigurations.{FLOWCONTROL}")),
     Row("workloads-list-templates", "nothing",
         lambda b: (apps(b).list_stateful_set_for_all_namespaces(_request_timeout=TIMEOUT),
                    apps(b).list_daemon_set_for_all_namespaces(_request_timeout=TIMEOUT),

@@ -16,6 +16,7 @@ from dynquota.testing.audit import AuditLog, AuditRecord
 from dynquota.testing.quotaaudit import (
     QuotaLedger,
     UpstreamQuotaRaceError,
+    by_quota_controller,
     lowered_used,
     refused_at,
     upstream_race_explains,
@@ -137,3 +138,18 @@ def test_an_assertion_becomes_an_upstream_race_only_with_a_lowering_recount(
         fail_after_writing(log, lowering)
     with upstream_race_explains(log, NS, ["pods"]):
         pass  # no failure: nothing to explain
+
+
+def test_the_quota_controller_is_known_with_either_identity() -> None:
+    """With its own ServiceAccount (the test bed's default since issue 32) or with the
+    controller manager's user (``component_identities=False``), as the audit log names it."""
+    own = status_write(7, "controller", {"pods": "1"}, "2026-12-04T13:21:15.000000Z")
+    own["user"] = {"username": "system:serviceaccount:kube-system:resourcequota-controller"}
+    own["userAgent"] = (
+        "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/$Format/"
+        "system:serviceaccount:kube-system:resourcequota-controller"
+    )
+    shared = status_write(8, "controller", {"pods": "1"}, "2026-12-04T13:21:16.000000Z")
+    admission = status_write(9, "admission", {"pods": "2"}, "2026-12-04T13:21:17.000000Z")
+    records = [AuditRecord.from_json(e) for e in (own, shared, admission)]
+    assert [by_quota_controller(r) for r in records] == [True, True, False]
