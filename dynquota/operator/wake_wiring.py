@@ -24,9 +24,10 @@ __all__ = ["growth_applies", "node_informer_for", "status_used_units", "wake_all
 
 
 def wake_allowed(cluster: ClusterView, namespace: str) -> bool:
-    """Whether the policy governing ``namespace`` lets it be woken (``spec.wake``)."""
+    """Whether the policy governing ``namespace`` lets it be woken (``spec.wake``); a
+    namespace not known (yet) is not woken: a mark is a write, and nothing says it may."""
     governance = cluster.governance(namespace)
-    return governance is None or governance.wake
+    return governance is not None and governance.wake
 
 
 def growth_applies(cluster: ClusterView, namespace: str) -> bool:

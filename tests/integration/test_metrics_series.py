@@ -53,9 +53,14 @@ def test_series_follow_dry_run_and_go_with_a_deleted_namespace(
     op_cluster.create_pods(ns, 2)  # target ceil(2 * 1.5) = 3
     start_operator(metrics_port=port)
     op_cluster.wait_hard(ns, {"pods": "3", "configmaps": "50"}, timeout=60)
+    # (dynquota_drift needs the quota controller's status.used: it comes a moment later)
     enforced = wait_until(
-        lambda: (s := scrape(port, ns)).get(("dynquota_hard", "pods", "enforced")) == 3 and s,
-        "dynquota_hard 3, enforced, in a scrape",
+        lambda: (
+            (s := scrape(port, ns)).get(("dynquota_hard", "pods", "enforced")) == 3
+            and {key[0] for key in s} == PER_NAMESPACE
+            and s
+        ),
+        "dynquota_hard 3, enforced, and every series in a scrape",
     )
     assert {key[0] for key in enforced} == PER_NAMESPACE
     assert {key[2] for key in enforced} == {"enforced"}
