@@ -73,6 +73,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
         text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
     except OSError as exc:
         raise UserError(f"reading {source}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"reading {source}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+            f"offset {exc.start}); YAML and JSON manifests are UTF-8"
+        ) from exc
     try:
         manifest = read_manifest(text, source, args.replicas)
     except ManifestError as exc:

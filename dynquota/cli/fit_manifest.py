@@ -194,12 +194,31 @@ def _claims(spec: Mapping[str, Any], where: str) -> tuple[dict[str, Any], ...]:
     return tuple(claims)
 
 
+INT32_MAX = 2**31 - 1  # replicas, parallelism, completions are int32 in the API
+
+
 def _count(value: object, default: int, where: str) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ManifestError(f"{where} must be a whole number >= 0, not {value!r}")
+    if value > INT32_MAX:
+        raise ManifestError(f"{where} must be at most {INT32_MAX} (int32), not {value}")
     return value
+
+
+def _int_or_percent(value: object, where: str) -> None:
+    """An IntOrString of a rolling update (``maxSurge``, ``maxUnavailable``): a whole number
+    >= 0 or ``"N%"``, as the apiserver's validation accepts."""
+    if value is None:
+        return
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return
+    if isinstance(value, str) and value.endswith("%") and value[:-1].isdigit():
+        return
+    raise ManifestError(
+        f"{where} must be a whole number >= 0 or a percentage like 25%, not {value!r}"
+    )
 
 
 def _workload(
@@ -234,6 +253,11 @@ def _workload(
     strategy = (
         _object(spec.get("strategy"), f"{where}: spec.strategy") if kind == "Deployment" else {}
     )
+    rolling = _object(strategy.get("rollingUpdate"), f"{where}: spec.strategy.rollingUpdate")
+    for field_name in ("maxSurge", "maxUnavailable"):
+        _int_or_percent(
+            rolling.get(field_name), f"{where}: spec.strategy.rollingUpdate.{field_name}"
+        )
     return Workload(
         kind, name, namespace, count if replicas is None else replicas, pod, claims,
         dict(template) if kind != "Pod" else {}, dict(strategy),

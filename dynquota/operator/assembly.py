@@ -247,6 +247,9 @@ class Operator:
             forget=self.forget,
             clock=clock,
             monotonic=monotonic,
+            # a refused write no longer wanted (its key now the budget's, or nothing to change)
+            # stops holding Ready=False (README-only attack: Stalled for good)
+            settled=lambda namespace: failures.succeeded(namespace, RECONCILE_WRITER),
         )
 
     @property

@@ -89,6 +89,8 @@ class Reconciler:
         forget: forgets a namespace everywhere (a namespace no longer known).
         clock: the cluster's time, seconds since the epoch; ``monotonic``: seconds on a
             clock that never steps (peak windows, forecasts; default ``clock``).
+        settled: called with a namespace whose decision is written or needs no write (a
+            refused write of an earlier run is then no longer wanted).
     """
 
     def __init__(
@@ -111,8 +113,10 @@ class Reconciler:
         forget: Callable[[str], None],
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] | None = None,
+        settled: Callable[[str], None] = lambda _namespace: None,
     ) -> None:
         self.settings = settings
+        self.settled = settled
         self.quotas = quotas
         self.cluster = cluster
         self.writer = writer
@@ -268,6 +272,7 @@ class Reconciler:
                 CONFLICT_RETRIES + 1,
             )
             return Outcome(retry=True), "retry"
+        self.settled(namespace)
         await self.reporter.report_decision(
             namespace, governance, decision, written, self.simulated.get(namespace)
         )

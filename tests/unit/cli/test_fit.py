@@ -163,6 +163,19 @@ STS = ("kind: StatefulSet\nmetadata: {name: db}\nspec: {template: {spec: {contai
         (STS % "{data: 1}", "m: StatefulSet/db: spec.volumeClaimTemplates must be a list"),
         ("a: [x\n", "m: not valid YAML: line 2, column 1: expected ',' or ']', but got '<stream "
          "end>'"),
+        # README-only attack: a traceback (a bad maxSurge of a Deployment that exists), or
+        # silently accepted (a new one, an int32 overflow)
+        ("kind: Deployment\nmetadata: {name: w}\nspec: {strategy: {rollingUpdate: {maxSurge: "
+         "abc%}}, template: {spec: {}}}",
+         "m: Deployment/w: spec.strategy.rollingUpdate.maxSurge must be a whole number >= 0 or "
+         "a percentage like 25%, not 'abc%'"),
+        ("kind: Deployment\nmetadata: {name: w}\nspec: {strategy: {rollingUpdate: "
+         "{maxUnavailable: -1}}, template: {spec: {}}}",
+         "m: Deployment/w: spec.strategy.rollingUpdate.maxUnavailable must be a whole number"),
+        ("kind: Deployment\nmetadata: {name: w}\nspec: {replicas: 99999999999999999999, "
+         "template: {spec: {}}}",
+         "m: Deployment/w: spec.replicas must be at most 2147483647 (int32), not "
+         "99999999999999999999"),
     ],
 )  # fmt: skip
 def test_a_malformed_pod_or_claim_is_one_line_naming_the_object_and_field(
@@ -329,7 +342,10 @@ def test_what_the_command_refuses_before_asking_the_cluster(
     manifest.write_text(MANIFEST)
     bad = tmp_path / "bad.yaml"
     bad.write_text(DEPLOYMENT % "{containers: [{name: c, resources: {requests: {cpu: 1e3m}}}]}")
+    latin1 = tmp_path / "latin1.yaml"  # README-only attack: a traceback and exit 1
+    latin1.write_bytes(b"apiVersion: v1\nkind: Pod\nmetadata: {name: caf\xe9}\n")
     cases = [
+        (["fit", "-f", str(latin1)], f"reading {latin1}: not UTF-8 text (byte 0xe9 at offset 45)"),
         (["fit", "-f", str(tmp_path / "none.yaml")], "reading "),
         (["fit", "-f", str(manifest), "-n", "team-b"],
          "the manifest's namespace 'team-a' does not match -n 'team-b'"),

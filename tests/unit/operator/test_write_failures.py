@@ -162,3 +162,30 @@ async def test_gone_changed_or_terminating_is_no_failure_and_a_success_clears() 
     await recording.create("a", {"pods": "1"}, {})
     assert failures.of(["a"]) == []
     assert changed == ["a", "a"]
+
+
+async def test_a_refused_reconcile_write_no_longer_wanted_stops_holding_ready() -> None:
+    """README-only attack: the refusal removed, the budget's slice write landed and the
+    reconcile had nothing left to write: the policy and budget stayed Stalled for good. A
+    reconcile whose decision needs no write settles its namespace's refused write."""
+    from .fakes import T0, setup_team
+
+    w = World()
+    await setup_team(w, pods=14)
+    await w.reconcile("team-a")  # create pods 20
+    original = w.quotas.patch
+
+    async def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ApiError(422, "Invalid", "spec.hard: refused here")
+
+    w.quotas.patch = refuse  # type: ignore[method-assign]
+    w.usage.counts[("team-a", "pods")] = 20
+    w.clock.now = T0 + 60
+    assert (await w.reconcile("team-a")).retry is False  # a raise refused: recorded
+    assert [f.namespace for f in w.op.write_failures.of(["team-a"])] == ["team-a"]
+    w.quotas.patch = original  # type: ignore[method-assign]
+    w.usage.counts[("team-a", "pods")] = 14  # the raise is no longer wanted: nothing to write
+    w.clock.now = T0 + 120
+    assert (await w.reconcile("team-a")).retry is False
+    assert w.quotas.writes == [("create", "team-a")]
+    assert w.op.write_failures.of(["team-a"]) == []
