@@ -212,6 +212,14 @@ class Reconciler:
         for attempt in range(CONFLICT_RETRIES + 1 + (watched is not None)):
             from_watch = attempt == 0 and watched is not None
             current = watched if from_watch else await self.quotas.get(namespace)
+            if (
+                from_watch
+                and current is not None
+                and current.uncharged(self.cluster.tally(namespace, self.clock()))
+            ):
+                # the tally ahead of the watched status.used: admission's charge may not be
+                # delivered yet, and only a read tells that from an object admitted uncharged
+                continue
             # Decide on what is known now: the policies may have been listed (or changed)
             # during the read (CI: an operator starting deleted three quotas as "no policy
             # matches", decided before its policy list landed, written after it).

@@ -878,6 +878,26 @@ async def test_a_run_decides_from_the_watched_quota_once_it_shows_the_operators_
     assert quotas.writes[-1] == ("delete", "team-a")
 
 
+async def test_a_tally_ahead_of_the_watched_status_used_is_read_before_deciding() -> None:
+    """The pod's event can arrive before the quota's charge of it (two watches): a watched
+    copy whose status.used is below the tally is read again, so a charge not yet delivered is
+    not taken for an object admitted uncharged (CI: raises 15, 21, 30 instead of 14, 20, 28)."""
+    world = World()
+    world.quotas = quotas = CountingQuotas()
+    world.op = world.new_operator()
+    await setup_team(world, pods=10)
+    await world.reconcile("team-a")  # create: hard 14
+    quotas.set_used("team-a", {"pods": "10", "configmaps": "0"})
+    world.op.on_quota("ADDED", copy.deepcopy(quotas.objects["team-a"]))
+    gets = quotas.gets
+    quotas.set_used("team-a", {"pods": "11", "configmaps": "0"})  # charged; not delivered yet
+    world.usage.counts[("team-a", "pods")] = 11
+    world.clock.now = T0 + 60
+    await world.reconcile("team-a")
+    assert quotas.gets == gets + 1
+    assert quotas.hard("team-a")["pods"] == "16"  # ceil(11 * 1.4): not "15 until a recount"
+
+
 async def test_the_per_namespace_series_say_enforced_or_dry_run(world: World) -> None:
     """Issue 30: the reporter labels a namespace's series with how its hard is held."""
     await setup_team(world, pods=14)
