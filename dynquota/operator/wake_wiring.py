@@ -24,10 +24,12 @@ __all__ = ["growth_applies", "node_informer_for", "status_used_units", "wake_all
 
 
 def wake_allowed(cluster: ClusterView, namespace: str) -> bool:
-    """Whether the policy governing ``namespace`` lets it be woken (``spec.wake``); a
-    namespace not known (yet) is not woken: a mark is a write, and nothing says it may."""
+    """Whether the policy governing ``namespace`` lets it be woken (``spec.wake``). A
+    namespace not known yet is allowed: the waker marks it seen here, and a start-up sweep
+    that ran before the Namespace list would otherwise never wake it (the write gate still
+    holds every mark)."""
     governance = cluster.governance(namespace)
-    return governance is not None and governance.wake
+    return governance is None or governance.wake
 
 
 def growth_applies(cluster: ClusterView, namespace: str) -> bool:
