@@ -43,7 +43,6 @@ from dynquota.operator.companion import Companions
 from dynquota.operator.daemons import NodeGrowth
 from dynquota.operator.deleter import Deleter
 from dynquota.operator.killswitch import KillSwitch, SwitchState
-from dynquota.operator.own_writes import RecordedQuotas
 from dynquota.operator.policy_status import PolicyStatusWriter
 from dynquota.operator.ports import (
     KUBE_SYSTEM,
@@ -130,8 +129,6 @@ class Operator:
             clock=clock,  # requeue instants are the cluster's time (Outcome.requeue_at)
         )
         self.cluster = cluster = ClusterView(settings, clock=clock, monotonic=monotonic)
-        # every part writes through it: a decision waits for the watch to show our own write
-        quotas = RecordedQuotas(quotas, cluster.wrote)
         state = SwitchState()
         self.budgets = budgets = Budgets(
             settings, cluster.namespaces, cluster.governance, self.requeue_all
@@ -139,7 +136,8 @@ class Operator:
         self.write_gate = write_gate = WriteGate(PartsKnowledge(cluster, budgets, state, self.gate))
         self.write_failures = failures = WriteFailures()
         """Refused or failing quota writes until one succeeds (the status writers' Ready)."""
-        writes = RecordingQuotas(quotas, failures, RECONCILE_WRITER)
+        # every part writes through one: a decision waits for the watch to show our own write
+        writes = RecordingQuotas(quotas, failures, RECONCILE_WRITER, cluster.wrote)
         self.reporter = reporter = Reporter(
             events, write_gate, metrics, clock, watched=cluster.watched
         )
@@ -214,7 +212,7 @@ class Operator:
         ``nodeGrowth`` are on and ``workloads`` is given)."""
         self.budget_tasks = BudgetTasks(
             budgets,
-            quotas=RecordingQuotas(quotas, failures, BUDGET_WRITER),
+            quotas=RecordingQuotas(quotas, failures, BUDGET_WRITER, cluster.wrote),
             write_gate=write_gate,
             leader=self.gate,
             reporter=reporter,

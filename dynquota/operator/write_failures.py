@@ -86,13 +86,23 @@ def _kind(failure: WriteFailure) -> tuple[str, int, str, bool]:
 
 class RecordingQuotas:
     """A :class:`~dynquota.operator.ports.QuotaStore` that reports each write's outcome to
-    ``failures`` as ``writer`` (:data:`RECONCILE_WRITER` or :data:`BUDGET_WRITER`); reads pass
-    through. Every error is raised on as the wrapped store raised it."""
+    ``failures`` as ``writer`` (:data:`RECONCILE_WRITER` or :data:`BUDGET_WRITER`) and hands
+    each successful write to ``wrote(namespace, snapshot)`` (``None``: deleted; the cluster
+    view's :meth:`~dynquota.operator.cluster_view.ClusterView.wrote`, so a decision waits for
+    the watch to show this replica's own write); reads pass through. Every error is raised on
+    as the wrapped store raised it."""
 
-    def __init__(self, quotas: QuotaStore, failures: WriteFailures, writer: str) -> None:
+    def __init__(
+        self,
+        quotas: QuotaStore,
+        failures: WriteFailures,
+        writer: str,
+        wrote: Callable[[str, QuotaSnapshot | None], None] = lambda _ns, _quota: None,
+    ) -> None:
         self.quotas = quotas
         self.failures = failures
         self.writer = writer
+        self.wrote = wrote
 
     async def get(self, namespace: str) -> QuotaSnapshot | None:
         """The wrapped store's ``get``."""
@@ -106,21 +116,27 @@ class RecordingQuotas:
         self, namespace: str, hard: Mapping[str, str], annotations: Mapping[str, str]
     ) -> QuotaSnapshot:
         """The wrapped store's ``create``, recorded."""
-        return await self._recorded(
+        created = await self._recorded(
             namespace, "create", self.quotas.create(namespace, hard, annotations)
         )
+        self.wrote(namespace, created)
+        return created
 
     async def patch(
         self, namespace: str, body: Mapping[str, Any], resource_version: str | None = None
     ) -> QuotaSnapshot:
         """The wrapped store's ``patch``, recorded."""
-        return await self._recorded(
+        patched = await self._recorded(
             namespace, "patch", self.quotas.patch(namespace, body, resource_version)
         )
+        self.wrote(namespace, patched)
+        return patched
 
     async def delete(self, namespace: str, uid: str | None = None) -> bool:
         """The wrapped store's ``delete``, recorded (a 404 is no failure)."""
-        return await self._recorded(namespace, "delete", self.quotas.delete(namespace, uid))
+        deleted = await self._recorded(namespace, "delete", self.quotas.delete(namespace, uid))
+        self.wrote(namespace, None)
+        return deleted
 
     async def _recorded(self, namespace: str, verb: str, write: Awaitable[T]) -> T:
         """Await ``write`` (a ``verb`` in ``namespace``) and record its outcome."""
