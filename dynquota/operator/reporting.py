@@ -156,23 +156,18 @@ class Reporter:
     def forget(self, namespace: str) -> None:
         """``namespace`` was deleted: its view and metric series go."""
         self.views.pop(namespace, None)
-        if namespace in self._overrides:
-            self._overrides.discard(namespace)
-            with contextlib.suppress(KeyError):
-                self.metrics.overrides_active.remove(namespace)
-        self._forget_series(namespace, self._metric_keys.pop(namespace, TRACKED_RESOURCES))
-        self._children.pop(namespace, None)
-        self._optional.pop(namespace, None)
+        self.not_governed(namespace, TRACKED_RESOURCES)
 
-    def not_governed(self, namespace: str) -> None:
+    def not_governed(self, namespace: str, unknown: Iterable[str] | None = None) -> None:
         """No policy governs ``namespace`` now (unmanaged, excluded, being deleted): its
         per-namespace series go at once, with their ``enforcement`` label; its view stays.
-        Cheap when it has none (dictionary lookups)."""
+        ``unknown``: the keys whose series to remove when none were recorded for it. Cheap
+        when it has none (dictionary lookups)."""
         if namespace in self._overrides:
             self._overrides.discard(namespace)
             with contextlib.suppress(KeyError):
                 self.metrics.overrides_active.remove(namespace)
-        keys = self._metric_keys.pop(namespace, None)
+        keys = self._metric_keys.pop(namespace, unknown)
         self._optional.pop(namespace, None)
         if keys is not None:
             self._forget_series(namespace, keys)

@@ -238,7 +238,7 @@ async def quiet(target: Target, namespace: str, rate: float, seconds: float) -> 
 def _start(start_at: float) -> None:
     """Begin the load at the wall-clock ``start_at`` (s since the epoch), shared by the
     processes of one run, so churner and quiet client start together."""
-    time.sleep(max(0.0, start_at - time.time()))
+    time.sleep(max(0.0, start_at - time.time()))  # a schedule both processes keep, no condition
 
 
 def run_churn(

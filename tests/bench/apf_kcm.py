@@ -86,7 +86,7 @@ def follow(bed: Bed, name: str, progress: dict[str, Progress], start: float, unt
             p.pods = len(pods.items)
             if p.pods_done is None and p.pods >= REPLICAS:
                 p.pods_done = elapsed
-        time.sleep(0.2)
+        time.sleep(0.2)  # the sampling interval of a measurement, not a synchronisation
 
 
 def writes_matched(
