@@ -911,3 +911,43 @@ async def test_the_per_namespace_series_say_enforced_or_dry_run(world: World) ->
     assert world.op.metrics.enforcement("team-b") == "dry-run"
     labels = {"namespace": "team-b", "resource": "pods", "enforcement": "dry-run"}
     assert world.op.metrics.registry.get_sample_value("dynquota_hard", labels) == 10
+
+
+async def test_a_quota_event_showing_what_the_last_decision_read_decides_nothing_again() -> None:
+    """Issue 25: a create's reaction reads the charged status.used (the tally ahead of the
+    watched copy) and raises; the echo of that write, a coalescing window later, carries what
+    was written and is not decided again, nor a copy of a quota decided on under a new
+    resourceVersion. Any other change is."""
+    world = World()
+    world.quotas = quotas = CountingQuotas()
+    world.op = world.new_operator()
+    await setup_team(world, pods=10)
+    await world.reconcile("team-a")  # create: hard 14
+    quotas.set_used("team-a", {"pods": "10", "configmaps": "0"})
+    world.op.on_quota("ADDED", copy.deepcopy(quotas.objects["team-a"]))
+    quotas.set_used("team-a", {"pods": "11", "configmaps": "0"})  # charged; not delivered yet
+    world.usage.counts[("team-a", "pods")] = 11
+    world.clock.now = T0 + 60
+    await world.reconcile("team-a")  # read afresh: ceil(11 * 1.4) = 16
+    assert quotas.hard("team-a")["pods"] == "16"
+    added: list[str] = []
+    world.op.queue.add = added.append  # type: ignore[method-assign]
+    world.op.on_quota("MODIFIED", copy.deepcopy(quotas.objects["team-a"]))  # the write's echo
+    assert added == []
+    copied = copy.deepcopy(quotas.objects["team-a"])
+    copied["status"]["hard"] = dict(copied["spec"]["hard"])  # the quota controller's copy
+    copied["metadata"]["resourceVersion"] = str(quotas.rv + 1)
+    world.op.on_quota("MODIFIED", copied)
+    assert added == ["team-a"]
+    await world.reconcile("team-a")  # from the watch: nothing to change
+    assert quotas.hard("team-a")["pods"] == "16"
+    same = copy.deepcopy(copied)
+    same["metadata"]["resourceVersion"] = str(quotas.rv + 7)  # e.g. a managedFields-only write
+    world.op.on_quota("MODIFIED", same)
+    assert added == ["team-a"]
+    recounted = copy.deepcopy(same)
+    recounted["status"]["used"]["pods"] = "10"
+    world.op.on_quota("MODIFIED", recounted)
+    assert added == ["team-a", "team-a"]
+    world.op.on_quota("DELETED", recounted)
+    assert added == ["team-a", "team-a", "team-a"]
