@@ -255,13 +255,16 @@ def limit_range_refusal(
     ``None``. ``why`` is the text kube-apiserver v1.37 answers (``maximum cpu usage per
     Container is 1, but limit is 2``), several violations as its aggregate prints them (``[a,
     b]``: per container, then the pod; min, max, ratio), resource names in sorted order where
-    upstream iterates a map.
+    upstream iterates a map. As the aggregate's ``Error()`` (apimachinery
+    ``util/errors.aggregate``), a text is given once: containers that break a constraint alike
+    (the texts name no container: two at a ratio of 4 say the same) are one violation, and one
+    text left is printed without brackets.
 
     Raises:
         InvalidObjectError: an amount is not a quantity.
     """
     for limit_range in limit_ranges:
-        found = _refusals(limit_range, pod)
+        found = list(dict.fromkeys(_refusals(limit_range, pod)))  # in order, each text once
         if found:
             name = str((limit_range.get("metadata") or {}).get("name") or "")
             return name, found[0] if len(found) == 1 else f"[{', '.join(found)}]"

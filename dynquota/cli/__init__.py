@@ -57,6 +57,19 @@ def _fail(message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
+def _check_output(args: argparse.Namespace) -> None:
+    """Refuse a ``-o`` that can print nothing (``jsonpath=`` without a template) before the
+    command asks the cluster, as kubectl does; raises :class:`UserError` (exit 2)."""
+    from dynquota.cli.output import OutputError, check_output
+
+    output = getattr(args, "output", None)
+    if isinstance(output, str):
+        try:
+            check_output(output)
+        except OutputError as exc:
+            raise UserError(str(exc)) from exc
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "dynquota") -> int:
     """Entry point of the ``dynquota`` console script; returns the exit code.
 
@@ -71,6 +84,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dynquota") -> int:
     args = build_parser(prog).parse_args(words)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        _check_output(args)
         return handler(args)
     except UserError as exc:
         _fail(str(exc), 2)

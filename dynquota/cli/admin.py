@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from typing import Any
 
 from dynquota.cli.errors import FIELD_MANAGER, UserError, connect, guard
@@ -142,7 +143,7 @@ async def _kill_switch(args: argparse.Namespace) -> None:
                     "managedQuotas": len(quotas),
                 }
                 try:
-                    print(render_document(document, args.output))
+                    sys.stdout.write(render_document(document, args.output))
                 except OutputError as exc:
                     raise UserError(str(exc)) from exc
             return

@@ -88,7 +88,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(fit_text(report))
     else:
         try:
-            print(render_document(fit_document(report), args.output))
+            sys.stdout.write(render_document(fit_document(report), args.output))
         except OutputError as exc:
             raise UserError(str(exc)) from exc
     return report.exit_code

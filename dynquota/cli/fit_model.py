@@ -224,18 +224,17 @@ def evaluate(
                         charges[i][(room.quota, k.key)] = (k.hard, k.used, k.per_pod)
         for run in candidate.runs():
             g = len(groups)
-            groups.append((n, Group(title, run[1], why), run))
-            for i in (0, *(1 + j for j in run[2])):
+            groups.append((n, Group(title, run[1], why, len(run[2])), run))
+            # a replica's objects in the order they are created: its new claims, then its pod
+            order = (*(1 + j for j in run[2]), 0)
+            for part, i in enumerate(order):
                 for q_key, (hard, used, per) in charges[i].items():
-                    per_group = limits.setdefault(q_key, [hard, used, {}])[2]
-                    per_group[g] = per_group[g] + per if g in per_group else per
+                    parts = limits.setdefault(q_key, [hard, used, {}])[2]
+                    parts.setdefault(g, [Quantity(Decimal(0))] * len(order))[part] = per
         rows += _rows(title, charges, managed, grow)
-    plain = [
-        Limit(quota, key, _units(hard, key, down=True), _units(used, key),
-              tuple(_units(per[g], key) if g in per else 0 for g in range(len(groups))),
-              grow.get(key) if quota in managed else None)
-        for (quota, key), (hard, used, per) in limits.items()
-    ]  # fmt: skip
+    plain = [_limit(quota, key, hard, used, parts, len(groups), groups,
+                    grow.get(key) if quota in managed else None)
+             for (quota, key), (hard, used, parts) in limits.items()]  # fmt: skip
     answer = schedule([group for _, group, _ in groups], plain, now)
     fits = [
         _workload_fit(n, candidates, groups, answer, parsed, now, grow)
@@ -254,6 +253,34 @@ def evaluate(
     )
     return FitReport(
         namespace, format_time(now), tuple(fits), tuple(rows), steps, tuple(not_read), tuple(lines)
+    )
+
+
+def _limit(
+    quota: str,
+    key: str,
+    hard: Quantity,
+    used: Quantity,
+    parts: Mapping[int, Sequence[Quantity]],
+    count: int,
+    groups: Sequence[tuple[int, Group, tuple[int, int, tuple[int, ...]]]],
+    growth: Growth | None,
+) -> Limit:
+    """The :class:`Limit` of one quota key: ``parts`` is, per group charged here, what each
+    object of one replica charges (its new claims in creation order, then its pod) of the
+    ``count`` groups; each charge rounded up to whole units (each is admitted on its own)."""
+    units = {g: [_units(c, key) for c in charged] for g, charged in parts.items()}
+    per_claim = tuple(
+        tuple(units[g][:-1]) if g in units else (0,) * groups[g][1].claims for g in range(count)
+    )
+    return Limit(
+        quota,
+        key,
+        _units(hard, key, down=True),
+        _units(used, key),
+        tuple(sum(units[g]) if g in units else 0 for g in range(count)),
+        growth,
+        per_claim if any(per_claim) else (),
     )
 
 
@@ -296,9 +323,10 @@ def _workload_fit(
     )
     never = sum(answer.never[g] for g in mine)
     blocks: dict[tuple[str, str], Block] = {}
+    what = "pod or claim" if candidate.workload.claims else "pod"
     for g in mine:
         for b in answer.blockers[g]:
-            blocks.setdefault((b.quota, b.key), _block(b, grow))
+            blocks.setdefault((b.quota, b.key), _block(b, grow, what))
     refused = groups[mine[0]][1].refused if mine else candidate.refused
     next_refusal = None
     waiting = [g for g in mine if answer.now[g] < groups[g][1].replicas]
@@ -335,6 +363,8 @@ def _next_refusal(
         created = candidates[m]
         charged += [(created.pod, answer.now[h])]
         charged += [(created.claims[j], answer.now[h]) for j in need]
+        if h < g:  # the claims an earlier group's waiting replica holds already
+            charged += [(created.claims[need[p]], 1) for p in answer.claims_now[h]]
     n, _, (first, _, need) = groups[g]
     candidate = candidates[n]
     ordinal = first + answer.now[g]
@@ -354,8 +384,9 @@ def _all_fit_at(later: Sequence[Later], never: int, now: int) -> str | None:
     return later[-1].at if later else format_time(now)
 
 
-def _block(b: Blocker, grow: Mapping[str, Growth]) -> Block:
-    """A :class:`Block` with the message that says what to do about it."""
+def _block(b: Blocker, grow: Mapping[str, Growth], what: str = "pod") -> Block:
+    """A :class:`Block` with the message that says what to do about it (``what``: the objects
+    a replica creates, ``pod`` or ``pod or claim``)."""
     hard, used, per = (_text(v, b.key) for v in (b.hard, b.used, b.per_pod))
     growth = grow.get(b.key)
     where = f"quota {b.quota} {b.key} (hard {hard}, used {used}, {per} a pod)"
@@ -378,9 +409,9 @@ def _block(b: Blocker, grow: Mapping[str, Growth]) -> Block:
         )
     elif b.reason == "buffer":
         message = (
-            f"{where}: one pod needs more than the room the policy's buffer leaves, so the "
+            f"{where}: one {what} needs more than the room the policy's buffer leaves, so the "
             "quota never grows for it; request the override, or ask for a minimumHeadroom of "
-            "at least one pod"
+            f"at least one {what}"
         )
     else:
         message = f"{where}: dynquota records no raise for it (not enforced, or frozen)"

@@ -120,8 +120,10 @@ def add_output_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _output(text: str) -> str:
-    """Validate a ``-o`` value (``argparse`` type)."""
-    if text in ("table", "wide", "json", "yaml") or text.startswith("jsonpath="):
+    """Validate a ``-o`` value (``argparse`` type); ``jsonpath`` and ``jsonpath=`` without a
+    template pass here and are refused before the command runs, with kubectl's words
+    (:func:`dynquota.cli.output.check_output`)."""
+    if text in ("table", "wide", "json", "yaml", "jsonpath") or text.startswith("jsonpath="):
         return text
     raise argparse.ArgumentTypeError(
         f"unknown output format {text!r}: one of table, wide, json, yaml, jsonpath=TEMPLATE"

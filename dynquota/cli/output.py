@@ -7,7 +7,10 @@ colour), as kubectl's ``printers.GetNewTabWriter`` prints them, so ``awk``, ``cu
 ``{EXPR}`` where ``EXPR`` is a JSONPath (``.rows[*].namespace``, ``.rows[0].target``;
 evaluated by jsonpath-ng, a maintained PyPI library), several matches printed space-separated;
 ``{"\\n"}`` and ``{"\\t"}`` print a newline and a tab. kubectl's ``{range}``/``{end}`` and
-filter expressions are not supported (a template with them is refused with one line).
+filter expressions are not supported (a template with them is refused with one line). As
+kubectl's, jsonpath output ends where the template ends (no newline added: ``{"\\n"}`` adds
+one), and ``jsonpath=`` without a template is an error (kubectl's ``template format specified
+but no template given``), not the whole document.
 """
 
 from __future__ import annotations
@@ -17,11 +20,30 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["OutputError", "columns", "render_document", "render_jsonpath"]
+__all__ = [
+    "NO_TEMPLATE",
+    "OutputError",
+    "check_output",
+    "columns",
+    "render_document",
+    "render_jsonpath",
+]
 
 
 class OutputError(ValueError):
     """A ``-o`` value that cannot be applied (the message says why)."""
+
+
+NO_TEMPLATE = "template format specified but no template given"
+"""kubectl's words (``k8s.io/cli-runtime``'s ``JSONPathPrintFlags``) for ``-o jsonpath=``."""
+
+
+def check_output(output: str) -> None:
+    """Raises :class:`OutputError` for a ``-o`` value that cannot print anything whatever the
+    document: ``jsonpath`` or ``jsonpath=`` without a template (:data:`NO_TEMPLATE`). Run
+    before the command asks the cluster, as kubectl builds its printer first."""
+    if output in ("jsonpath", "jsonpath="):
+        raise OutputError(NO_TEMPLATE)
 
 
 def columns(table: Sequence[Sequence[str]]) -> str:
@@ -41,16 +63,18 @@ def columns(table: Sequence[Sequence[str]]) -> str:
 
 
 def render_document(document: Any, output: str) -> str:
-    """``document`` (plain JSON values) as ``output``: ``json`` (2-space indent), ``yaml``
-    (block style, keys in document order) or ``jsonpath=TEMPLATE``.
+    """``document`` (plain JSON values) as ``output``, the exact text to write: ``json``
+    (2-space indent) and ``yaml`` (block style, keys in document order) end with a newline,
+    ``jsonpath=TEMPLATE`` ends where its template does (kubectl adds none).
 
-    Raises :class:`OutputError` for another format or a bad template."""
+    Raises :class:`OutputError` for another format, no template or a bad one."""
     if output == "json":
-        return json.dumps(document, indent=2)
+        return json.dumps(document, indent=2) + "\n"
     if output == "yaml":
         import yaml
 
-        return str(yaml.safe_dump(document, sort_keys=False, default_flow_style=False)).rstrip("\n")
+        return str(yaml.safe_dump(document, sort_keys=False, default_flow_style=False))
+    check_output(output)
     if output.startswith("jsonpath="):
         return render_jsonpath(document, output.removeprefix("jsonpath="))
     raise OutputError(f"output {output!r} is not a document format")
@@ -63,9 +87,13 @@ def render_jsonpath(document: Any, template: str) -> str:
     """``template`` (kubectl's jsonpath template: text and ``{EXPR}``) applied to
     ``document``. A template without braces is one expression, as kubectl reads it.
 
-    Raises :class:`OutputError` (``{range}``/``{end}``, a filter, a malformed expression)."""
+    Raises :class:`OutputError` (no template, ``{range}``/``{end}``, a filter, a malformed
+    expression)."""
     from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
     from jsonpath_ng.parser import parse
+
+    if not template:
+        raise OutputError(NO_TEMPLATE)
 
     if "{" not in template:
         template = "{" + template + "}"

@@ -115,7 +115,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             ]
             document["summary"] = summary(risks, shown)
         try:
-            print(render_document(document, args.output))
+            sys.stdout.write(render_document(document, args.output))
         except OutputError as exc:
             raise UserError(str(exc)) from exc
     for name in missing:  # as kubectl get: the rest is shown, the missing ones are errors

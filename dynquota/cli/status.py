@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +35,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(status_text(obj))
         return 0
     try:
-        print(render_document(obj, args.output))
+        sys.stdout.write(render_document(obj, args.output))
     except OutputError as exc:
         raise UserError(str(exc)) from exc
     return 0

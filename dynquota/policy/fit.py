@@ -13,6 +13,13 @@ The model (``docs/tenants.md``, "Will it fit?"):
    charged to keeps ``used + per_pod <= hard`` (quota admission's rule): a group admits
    ``min(remaining, floor((hard - used) / per_pod))`` over its keys, and its admissions are
    usage for the next group and for sizing. The namespace's other usage stays as it is.
+   A replica that creates objects before its pod (a StatefulSet's claims,
+   :attr:`Group.claims`) is not admitted whole: each claim is admitted on its own when every
+   key it is charged to has room for it (the StatefulSet controller's
+   ``createPersistentVolumeClaims`` tries each of a replica's claims, whatever the others'
+   answer), the pod only once all its claims exist. A claim admitted stays and is usage, for
+   the next pod and for sizing, even while its replica's pod waits: so a key whose room is
+   less than a replica's claims still grows when one claim fits (its usage moves its target).
 2. **Raise.** A key dynquota sizes is raised, as ``decide`` raises it (``docs/sizing.md``),
    when the policy target of its usage exceeds its hard — ``target(U)`` of
    :func:`dynquota.policy.decision.target` (buffer, ``minimumHeadroom``, granularity or
@@ -31,7 +38,7 @@ recorded: the quota is not enforced, or the policy is frozen).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -104,10 +111,13 @@ class Limit:
         key: the quota key (``pods``, ``requests.cpu``).
         hard: what admission enforces now (``status.hard``), in the key's units.
         used: ``status.used``, in units.
-        per_pod: per group (same order as the groups), what one pod charges here in units;
-            0 when the group is not charged here (its pods charge nothing there, or the quota's
-            scopes do not match them).
+        per_pod: per group (same order as the groups), what one replica charges here in units
+            (its pod and its claims); 0 when the group is not charged here (its pods charge
+            nothing there, or the quota's scopes do not match them).
         growth: how dynquota grows the key, or ``None`` (it stays at ``hard``).
+        per_claim: per group, what each claim a replica creates before its pod charges here,
+            in units, in creation order (:attr:`Group.claims` entries; the pod charges the
+            rest of ``per_pod``); empty: no group has claims.
     """
 
     quota: str
@@ -116,17 +126,27 @@ class Limit:
     used: int
     per_pod: tuple[int, ...]
     growth: Growth | None = None
+    per_claim: tuple[tuple[int, ...], ...] = ()
+
+    def part(self, group: int, index: int) -> int:
+        """What part ``index`` of one replica of ``group`` charges here, in units: claim
+        ``index`` (``index < claims``), else the pod (what ``per_pod`` leaves)."""
+        claims = self.per_claim[group] if self.per_claim else ()
+        return claims[index] if index < len(claims) else self.per_pod[group] - sum(claims)
 
 
 @dataclass(frozen=True)
 class Group:
-    """Identical pods to create: ``name`` (``Deployment/web``), ``replicas``, and ``refused``:
+    """Identical pods to create: ``name`` (``Deployment/web``), ``replicas``, ``refused``:
     why none of them is ever admitted whatever the room (an admission refusal other than
-    exceeded quota, ``failed quota: ...: must specify ...``), or ``None``."""
+    exceeded quota, ``failed quota: ...: must specify ...``), or ``None``, and ``claims``: how
+    many objects each replica creates before its pod, each admitted on its own (a
+    StatefulSet's new claims; their charges are :attr:`Limit.per_claim`)."""
 
     name: str
     replicas: int
     refused: str | None = None
+    claims: int = 0
 
 
 @dataclass(frozen=True)
@@ -163,8 +183,11 @@ class Schedule:
         steps: the raises to come, in time order, one step per time (a raise due now has
             ``at == now``), each with what it admits.
         never: per group, the pods that never fit under the current policy.
-        blockers: per group, the keys that hold those back (empty when all fit).
+        blockers: per group, the keys that hold those back (empty when all fit), the key that
+            refuses the replica's next object first.
         hard: the final hard of every limit, ``(quota, key)`` -> units.
+        claims_now: per group, the indexes of the claims of its next replica admitted now
+            (the replica after those of ``now``; its pod waits), empty when none.
     """
 
     now: tuple[int, ...]
@@ -172,6 +195,7 @@ class Schedule:
     never: tuple[int, ...] = ()
     blockers: tuple[tuple[Blocker, ...], ...] = ()
     hard: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    claims_now: tuple[tuple[int, ...], ...] = ()
 
     @property
     def fits_now(self) -> int:
@@ -195,23 +219,55 @@ def schedule(groups: Sequence[Group], limits: Sequence[Limit], now: int) -> Sche
         lim.growth.next_raise_after if lim.growth is not None else None for lim in limits
     ]
     admitted = [0] * len(groups)
+    made: list[set[int]] = [set() for _ in groups]  # the next replica's claims admitted
+
+    def room(g: int, part: int) -> bool:
+        """Whether every key part ``part`` of one replica of group ``g`` is charged to has
+        room for it."""
+        return all(
+            used[i] + c <= hard[i] for i, lim in enumerate(limits) if (c := lim.part(g, part)) > 0
+        )
+
+    def take(g: int, part: int) -> None:
+        for i, lim in enumerate(limits):
+            used[i] += lim.part(g, part)
+
+    def advance(g: int) -> bool:
+        """Admit what fits of group ``g``'s next replica: each claim not made yet that has
+        room, then its pod once all are made; whether the pod was admitted."""
+        claims = groups[g].claims
+        for part in range(claims):
+            if part not in made[g] and room(g, part):
+                take(g, part)
+                made[g].add(part)
+        if len(made[g]) < claims or not room(g, claims):
+            return False
+        take(g, claims)
+        made[g] = set()
+        admitted[g] += 1
+        return True
 
     def fill() -> list[int]:
         added = [0] * len(groups)
         for g, group in enumerate(groups):
-            if group.refused is not None:
+            if group.refused is not None or admitted[g] >= group.replicas:
                 continue
+            if made[g]:  # a replica with claims made: its other claims and pod come first
+                if not advance(g):
+                    continue
+                added[g] += 1
             k = group.replicas - admitted[g]
             for i, lim in enumerate(limits):
                 per = lim.per_pod[g]
                 if per > 0:
                     k = min(k, max(0, (hard[i] - used[i]) // per))
-            if k <= 0:
-                continue
-            added[g] = k
-            admitted[g] += k
-            for i, lim in enumerate(limits):
-                used[i] += k * lim.per_pod[g]
+            if k > 0:
+                added[g] += k
+                admitted[g] += k
+                for i, lim in enumerate(limits):
+                    used[i] += k * lim.per_pod[g]
+            if group.claims and admitted[g] < group.replicas:
+                added[g] += advance(g)  # its claims that fit now (its pod does not: k is all)
         return added
 
     def due(i: int) -> int | None:
@@ -225,6 +281,7 @@ def schedule(groups: Sequence[Group], limits: Sequence[Limit], now: int) -> Sche
         return any(g.refused is None and admitted[n] < g.replicas for n, g in enumerate(groups))
 
     fits_now = tuple(fill())
+    claims_now = tuple(tuple(sorted(m)) for m in made)
     steps: list[Step] = []
     t = now
     while left() and len(steps) < MAX_STEPS:
@@ -249,7 +306,9 @@ def schedule(groups: Sequence[Group], limits: Sequence[Limit], now: int) -> Sche
         for n, g in enumerate(groups)
     )
     blockers = tuple(
-        _blockers(n, limits, hard, used) if never[n] and groups[n].refused is None else ()
+        _blockers(n, groups[n], made[n], limits, hard, used)
+        if never[n] and groups[n].refused is None
+        else ()
         for n in range(len(groups))
     )
     return Schedule(
@@ -258,20 +317,33 @@ def schedule(groups: Sequence[Group], limits: Sequence[Limit], now: int) -> Sche
         never=never,
         blockers=blockers,
         hard={(lim.quota, lim.key): hard[i] for i, lim in enumerate(limits)},
+        claims_now=claims_now,
     )
 
 
 def _blockers(
-    g: int, limits: Sequence[Limit], hard: Sequence[int], used: Sequence[int]
+    g: int,
+    group: Group,
+    made: Set[int],
+    limits: Sequence[Limit],
+    hard: Sequence[int],
+    used: Sequence[int],
 ) -> tuple[Blocker, ...]:
-    """The keys without room for one more pod of group ``g`` at the end, and why."""
-    found: list[Blocker] = []
+    """The keys without room at the end for what group ``g``'s next replica still needs (its
+    claims not ``made`` and its pod), and why: first the keys that refuse its first object
+    refused (the controller's first refusal), then the other keys short of room for one of
+    its objects or for all of them."""
+    parts = [p for p in range(group.claims) if p not in made] + [group.claims]
+    found: list[tuple[int, Blocker]] = []
     for i, lim in enumerate(limits):
-        per = lim.per_pod[g]
-        if per <= 0 or hard[i] - used[i] >= per:
+        need = [lim.part(g, p) for p in parts]
+        free = hard[i] - used[i]
+        if not any(need) or sum(need) <= free:
             continue
-        found.append(Blocker(lim.quota, lim.key, hard[i], used[i], per, _why(lim, hard[i])))
-    return tuple(found)
+        first = next((n for n, c in enumerate(need) if c > free), len(parts))
+        blocker = Blocker(lim.quota, lim.key, hard[i], used[i], lim.per_pod[g], _why(lim, hard[i]))
+        found.append((first, blocker))
+    return tuple(b for _, b in sorted(found, key=lambda f: f[0]))
 
 
 def _why(lim: Limit, hard: int) -> BlockReason:

@@ -89,7 +89,7 @@ def test_plan_of_one_namespace_reads_only_that_namespace(
     code, out, _ = run_cli(
         [*argv[:4], "--local", "-n", ns, "-o", "jsonpath={.rows[0].target}"], capsys
     )
-    assert (code, out) == (0, "10\n")
+    assert (code, out) == (0, "10")  # as kubectl: no newline after jsonpath output
 
 
 def test_plan_at_risk_lists_the_namespace_at_its_limit(
@@ -118,7 +118,7 @@ def test_plan_at_risk_lists_the_namespace_at_its_limit(
     assert table[1].split()[:8] == [full, "pods", "at", "limit", "100%", "3", "3", "3"]
     assert table[2:] == ["1 key at risk in 1 of 2 namespaces: 1 at limit"]
     code, out, _ = run_cli([*argv, "--at-risk", "-o", "jsonpath={.summary}"], capsys)
-    assert (code, out) == (0, "1 key at risk in 1 of 2 namespaces: 1 at limit\n")
+    assert (code, out) == (0, "1 key at risk in 1 of 2 namespaces: 1 at limit")
 
 
 def test_plan_of_a_budget_member_reads_the_other_members_too(

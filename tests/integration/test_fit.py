@@ -298,6 +298,9 @@ def test_the_limit_range_checks_refuse_as_the_apiserver_does(op_cluster: Operato
     several violations in one aggregate, a Pod item's missing request and limit."""
     cpu = {"requests": {"cpu": "600m"}, "limits": {"cpu": "600m"}}
     ratio = {"requests": {"memory": "16Mi"}, "limits": {"memory": "64Mi"}}
+    small = {"cpu": "100m"}  # the Pod max (1500m) is not what these say
+    four = {"requests": {"memory": "16Mi", **small}, "limits": {"memory": "64Mi", **small}}
+    three = {"requests": {"memory": "16Mi", **small}, "limits": {"memory": "48Mi", **small}}
     pods = [
         _pod({"name": "big", "resources": {"limits": {"cpu": "2"}}}),  # Container and Pod max
         _pod({"name": "tiny", "resources": {"requests": {"memory": "8Mi"}}}),  # min
@@ -308,6 +311,13 @@ def test_the_limit_range_checks_refuse_as_the_apiserver_does(op_cluster: Operato
             init=({"name": "side", "resources": cpu, "restartPolicy": "Always"},),
         ),
         _pod({"name": "fine", "resources": cpu}),
+        # containers at the same ratio: one text (the apiserver's aggregate gives each once)
+        _pod({"name": "x", "resources": four}, {"name": "y", "resources": four}),
+        _pod(
+            {"name": "x", "resources": four},
+            {"name": "y", "resources": three},
+            {"name": "z", "resources": four},
+        ),
     ]
     assert _judged(op_cluster, LIMITS, pods) == [
         (
@@ -326,6 +336,16 @@ def test_the_limit_range_checks_refuse_as_the_apiserver_does(op_cluster: Operato
         ),
         ("limits", "maximum cpu usage per Pod is 1500m, but limit is 1800m"),
         None,
+        (
+            "limits",
+            "memory max limit to request ratio per Container is 2, but provided ratio is 4.000000",
+        ),
+        (
+            "limits",
+            "[memory max limit to request ratio per Container is 2, but provided ratio is "
+            "4.000000, memory max limit to request ratio per Container is 2, but provided ratio "
+            "is 3.000000]",
+        ),
     ]
     storage = {
         "metadata": {"name": "storage"},

@@ -88,6 +88,23 @@ def test_several_violations_are_one_aggregate_and_the_first_refusing_range_answe
     assert limit_range_refusal(the_pod, [quiet]) is None
 
 
+def test_containers_breaking_a_constraint_alike_are_one_violation_as_upstreams_aggregate() -> None:
+    # PodValidateLimitFunc appends one error per container; their texts name no container,
+    # and the aggregate's Error() gives each text once (no brackets when one is left)
+    ratio = lr("ratio", {"type": "Container", "maxLimitRequestRatio": {"memory": "2"}})
+    four, three = (
+        c({"memory": "16Mi"}, {"memory": "64Mi"}),
+        c({"memory": "16Mi"}, {"memory": "48Mi"}),
+    )
+    text = "memory max limit to request ratio per Container is 2, but provided ratio is {}"
+    assert limit_range_refusal(pod(four, four, init=(four,)), [ratio]) == (
+        "ratio", text.format("4.000000"),
+    )  # fmt: skip
+    assert limit_range_refusal(pod(four, three, four), [ratio]) == (
+        "ratio", f"[{text.format('4.000000')}, {text.format('3.000000')}]",
+    )  # fmt: skip
+
+
 def test_an_amount_that_is_not_a_quantity_is_an_invalid_object() -> None:
     with pytest.raises(InvalidObjectError, match=r"spec.limits\[0\].max\[cpu\]"):
         limit_range_refusal(pod(c()), [lr("x", {"type": "Container", "max": {"cpu": "lots"}})])

@@ -335,3 +335,39 @@ def test_run_warns_when_it_writes_without_a_lease(
         assert run_module.cmd_run(build_parser().parse_args(["run", *flags])) == 0
     lines = [r.getMessage() for r in caplog.records if r.name == "dynquota.cli"]
     assert any(m.startswith("leader election is off") for m in lines) is warned
+
+
+@pytest.mark.parametrize(
+    "command", [["plan"], ["status", "-n", "a"], ["fit", "-f", "-"], ["kill-switch", "status"]]
+)
+@pytest.mark.parametrize("output", ["jsonpath=", "jsonpath"])
+def test_a_jsonpath_without_a_template_is_refused_before_the_cluster_is_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], output: str
+) -> None:
+    # kubectl: "error: template format specified but no template given" (exit 1); dynquota's
+    # usage errors exit 2 (fit's 1 is an answer: some pods fit only later). The kubeconfig
+    # does not exist: asked first, the cluster would be the error
+    missing = str(tmp_path / "none")
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--kubeconfig", missing, "-o", output])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "dynquota: error: template format specified but no template given\n"
+
+
+def test_jsonpath_output_ends_where_the_template_ends(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dynquota.cli import status
+
+    async def read(args: object) -> dict[str, object]:
+        return {"kind": "AppliedDynamicQuota", "status": {"state": "Enforced"}}
+
+    monkeypatch.setattr(status, "_read", read)
+    assert main(["status", "-n", "a", "-o", "jsonpath={.status.state}"]) == 0
+    assert capsys.readouterr().out == "Enforced"  # kubectl prints no newline after jsonpath
+    assert main(["status", "-n", "a", "-o", 'jsonpath={.kind}{"\\n"}']) == 0
+    assert capsys.readouterr().out == "AppliedDynamicQuota\n"
+    assert main(["status", "-n", "a", "-o", "json"]) == 0
+    assert capsys.readouterr().out.endswith("}\n")

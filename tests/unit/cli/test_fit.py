@@ -438,3 +438,50 @@ def test_claims_that_exist_for_an_ordinal_are_not_new_usage() -> None:
     assert [(b.quota, b.key, b.reason) for b in db.blocked_by] == [
         ("storage", "requests.storage", "fixed")
     ]
+
+
+PARALLEL = STS.replace("replicas: 4", "replicas: 3\n  podManagementPolicy: Parallel")
+
+
+def claims_growing(quotas: list[dict[str, Any]]) -> Any:
+    """StatefulSet/db (Parallel, 3 replicas of a data and a logs claim) where dynquota sizes
+    ``persistentvolumeclaims`` (5, 4 used; buffer 10 %, next raise at 09:52:24Z)."""
+    [workload] = read_manifest(PARALLEL, "sts.yaml").workloads
+    pod = dict(workload.pod, metadata={**workload.pod["metadata"], "namespace": "team-a"})
+    profile = {"minimum": "1", "maximum": "100", "bufferPercent": 10, "upscaleCooldown": "5m",
+               "downscaleCooldown": "1h", "nextRaiseAfter": "2026-12-01T09:52:24Z"}  # fmt: skip
+    status = {"status": {"state": "Enforced", "policy": {
+        "name": "p", "resources": {"persistentvolumeclaims": profile}}}}  # fmt: skip
+    dynquota = quota("dynquota", {"persistentvolumeclaims": "5"},
+                     {"persistentvolumeclaims": "4"}, MANAGED)  # fmt: skip
+    return evaluate("team-a", [Candidate(workload, pod)], [dynquota, *quotas], status, NOW)
+
+
+def test_a_claim_key_short_of_a_replicas_claims_grows_with_the_claim_that_fits() -> None:
+    # room for 1 claim of the 2 a replica needs: data-db-0 is admitted (used 5), the policy's
+    # target of 5 is 6, so the key grows: not "never grows" (T(4) = 5 is no raise)
+    report = claims_growing([])
+    [db] = report.workloads
+    assert (db.fits_now, db.never) == (0, 0)
+    assert [(x.at, x.pods) for x in db.later] == [
+        ("2026-12-01T09:52:24Z", 1), ("2026-12-01T10:02:24Z", 1), ("2026-12-01T10:12:24Z", 1),
+    ]  # fmt: skip
+    assert db.blocked_by == ()
+    assert db.next_refusal == (
+        'persistentvolumeclaims "logs-db-0" is forbidden: exceeded quota: dynquota, requested: '
+        "persistentvolumeclaims=1, used: persistentvolumeclaims=5, limited: "
+        "persistentvolumeclaims=5"
+    )
+
+
+def test_the_blocker_of_a_replicas_claims_is_the_key_that_refuses_once_one_is_in() -> None:
+    # requests.storage (not sized): 4Gi of room for data (4Gi) + logs (1Gi). data is admitted,
+    # then logs is refused by both keys; persistentvolumeclaims grows, requests.storage never
+    report = claims_growing([quota("storage", {"requests.storage": "10Gi"},
+                                   {"requests.storage": "6Gi"})])  # fmt: skip
+    [db] = report.workloads
+    assert (db.fits_now, db.later, db.never) == (0, (), 3)
+    assert [b.message for b in db.blocked_by] == [
+        "quota storage requests.storage (hard 10Gi, used 10Gi, 5Gi a pod): not sized by "
+        "dynquota; whoever owns that quota can raise it"
+    ]

@@ -198,9 +198,12 @@ def test_run_refuses_identity_flags_and_a_busy_port(capsys: pytest.CaptureFixtur
 def test_output_formats() -> None:
     document = {"rows": [{"namespace": "a", "target": 3}, {"namespace": "b", "target": None}]}
     assert render_document(document, "json").splitlines()[:3] == ["{", '  "rows": [', "    {"]
+    assert render_document(document, "json").endswith("}\n")
     assert render_document(document, "yaml") == (
-        "rows:\n- namespace: a\n  target: 3\n- namespace: b\n  target: null"
+        "rows:\n- namespace: a\n  target: 3\n- namespace: b\n  target: null\n"
     )
+    # as kubectl: jsonpath ends where the template ends, no newline added
+    assert render_document(document, "jsonpath={.rows[0].target}") == "3"
     assert render_jsonpath(document, "{.rows[*].namespace}") == "a b"
     assert render_jsonpath(document, '{.rows[0].target}{"\\n"}') == "3\n"
     assert render_jsonpath(document, ".rows[1].namespace") == "b"

@@ -178,3 +178,38 @@ def test_a_key_that_wants_more_only_after_a_fill_is_raised_in_the_same_step() ->
         NOW, {("dynquota", "pods"): 42, ("dynquota", "requests.cpu"): 6300}, (12,)
     )
     assert [s.at for s in answer.steps] == [NOW, NOW + 300]
+
+
+def test_a_replicas_claims_are_admitted_one_by_one_and_grow_the_key() -> None:
+    # a StatefulSet's replica: 2 claims (1 each on persistentvolumeclaims), then its pod; 5
+    # claims of room 4 used, buffer 10 %: T(4) = 5, no room for a replica's 2 claims at once,
+    # but one claim is admitted (used 5), T(5) = 6 > 5: the key grows (one claim a cooldown)
+    claims = ResourceProfile.of(10, 1, 100, 300, 3600)
+    limit = Limit("dynquota", "persistentvolumeclaims", 5, 4, (2,), Growth(claims, 1, NOW + 10),
+                  per_claim=((1, 1),))  # fmt: skip
+    answer = schedule([Group("StatefulSet/db", 2, claims=2)], [limit], NOW)
+    key = ("dynquota", "persistentvolumeclaims")
+    assert answer.now == (0,)
+    assert answer.claims_now == ((0,),)  # data-db-0 exists, logs-db-0 and the pod wait
+    assert answer.steps == (
+        Step(NOW + 10, {key: 6}, (1,)),  # logs-db-0, then its pod
+        Step(NOW + 310, {key: 7}, (0,)),  # T(6) = 7: data-db-1 only
+        Step(NOW + 610, {key: 8}, (1,)),  # T(7) = 8: logs-db-1, then its pod
+    )
+    assert answer.never == (0,)
+
+
+def test_the_blocker_is_the_key_refusing_the_next_claim_after_one_was_admitted() -> None:
+    # requests.storage (fixed, GiB): room 4 for data (4) and logs (1); claims room 1 of a
+    # growing key. data is admitted; logs is refused by both; claims grows, storage never
+    claims = ResourceProfile.of(10, 1, 100, 300, 3600)
+    limits = [
+        Limit("dynquota", "persistentvolumeclaims", 5, 4, (2,), Growth(claims, 1, NOW + 10),
+              per_claim=((1, 1),)),
+        Limit("storage", "requests.storage", 10, 6, (5,), None, per_claim=((4, 1),)),
+    ]  # fmt: skip
+    answer = schedule([Group("StatefulSet/db", 3, claims=2)], limits, NOW)
+    assert answer.now == (0,)
+    assert answer.never == (3,)
+    assert answer.blockers == ((Blocker("storage", "requests.storage", 10, 10, 5, "fixed"),),)
+    assert answer.hard[("dynquota", "persistentvolumeclaims")] == 6
