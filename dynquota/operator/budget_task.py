@@ -18,7 +18,9 @@ fresh LIST. The room a shrink frees is counted only when a later LIST shows it i
 ``status.hard`` (the quota controller's copy): the quota's watch event wakes the task. A patch
 refused (400/403/422) or failing (429, 5xx, no answer) is recorded
 (:mod:`dynquota.operator.write_failures`: the budget says Ready=False naming it) and the pass is
-tried again after :func:`refused_backoff` seconds, until a write succeeds.
+tried again after :func:`refused_backoff` seconds, until a write succeeds. The status counts
+only the writes that landed (:func:`~dynquota.policy.budget.landed`): a refused grow is not
+``granted``.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from dynquota.operator.reporting import Reporter
 from dynquota.operator.write_failures import WriteFailures
 from dynquota.operator.write_gate import BUDGET_SLICES, WriteGate
 from dynquota.policy import hard_text
-from dynquota.policy.budget import Slice, allocate
+from dynquota.policy.budget import Slice, allocate, landed
 from dynquota.policy.budget_guard import unguarded_keys
 from dynquota.policy.state import (
     BUDGET,
@@ -246,8 +248,9 @@ class BudgetTasks:
         # quotas this budget last wrote whose namespace is no member now: their slices stay
         # held until their reconcile re-sized them (docs/budgets.md, "Leaving a budget")
         result.leaving = leaving(name, set(members), listed)
+        sliced: dict[str, list[Slice]] = {}
         for key, budget in sorted(record.spec.hard.items()):
-            slices = [
+            slices = sliced[key] = [
                 self._slice(ns, key, listed.get(ns), now, budget, len(members)) for ns in members
             ]
             held = reserved(key, result.leaving, listed)
@@ -320,6 +323,10 @@ class BudgetTasks:
                 log.info("budget %s: slice of %s set to %s", name, ns, hard_text(values))
             if result.again is not None:
                 break
+        # the status counts what landed: a write refused, failing or not tried granted nothing
+        for key, allocation in result.allocations.items():
+            wrote = {ns for ns, values in result.writes.items() if key in values}
+            result.allocations[key] = landed(allocation, sliced[key], wrote)
         if failed:
             passes = self._refused_passes[name] = self._refused_passes.get(name, 0) + 1
             backoff = refused_backoff(passes)
