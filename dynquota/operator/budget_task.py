@@ -101,6 +101,8 @@ class BudgetTasks:
         clock: the cluster's time, seconds since the epoch (the grow stamps).
         failures: the failing writes of the members' quotas, for the budget's Ready (``None``:
             none known).
+        foreign: a namespace's quota named ``dynquota`` without the managed-by label, as the
+            watch delivered it (``None``: none), for the budget's ``AtRisk`` message.
     """
 
     def __init__(
@@ -117,8 +119,10 @@ class BudgetTasks:
         tally: Callable[[str, str, float], int | None],
         clock: Callable[[], float] = time.time,
         failures: WriteFailures | None = None,
+        foreign: Callable[[str], QuotaSnapshot | None] = lambda _ns: None,
     ) -> None:
         self.budgets = budgets
+        self.foreign = foreign
         self.quotas = quotas
         self.write_gate = write_gate
         self.leader = leader
@@ -340,7 +344,10 @@ class BudgetTasks:
             {k: (a.writes, a.targets, a.committed) for k, a in result.allocations.items()},
         )  # fmt: skip
         unguarded = unguarded_keys(record.spec.hard, self.settings.budget_guard_kinds)
-        await self.reporter.report(record, result, members, unguarded, listed)
+        foreign = {
+            ns: q for ns in members if ns not in listed and (q := self.foreign(ns)) is not None
+        }
+        await self.reporter.report(record, result, members, unguarded, listed, foreign)
         self.last[name] = result
         return result
 

@@ -380,3 +380,45 @@ async def test_a_key_of_a_kind_the_guard_does_not_hold_back_is_reported(world: W
     guarded = next(c for c in status(world)["conditions"] if c["type"] == "Guarded")
     assert (guarded["status"], guarded["reason"]) == ("False", "KindNotGuarded")
     assert "deployments.apps (charged by count/deployments.apps)" in guarded["message"]
+
+
+async def test_a_member_whose_quota_is_foreign_is_at_risk_saying_why(world: World) -> None:
+    """README-only attack (issue 30, LOW-5): a member's managed quota lost its managed-by label
+    (or was taken over): the budget said "not enforced yet", as for a quota about to be
+    created. It says the quota is not dynquota's, why, and that a human must act (Stalled)."""
+    world.op.budgets.on_budget(None, budget("b", {"pods": 30}))
+    member(world, "team-a", pods=3)
+    member(world, "team-c", pods=1)  # no quota yet: not enforced yet
+    world.quotas.put("team-a", {"pods": "50"}, labels={})  # the label removed
+    world.op.on_quota("MODIFIED", world.quotas.objects["team-a"])
+    await world.reconcile("team-a")
+    assert world.quotas.writes == []  # a foreign quota is never written
+    await world.op.budget_tasks.run_pass("b")
+    conditions = {c["type"]: c for c in status(world)["conditions"]}
+    why = (
+        "not enforced yet (no quota or key in status.hard): team-c; not enforced by dynquota in "
+        "team-a: its ResourceQuota dynquota is not dynquota's (its label "
+        "app.kubernetes.io/managed-by=dynquota is missing: removed, or never set), so dynquota "
+        "leaves it alone and writes no slice there (Warning ForeignQuota); delete that quota "
+        "for dynquota to create the slice; nothing is granted meanwhile"
+    )
+    at_risk = conditions["AtRisk"]
+    assert (at_risk["status"], at_risk["reason"], at_risk["message"]) == (
+        "True", "ForeignQuota", why,
+    )  # fmt: skip
+    assert [(t, conditions[t]["status"], conditions[t]["reason"]) for t in (
+        "Ready", "Reconciling", "Stalled")] == [
+        ("Ready", "False", "ForeignQuota"), ("Reconciling", "False", "Idle"),
+        ("Stalled", "True", "ForeignQuota"),
+    ]  # fmt: skip
+    # taken over by another manager: said as such
+    taken = world.quotas.objects["team-a"]
+    taken["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "helm"}
+    world.op.on_quota("MODIFIED", taken)
+    await world.op.budget_tasks.run_pass("b")
+    message = next(c for c in status(world)["conditions"] if c["type"] == "AtRisk")["message"]
+    assert "(it is labelled app.kubernetes.io/managed-by=helm, not dynquota: taken over)" in message
+    # dynquota's again (the label back): an unbounded slice like any other
+    taken["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "dynquota"}
+    world.op.on_quota("MODIFIED", taken)
+    assert world.op.cluster.foreign("team-a") is None
