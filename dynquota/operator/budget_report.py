@@ -100,13 +100,14 @@ class BudgetReporter:
         record: BudgetRecord,
         result: PassResult,
         members: list[str],
-        unguarded: Mapping[str, str],
+        guarded: tuple[str, str, str] | None,
         listed: Mapping[str, QuotaSnapshot] | None = None,
         foreign: Mapping[str, QuotaSnapshot] | None = None,
     ) -> None:
         """Write the status, Events and metrics of one pass of ``record`` over ``members``;
-        ``unguarded``: its keys (-> kind) whose kind the chart's budget guard does not hold
-        back (:func:`~dynquota.policy.budget_guard.unguarded_keys`); ``listed``: the pass's
+        ``guarded``: its ``Guarded`` condition, ``(status, reason, message)``
+        (:func:`~dynquota.policy.budget_guard.guarded_condition`; ``None`` for an invalid
+        spec); ``listed``: the pass's
         LIST (namespace -> quota); ``foreign``: members whose quota named ``dynquota`` is not
         dynquota's (no managed-by label: never written, so their slice is not enforced)."""
         events = self.events
@@ -127,20 +128,8 @@ class BudgetReporter:
             await self._patch_status(record, status)
             return
         set_condition(conditions, "Valid", "True", "Valid", "the spec is valid", gen, stamp)
-        if unguarded:
-            set_condition(
-                conditions, "Guarded", "False", "KindNotGuarded",
-                "the chart's budget guard does not hold back creates of "
-                + ", ".join(f"{kind} (charged by {key})" for key, kind in unguarded.items())
-                + " until a member's slice is enforced: add the kinds to the chart value "
-                "budgetGuard.kinds", gen, stamp,
-            )  # fmt: skip
-        else:
-            set_condition(
-                conditions, "Guarded", "True", "Guarded",
-                "the chart's budget guard holds back creates of every budgeted kind until a "
-                "member's slice is enforced", gen, stamp,
-            )  # fmt: skip
+        if guarded is not None:
+            set_condition(conditions, "Guarded", *guarded, gen, stamp)
         allocations = result.allocations
         unsized = {
             ns: sorted(keys)

@@ -55,7 +55,7 @@ from dynquota.operator.write_failures import WriteFailures
 from dynquota.operator.write_gate import BUDGET_SLICES, WriteGate
 from dynquota.policy import hard_text
 from dynquota.policy.budget import Slice, allocate, landed
-from dynquota.policy.budget_guard import unguarded_keys
+from dynquota.policy.budget_guard import guarded_condition
 from dynquota.policy.state import (
     BUDGET,
     format_time,
@@ -235,7 +235,7 @@ class BudgetTasks:
             result.again = 1.0  # a standby looks again (cheap: no API call)
             return result
         if record.spec is None:
-            await self.reporter.report(record, result, [], {})
+            await self.reporter.report(record, result, [], None)
             return result
         why = self.write_gate.hold(BUDGET_SLICES)  # a pass may shrink
         if why is not None:
@@ -343,11 +343,11 @@ class BudgetTasks:
             "budget %s: pass over %s: %s", name, members,
             {k: (a.writes, a.targets, a.committed) for k, a in result.allocations.items()},
         )  # fmt: skip
-        unguarded = unguarded_keys(record.spec.hard, self.settings.budget_guard_kinds)
+        guarded = guarded_condition(record.spec.hard, self.settings.budget_guard_kinds)
         foreign = {
             ns: q for ns in members if ns not in listed and (q := self.foreign(ns)) is not None
         }
-        await self.reporter.report(record, result, members, unguarded, listed, foreign)
+        await self.reporter.report(record, result, members, guarded, listed, foreign)
         self.last[name] = result
         return result
 
