@@ -163,11 +163,13 @@ class Settings(BaseSettings):
     include_namespaces: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma list; when set, only these are managed"
     )
-    budget_guard_kinds: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: list(DEFAULT_GUARDED_KINDS),
+    budget_guard_kinds: Annotated[list[str] | None, NoDecode] = Field(
+        None,
         description="comma list of the kinds whose CREATE the chart's budget guard holds "
         "back until a budget's slice is enforced (the chart's budgetGuard.kinds; resource or "
-        "resource.group): a budget with a key charging another kind gets Guarded=False",
+        "resource.group; empty: no guard): a budget with a key charging another kind gets "
+        "Guarded=False; unset (the operator runs without the chart): Guarded=Unknown. The "
+        f"chart's default: {','.join(DEFAULT_GUARDED_KINDS)}",
     )
     guarded_label_prefixes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["dynquota.io/"],

@@ -48,7 +48,7 @@ from aiolimiter import AsyncLimiter
 
 from dynquota._k8s.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
 from dynquota.kube.applied import AppliedObject
-from dynquota.kube.quotas import QuotaSnapshot
+from dynquota.kube.quotas import MANAGED_BY_LABEL, QuotaSnapshot
 from dynquota.operator.budgets import Budgets
 from dynquota.operator.ports import LeaderView, SwitchView
 from dynquota.operator.write_gate import APPLIED, WriteGate
@@ -161,10 +161,13 @@ class AppliedWriter:
     # -- the reconcile's hook ---------------------------------------------------------------------
 
     def observe(self, namespace: str, quota: QuotaSnapshot | None) -> None:
-        """A reconcile reported ``namespace`` with its managed ``quota`` (``None``: none)."""
+        """A reconcile reported ``namespace`` with its managed ``quota`` (``None``: none; one
+        without the managed-by label: foreign, shown as such)."""
         facts = None
         if quota is not None and quota.managed:
             facts = QuotaFacts(dict(quota.annotations), dict(quota.spec_hard))
+        elif quota is not None:
+            facts = QuotaFacts(foreign=True, managed_by=quota.labels.get(MANAGED_BY_LABEL))
         if self._quotas.get(namespace, False) != facts:
             self._quotas[namespace] = facts
             self._wake.set()

@@ -222,6 +222,7 @@ class Operator:
             tally=cluster.count,
             clock=clock,
             failures=failures,
+            foreign=cluster.foreign,
         )
         """One serialized task per QuotaBudget (started by the runtime with the queue)."""
         budgets.on_wake = self.budget_tasks.wake

@@ -19,7 +19,7 @@ from typing import Any
 
 from dynquota._k8s.errors import NotFoundError
 from dynquota.kube.events import ObjectRef
-from dynquota.kube.quotas import QuotaSnapshot
+from dynquota.kube.quotas import MANAGED_BY_LABEL, QuotaSnapshot
 from dynquota.metrics import Metrics
 from dynquota.names import API_VERSION, BUDGET_KIND, EventReason
 from dynquota.operator.budgets import BudgetRecord, Budgets
@@ -28,6 +28,7 @@ from dynquota.operator.reporting import Reporter
 from dynquota.operator.write_failures import WriteFailures
 from dynquota.operator.write_gate import STATUS, WriteGate
 from dynquota.policy import hard_text, unit_for
+from dynquota.policy.applied import foreign_why
 from dynquota.policy.budget import Allocation
 from dynquota.policy.readiness import budget_summary, set_readiness
 from dynquota.policy.status import now_rfc3339, set_condition
@@ -99,13 +100,16 @@ class BudgetReporter:
         record: BudgetRecord,
         result: PassResult,
         members: list[str],
-        unguarded: Mapping[str, str],
+        guarded: tuple[str, str, str] | None,
         listed: Mapping[str, QuotaSnapshot] | None = None,
+        foreign: Mapping[str, QuotaSnapshot] | None = None,
     ) -> None:
         """Write the status, Events and metrics of one pass of ``record`` over ``members``;
-        ``unguarded``: its keys (-> kind) whose kind the chart's budget guard does not hold
-        back (:func:`~dynquota.policy.budget_guard.unguarded_keys`); ``listed``: the pass's
-        LIST (namespace -> quota)."""
+        ``guarded``: its ``Guarded`` condition, ``(status, reason, message)``
+        (:func:`~dynquota.policy.budget_guard.guarded_condition`; ``None`` for an invalid
+        spec); ``listed``: the pass's
+        LIST (namespace -> quota); ``foreign``: members whose quota named ``dynquota`` is not
+        dynquota's (no managed-by label: never written, so their slice is not enforced)."""
         events = self.events
         ref = ObjectRef(API_VERSION, BUDGET_KIND, record.name, "", record.uid)
         conditions = [dict(c) for c in record.status.get("conditions") or []]
@@ -124,20 +128,8 @@ class BudgetReporter:
             await self._patch_status(record, status)
             return
         set_condition(conditions, "Valid", "True", "Valid", "the spec is valid", gen, stamp)
-        if unguarded:
-            set_condition(
-                conditions, "Guarded", "False", "KindNotGuarded",
-                "the chart's budget guard does not hold back creates of "
-                + ", ".join(f"{kind} (charged by {key})" for key, kind in unguarded.items())
-                + " until a member's slice is enforced: add the kinds to the chart value "
-                "budgetGuard.kinds", gen, stamp,
-            )  # fmt: skip
-        else:
-            set_condition(
-                conditions, "Guarded", "True", "Guarded",
-                "the chart's budget guard holds back creates of every budgeted kind until a "
-                "member's slice is enforced", gen, stamp,
-            )  # fmt: skip
+        if guarded is not None:
+            set_condition(conditions, "Guarded", *guarded, gen, stamp)
         allocations = result.allocations
         unsized = {
             ns: sorted(keys)
@@ -164,9 +156,10 @@ class BudgetReporter:
         )  # fmt: skip
         set_condition(
             conditions, "AtRisk", "True" if at_risk else "False",
-            "Unbounded" if at_risk else "Bounded",
-            f"not enforced yet (no quota or key in status.hard): {', '.join(at_risk)}; "
-            "nothing is granted meanwhile" if at_risk else "every slice is enforced", gen, stamp,
+            ("ForeignQuota" if _foreign_of(at_risk, foreign) else "Unbounded") if at_risk
+            else "Bounded",
+            _at_risk_message(at_risk, foreign) if at_risk else "every slice is enforced",
+            gen, stamp,
         )  # fmt: skip
         held = (
             f"; holding the slices of {', '.join(result.leaving)} (no members now: relabelled "
@@ -297,6 +290,30 @@ class BudgetReporter:
         merged["namespaces"] = {k: v for k, v in (status.get("namespaces") or {}).items() if v}
         self.budgets.status_written(record, merged)
         return False
+
+
+def _foreign_of(
+    at_risk: list[str], foreign: Mapping[str, QuotaSnapshot] | None
+) -> dict[str, QuotaSnapshot]:
+    return {ns: q for ns in at_risk if (q := (foreign or {}).get(ns)) is not None}
+
+
+def _at_risk_message(at_risk: list[str], foreign: Mapping[str, QuotaSnapshot] | None) -> str:
+    """The ``AtRisk=True`` message: the members whose slice is not enforced yet, and those
+    whose quota ``dynquota`` is foreign (dynquota writes no slice there until it is gone)."""
+    others = _foreign_of(at_risk, foreign)
+    parts = []
+    unbounded = [ns for ns in at_risk if ns not in others]
+    if unbounded:
+        parts.append(f"not enforced yet (no quota or key in status.hard): {', '.join(unbounded)}")
+    for ns, quota in others.items():
+        parts.append(
+            f"not enforced by dynquota in {ns}: its ResourceQuota dynquota is not dynquota's "
+            f"({foreign_why(quota.labels.get(MANAGED_BY_LABEL))}), so dynquota leaves it alone "
+            "and writes no slice there (Warning ForeignQuota); delete that quota for dynquota "
+            "to create the slice"
+        )
+    return "; ".join(parts) + "; nothing is granted meanwhile"
 
 
 def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:

@@ -18,7 +18,9 @@ fresh LIST. The room a shrink frees is counted only when a later LIST shows it i
 ``status.hard`` (the quota controller's copy): the quota's watch event wakes the task. A patch
 refused (400/403/422) or failing (429, 5xx, no answer) is recorded
 (:mod:`dynquota.operator.write_failures`: the budget says Ready=False naming it) and the pass is
-tried again after :func:`refused_backoff` seconds, until a write succeeds.
+tried again after :func:`refused_backoff` seconds, until a write succeeds. The status counts
+only the writes that landed (:func:`~dynquota.policy.budget.landed`): a refused grow is not
+``granted``.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ from dynquota.operator.reporting import Reporter
 from dynquota.operator.write_failures import WriteFailures
 from dynquota.operator.write_gate import BUDGET_SLICES, WriteGate
 from dynquota.policy import hard_text
-from dynquota.policy.budget import Slice, allocate
-from dynquota.policy.budget_guard import unguarded_keys
+from dynquota.policy.budget import Slice, allocate, landed
+from dynquota.policy.budget_guard import guarded_condition
 from dynquota.policy.state import (
     BUDGET,
     format_time,
@@ -99,6 +101,8 @@ class BudgetTasks:
         clock: the cluster's time, seconds since the epoch (the grow stamps).
         failures: the failing writes of the members' quotas, for the budget's Ready (``None``:
             none known).
+        foreign: a namespace's quota named ``dynquota`` without the managed-by label, as the
+            watch delivered it (``None``: none), for the budget's ``AtRisk`` message.
     """
 
     def __init__(
@@ -115,8 +119,10 @@ class BudgetTasks:
         tally: Callable[[str, str, float], int | None],
         clock: Callable[[], float] = time.time,
         failures: WriteFailures | None = None,
+        foreign: Callable[[str], QuotaSnapshot | None] = lambda _ns: None,
     ) -> None:
         self.budgets = budgets
+        self.foreign = foreign
         self.quotas = quotas
         self.write_gate = write_gate
         self.leader = leader
@@ -229,7 +235,7 @@ class BudgetTasks:
             result.again = 1.0  # a standby looks again (cheap: no API call)
             return result
         if record.spec is None:
-            await self.reporter.report(record, result, [], {})
+            await self.reporter.report(record, result, [], None)
             return result
         why = self.write_gate.hold(BUDGET_SLICES)  # a pass may shrink
         if why is not None:
@@ -246,8 +252,9 @@ class BudgetTasks:
         # quotas this budget last wrote whose namespace is no member now: their slices stay
         # held until their reconcile re-sized them (docs/budgets.md, "Leaving a budget")
         result.leaving = leaving(name, set(members), listed)
+        sliced: dict[str, list[Slice]] = {}
         for key, budget in sorted(record.spec.hard.items()):
-            slices = [
+            slices = sliced[key] = [
                 self._slice(ns, key, listed.get(ns), now, budget, len(members)) for ns in members
             ]
             held = reserved(key, result.leaving, listed)
@@ -320,6 +327,10 @@ class BudgetTasks:
                 log.info("budget %s: slice of %s set to %s", name, ns, hard_text(values))
             if result.again is not None:
                 break
+        # the status counts what landed: a write refused, failing or not tried granted nothing
+        for key, allocation in result.allocations.items():
+            wrote = {ns for ns, values in result.writes.items() if key in values}
+            result.allocations[key] = landed(allocation, sliced[key], wrote)
         if failed:
             passes = self._refused_passes[name] = self._refused_passes.get(name, 0) + 1
             backoff = refused_backoff(passes)
@@ -332,8 +343,11 @@ class BudgetTasks:
             "budget %s: pass over %s: %s", name, members,
             {k: (a.writes, a.targets, a.committed) for k, a in result.allocations.items()},
         )  # fmt: skip
-        unguarded = unguarded_keys(record.spec.hard, self.settings.budget_guard_kinds)
-        await self.reporter.report(record, result, members, unguarded, listed)
+        guarded = guarded_condition(record.spec.hard, self.settings.budget_guard_kinds)
+        foreign = {
+            ns: q for ns in members if ns not in listed and (q := self.foreign(ns)) is not None
+        }
+        await self.reporter.report(record, result, members, guarded, listed, foreign)
         self.last[name] = result
         return result
 

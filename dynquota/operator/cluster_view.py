@@ -139,6 +139,9 @@ class ClusterView:
         # namespace -> the least resourceVersion a watched copy needs to show this replica's
         # last write of the managed quota (a copy older than that is not decided from)
         self._written: dict[str, int] = {}
+        # namespace -> its quota named dynquota without the managed-by label, as the watch
+        # delivered it last (never written; a budget says why its slice is not enforced there)
+        self._foreign: dict[str, QuotaSnapshot] = {}
         self.peaks = PeakWindows(self._peak_horizon())
 
     # -- watches ------------------------------------------------------------------------------
@@ -187,6 +190,10 @@ class ClusterView:
             return None
         before = self._watched.get(snapshot.namespace)
         gone = event_type == "DELETED" or not snapshot.managed
+        if event_type != "DELETED" and not snapshot.managed:
+            self._foreign[snapshot.namespace] = snapshot
+        else:
+            self._foreign.pop(snapshot.namespace, None)
         if gone:
             self._status_used.pop(snapshot.namespace, None)
             self._watched.pop(snapshot.namespace, None)
@@ -260,6 +267,7 @@ class ClusterView:
         self._watched.pop(namespace, None)
         self._written.pop(namespace, None)
         self._governance.pop(namespace, None)
+        self._foreign.pop(namespace, None)
 
     # -- what is known ----------------------------------------------------------------------
 
@@ -300,6 +308,12 @@ class ClusterView:
         """The managed quota of ``namespace`` as its watch delivered it last (``None``: none
         kept: absent, or not active recently)."""
         return self._watched.get(namespace)
+
+    def foreign(self, namespace: str) -> QuotaSnapshot | None:
+        """The quota named ``dynquota`` of ``namespace`` without the managed-by label
+        (*foreign*: removed, or someone else's) as its watch delivered it last; ``None``: none
+        (no quota of that name, or dynquota's)."""
+        return self._foreign.get(namespace)
 
     def current(self, namespace: str) -> QuotaSnapshot | None:
         """The watched managed quota of ``namespace`` if it shows this replica's last write of

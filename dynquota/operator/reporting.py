@@ -116,8 +116,9 @@ class Reporter:
         self.on_decision: Callable[[str, Decision], None] | None = None
         """Called with every decision reported (the demo's table)."""
         self.on_reported: Callable[[str, QuotaSnapshot | None], None] | None = None
-        """Called with the managed quota after every decision reported (the tenant projection's
-        writer, :mod:`dynquota.operator.applied`; the runtime sets it)."""
+        """Called with the managed quota after every decision reported, and with a foreign one
+        (:meth:`report_foreign`) (the tenant projection's writer,
+        :mod:`dynquota.operator.applied`; the runtime sets it)."""
 
     def view(self, namespace: str) -> NamespaceView:
         """The view of ``namespace`` (made empty on first use)."""
@@ -360,7 +361,8 @@ class Reporter:
 
     async def report_foreign(self, quota: QuotaSnapshot) -> None:
         """A quota named ``dynquota`` without the managed-by label: left alone, said once an
-        hour (with a rejected override request on it)."""
+        hour (with a rejected override request on it), and handed to :attr:`on_reported` (the
+        tenant's view says the quota is not dynquota's)."""
         ref = ObjectRef.quota(quota.namespace, quota.name, quota.uid)
         await self.warn_once(
             ref,
@@ -374,6 +376,8 @@ class Reporter:
         if request is not None:
             event = reject_unmanaged_override(quota.name, request)
             await self.warn_once(ref, event.reason, event.message, key=quota.namespace)
+        if self.on_reported is not None:
+            self.on_reported(quota.namespace, quota)
 
     async def report_woken(self, namespace: str, names: list[str], why: str) -> None:
         """The waker's Event (:mod:`dynquota.operator.wake`): a Normal ``Woken`` on the managed

@@ -9,7 +9,8 @@ module builds its ``status`` from plain values; :mod:`dynquota.operator.applied`
 
 The status is split in two (:class:`Projection`):
 
-- ``stable``: the state (``Enforced``, ``DryRun``, ``Frozen``, ``KillSwitchEngaged``), the
+- ``stable``: the state (``Enforced``, ``Foreign``, ``DryRun``, ``Frozen``,
+  ``KillSwitchEngaged``), the
   tenant line, the policy (name, per key ``minimum``/``maximum``/``bufferPercent``/cooldowns,
   ``nextRaiseAfter``), its override rules (and an active override's expiry), the budget's name
   and ``hard`` and this namespace's slice. It changes only with a policy or budget edit or a
@@ -29,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from dynquota.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from dynquota.policy.durations import format_duration
 from dynquota.policy.profiles import ResourceProfile, resource_order
 from dynquota.policy.selection import Governance
@@ -48,6 +50,7 @@ __all__ = [
     "BudgetFacts",
     "Projection",
     "QuotaFacts",
+    "foreign_why",
     "project",
     "should_write",
 ]
@@ -56,16 +59,33 @@ FIGURES_REFRESH: Final = 300
 """Seconds: a change of the budget's ``used``/``granted``/``free`` alone is written at most
 this often per namespace (so they may be up to this plus the writer's sweep interval old)."""
 
-AppliedState = Literal["Enforced", "DryRun", "Frozen", "KillSwitchEngaged"]
+AppliedState = Literal["Enforced", "Foreign", "DryRun", "Frozen", "KillSwitchEngaged"]
 
 
 @dataclass(frozen=True)
 class QuotaFacts:
     """What the projection reads of the managed quota: its ``annotations`` (the state stamps)
-    and ``spec_hard`` (quantity text). ``None`` in :func:`project`: no managed quota."""
+    and ``spec_hard`` (quantity text). ``None`` in :func:`project`: no managed quota.
+
+    ``foreign``: the quota named ``dynquota`` lacks the label
+    ``app.kubernetes.io/managed-by=dynquota`` (removed, or taken over): dynquota leaves it
+    alone, so nothing of dynquota is enforced there (``annotations``/``spec_hard`` are then
+    not read); ``managed_by``: that label's value on it (``None``: no such label)."""
 
     annotations: Mapping[str, str] = field(default_factory=dict)
     spec_hard: Mapping[str, str] = field(default_factory=dict)
+    foreign: bool = False
+    managed_by: str | None = None
+
+
+def foreign_why(managed_by: str | None) -> str:
+    """Why a quota named ``dynquota`` whose managed-by label is ``managed_by`` (``None``: no
+    such label) is not dynquota's, e.g. ``its label app.kubernetes.io/managed-by=dynquota
+    is missing: removed, or never set`` or ``it is labelled app.kubernetes.io/managed-by=helm:
+    taken over``."""
+    if managed_by is None:
+        return f"its label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} is missing: removed, or never set"
+    return f"it is labelled {MANAGED_BY_LABEL}={managed_by}, not {MANAGED_BY_VALUE}: taken over"
 
 
 @dataclass(frozen=True)
@@ -156,6 +176,22 @@ def project(
         message = (
             "the kill switch is engaged: dynquota removed every managed quota, so nothing of "
             "dynquota limits this namespace now; sizing resumes when an admin releases it"
+        )
+    elif quota is not None and quota.foreign:
+        state = "Foreign"
+        message = (
+            f"the ResourceQuota dynquota in this namespace is not dynquota's "
+            f"({foreign_why(quota.managed_by)}): dynquota leaves it alone, so policy "
+            f"{governance.policy} sizes nothing here"
+            + (
+                f" and this namespace's slice of QuotaBudget {budget.name} is not enforced by "
+                "dynquota"
+                if budget is not None
+                else ""
+            )
+            + f"; its limits are whatever its owner wrote (kubectl -n {namespace} get "
+            "resourcequota dynquota). For dynquota to size it again, the platform team deletes "
+            "that quota"
         )
     elif governance.kind == "frozen":
         state = "Frozen"

@@ -46,10 +46,18 @@ nothing here can prevent that.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-__all__ = ["Allocation", "Slice", "allocate", "commitment", "stepped_fill", "water_fill"]
+__all__ = [
+    "Allocation",
+    "Slice",
+    "allocate",
+    "commitment",
+    "landed",
+    "stepped_fill",
+    "water_fill",
+]
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,8 @@ class Allocation:
     ``at_risk``: namespaces not yet enforced, sorted. ``held``: namespaces with unknown usage,
     sorted. ``waiting``: namespace -> units its demand still lacks after this pass.
     ``reserved``: units held by namespaces leaving the budget (counted in ``committed`` and
-    ``committed_after``, granted to no member).
+    ``committed_after``, granted to no member). ``after``: namespace -> its commitment once
+    the writes land (``committed_after`` is their sum plus ``reserved``).
     """
 
     budget: int
@@ -109,6 +118,7 @@ class Allocation:
     held: tuple[str, ...]
     waiting: dict[str, int] = field(default_factory=dict)
     reserved: int = 0
+    after: dict[str, int] = field(default_factory=dict)
 
     @property
     def grows_allowed(self) -> bool:
@@ -288,4 +298,38 @@ def allocate(budget: int, slices: Iterable[Slice], reserved: int = 0) -> Allocat
         held=held,
         waiting=waiting,
         reserved=reserved,
+        after=after,
+    )
+
+
+def landed(allocation: Allocation, slices: Iterable[Slice], written: Collection[str]) -> Allocation:
+    """``allocation`` as far as its writes landed: ``written`` names the namespaces whose write
+    of this key the apiserver accepted; every other write in ``allocation.writes`` (refused,
+    failing, or not tried after a 409) changed nothing, so its slice counts as ``slices`` (the
+    snapshot :func:`allocate` was given) showed it: ``writes`` keeps only those that landed,
+    ``committed_after``/``free`` count only them, and a namespace whose grow did not land is
+    ``waiting`` for what its ``spec.hard`` still lacks. Amounts in the key's unit. Raises
+    ``KeyError`` if a write's namespace is not in ``slices``."""
+    lost = [ns for ns in allocation.writes if ns not in written]
+    if not lost:
+        return allocation
+    items = {s.namespace: s for s in slices}
+    after = dict(allocation.after)
+    waiting = dict(allocation.waiting)
+    for ns in lost:
+        item = items[ns]
+        after[ns] = commitment(item)
+        lacking = max(item.demand, item.used or 0) - (item.spec_hard or 0)
+        if lacking > 0:
+            waiting[ns] = lacking
+        else:
+            waiting.pop(ns, None)
+    committed_after = sum(after.values()) + allocation.reserved
+    return replace(
+        allocation,
+        writes={ns: v for ns, v in allocation.writes.items() if ns in written},
+        committed_after=committed_after,
+        free=allocation.budget - committed_after,
+        waiting=waiting,
+        after=after,
     )

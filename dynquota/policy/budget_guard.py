@@ -4,7 +4,10 @@ leaves unguarded (issue #22, ``docs/budgets.md``, "The budget guard"). Pure: no 
 The guard (``helm/dynquota/templates/budget-admission-policy.yaml``) refuses CREATE of the
 kinds in the chart value ``budgetGuard.kinds`` in a budget's namespace until its slice is
 enforced; the operator reads the same list (setting ``budget_guard_kinds``) and puts a
-``Guarded=False`` condition on a budget with a key that charges another kind. A kind is
+``Guarded=False`` condition on a budget with a key that charges another kind
+(:func:`guarded_condition`). It never says ``True``: it has no verb on admission policies, so it
+cannot see whether the guard's ValidatingAdmissionPolicy and binding exist (issue 30, LOW-6:
+an operator run without the chart said ``Guarded=True`` for every budget). A kind is
 written as ``<resource>`` for the core group and ``<resource>.<group>`` otherwise (as
 ``count/<resource>.<group>`` quota keys and ``kubectl get`` name them).
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Mapping
 
-__all__ = ["DEFAULT_GUARDED_KINDS", "key_kind", "unguarded_keys"]
+__all__ = ["DEFAULT_GUARDED_KINDS", "guarded_condition", "key_kind", "unguarded_keys"]
 
 DEFAULT_GUARDED_KINDS: tuple[str, ...] = (
     "configmaps",
@@ -77,3 +80,49 @@ def unguarded_keys(keys: Iterable[str], guarded: Collection[str]) -> dict[str, s
         if kind is not None and kind not in guarded:
             out[key] = kind
     return out
+
+
+def guarded_condition(keys: Iterable[str], guarded: Collection[str] | None) -> tuple[str, str, str]:
+    """``(status, reason, message)`` of a budget's ``Guarded`` condition for its budgeted
+    ``keys``, given the kinds the chart's budget guard holds back (``guarded``: the chart's
+    ``budgetGuard.kinds`` as the operator was told, empty when ``budgetGuard.enabled=false``;
+    ``None``: not told, e.g. the operator runs without the chart):
+
+    - a key charging a kind not in ``guarded``: ``False``, ``KindNotGuarded`` (naming kind and
+      key: creates of it are not held back even where the guard exists);
+    - not told: ``Unknown``, ``GuardNotConfigured``;
+    - otherwise ``Unknown``, ``GuardNotObservable``: the chart installed the guard for every
+      budgeted kind, but the operator cannot see whether it still exists.
+
+    Never ``True``: the operator has no verb on admission policies or their bindings."""
+    if guarded is not None:
+        unguarded = unguarded_keys(keys, guarded)
+        if unguarded:
+            return (
+                "False",
+                "KindNotGuarded",
+                "the chart's budget guard does not hold back creates of "
+                + ", ".join(f"{kind} (charged by {key})" for key, kind in unguarded.items())
+                + " until a member's slice is enforced: add the kinds to the chart value "
+                "budgetGuard.kinds",
+            )
+    unseen = (
+        "dynquota cannot see admission policies (its token has no verb on them), so whether "
+        "the ValidatingAdmissionPolicy <release>-budget-guard and its binding exist is not "
+        "known here: kubectl get validatingadmissionpolicy,validatingadmissionpolicybinding "
+        "shows them; without them a member's creates are admitted before its slice is enforced"
+    )
+    if guarded is None:
+        return (
+            "Unknown",
+            "GuardNotConfigured",
+            "the operator was not told which kinds a budget guard holds back "
+            "(DYNQUOTA_BUDGET_GUARD_KINDS, which the chart sets from budgetGuard.kinds: it runs "
+            f"without the chart?); {unseen}",
+        )
+    return (
+        "Unknown",
+        "GuardNotObservable",
+        "the chart installed its budget guard for every budgeted kind (budgetGuard.kinds), "
+        f"but {unseen}",
+    )

@@ -27,7 +27,8 @@ QuotaBudget:
 - ``OverBudget=True``: Ready False, Stalled True (``OverBudget``): nothing is granted until
   usage falls or the budget is raised.
 - ``AtRisk=True``: Ready False, Reconciling True (``AtRisk``): a member has no enforced slice
-  yet.
+  yet; with reason ``ForeignQuota`` (a member's quota ``dynquota`` is not dynquota's, so it
+  writes no slice there until someone deletes it), Stalled True (``ForeignQuota``).
 - ``Rebalancing=False/WaitingForQuotaController``: Ready False, Reconciling True.
 - no ``Valid`` yet: Ready Unknown, Reconciling True (``NotObserved``).
 - otherwise Ready True (``Enforced``; ``Rebalancing=False/Waiting`` — demand waiting for room
@@ -207,6 +208,8 @@ def budget_readiness(
         return _three(("False", "OverBudget", why), reconciling=False, stalled=True)
     if _is(conditions, "AtRisk", "True"):
         why = _message(conditions, "AtRisk")
+        if conditions["AtRisk"].get("reason") == "ForeignQuota":  # a human must act
+            return _three(("False", "ForeignQuota", why), reconciling=False, stalled=True)
         return _three(("False", "AtRisk", why), reconciling=True, stalled=False)
     rebalancing = conditions.get("Rebalancing", {})
     if rebalancing.get("status") == "False" and rebalancing.get("reason") == (

@@ -30,6 +30,9 @@ AT_MOST = (
     "a count is at most 9223372036854775807 (2^63-1), the largest whole number a quantity "
     "check in a CRD holds"
 )
+NOT_A_QUANTITY = (
+    "is not a quantity: a whole number or a quantity such as 60, 500m or 4Gi, without spaces"
+)
 
 
 def quota(core: Any, namespace: str, hard: dict[str, str], name: str = "q") -> Any:
@@ -141,7 +144,11 @@ def test_the_budget_crd_takes_what_a_resource_quota_takes(
      ({"pods": "9223372036854775808"}, f"pods: {AT_MOST}"),
      ({"pods": "1e30"}, f"pods: {AT_MOST}"),
      ({"pods": "-1000m"}, "pods: every budget must be non-negative: a whole number, or a "
-      "quantity such as 60, 500m or 4Gi")],
+      "quantity such as 60, 500m or 4Gi"),
+     # issue 30, LOW-6: " 5" was told it must be non-negative
+     ({"pods": " 5"}, f'pods: " 5" {NOT_A_QUANTITY}'),
+     ({"requests.cpu": "1 Gi"}, f'requests.cpu: "1 Gi" {NOT_A_QUANTITY}'),
+     ({"requests.memory": "five"}, f'requests.memory: "five" {NOT_A_QUANTITY}')],
 )  # fmt: skip
 def test_the_budget_crd_refuses_with_one_message_naming_the_limit(
     budgets: kubernetes.client.CustomObjectsApi, hard: dict[str, Any], message: str

@@ -151,6 +151,10 @@ def test_a_refused_slice_write_stalls_the_budget_and_the_policy_until_it_lands(
         timeout=60,
     )
     assert summary(get(BUDGET_PLURAL, budget)) == stalled
+    # only a write that landed is granted (issue 30, LOW-7: the refused grow counted, 5 and 7)
+    figures = get(BUDGET_PLURAL, budget)["status"]
+    assert (figures["granted"], figures["free"]) == ({"pods": "4"}, {"pods": "8"})
+    assert figures["namespaces"][b]["grant"] == {"pods": "2"}
     # the policy governing b says it too (its status is written a second after the change)
     wait_until(
         lambda: summary(get(PLURAL, policy)).get("Ready", ("",))[0] == "False",

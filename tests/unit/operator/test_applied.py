@@ -234,3 +234,43 @@ async def test_joining_a_budget_shows_its_figures_once_they_count_the_joiner() -
     record["status"] = {**counted, "used": {"pods": "15"}, "namespaces": {"team-a": {}}}
     world.op.budgets.on_budget("MODIFIED", record)
     assert await writer.sync() == 0
+
+
+async def test_a_foreign_quota_is_shown_as_not_dynquotas_not_enforced() -> None:
+    """README-only attack (issue 30, LOW-5): the managed quota of a budget member lost its
+    managed-by label; ``dynquota status`` still said Enforced with the old slice. It says the
+    quota is not dynquota's, why, and that neither the policy nor the budget is enforced."""
+    from dynquota.cli.status import status_text
+
+    world = World()
+    writer, store = wired(world)
+    world.op.on_policy(None, policy())
+    world.op.on_namespace(None, namespace("team-a", {"dynquota.io/budget": "team"}))
+    world.op.budgets.on_budget(None, budget("team", {"pods": 60}))
+    world.usage.counts[("team-a", "pods")] = 4
+    await world.reconcile("team-a")
+    await world.op.budget_tasks.run_pass("team")
+    world.quotas.objects["team-a"]["status"]["hard"] = dict(world.quotas.hard("team-a"))
+    await world.reconcile("team-a")
+    await writer.sync()
+    assert store.objects["team-a"].status["state"] == "Enforced"
+    assert store.objects["team-a"].status["budget"]["slice"] == {"pods": "10"}
+    # someone removes the managed-by label: the quota is not dynquota's any more
+    taken = world.quotas.objects["team-a"]
+    del taken["metadata"]["labels"]["app.kubernetes.io/managed-by"]
+    world.op.on_quota("MODIFIED", taken)
+    await world.reconcile("team-a")
+    assert await writer.sync() == 1
+    shown = store.objects["team-a"].status
+    assert (shown["state"], shown["message"]) == (
+        "Foreign",
+        "the ResourceQuota dynquota in this namespace is not dynquota's (its label "
+        "app.kubernetes.io/managed-by=dynquota is missing: removed, or never set): dynquota "
+        "leaves it alone, so policy p sizes nothing here and this namespace's slice of "
+        "QuotaBudget team is not enforced by dynquota; its limits are whatever its owner wrote "
+        "(kubectl -n team-a get resourcequota dynquota). For dynquota to size it again, the "
+        "platform team deletes that quota",
+    )
+    assert "slice" not in shown["budget"]
+    text = status_text({"metadata": {"namespace": "team-a"}, "status": shown})
+    assert text.splitlines()[1] == "state: Foreign (as of 2027-01-15T08:00:00Z)"

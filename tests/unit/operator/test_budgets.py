@@ -12,6 +12,7 @@ from dynquota._k8s.errors import ConflictError
 from dynquota.names import BUDGET_LABEL
 from dynquota.operator.budgets import read_budget
 from dynquota.policy import Decision
+from dynquota.policy.budget_guard import DEFAULT_GUARDED_KINDS
 
 from .fakes import FakeBudgetStatus, World, budget, namespace, policy
 
@@ -372,7 +373,9 @@ def test_a_v02_selector_is_ignored() -> None:
     assert record.spec.hard == {"pods": 3}
 
 
-async def test_a_key_of_a_kind_the_guard_does_not_hold_back_is_reported(world: World) -> None:
+async def test_a_key_of_a_kind_the_guard_does_not_hold_back_is_reported() -> None:
+    world = World(budget_status=FakeBudgetStatus(), budget_guard_kinds=list(DEFAULT_GUARDED_KINDS))
+    world.op.on_policy(None, policy(pods=PODS))
     world.op.budgets.on_budget(None, budget("bud", {"pods": 30, "count/deployments.apps": 5}))
     member(world, "a", pods=1, into="bud")
     await world.reconcile("a")
@@ -380,3 +383,85 @@ async def test_a_key_of_a_kind_the_guard_does_not_hold_back_is_reported(world: W
     guarded = next(c for c in status(world)["conditions"] if c["type"] == "Guarded")
     assert (guarded["status"], guarded["reason"]) == ("False", "KindNotGuarded")
     assert "deployments.apps (charged by count/deployments.apps)" in guarded["message"]
+
+
+async def test_a_member_whose_quota_is_foreign_is_at_risk_saying_why(world: World) -> None:
+    """README-only attack (issue 30, LOW-5): a member's managed quota lost its managed-by label
+    (or was taken over): the budget said "not enforced yet", as for a quota about to be
+    created. It says the quota is not dynquota's, why, and that a human must act (Stalled)."""
+    world.op.budgets.on_budget(None, budget("b", {"pods": 30}))
+    member(world, "team-a", pods=3)
+    member(world, "team-c", pods=1)  # no quota yet: not enforced yet
+    world.quotas.put("team-a", {"pods": "50"}, labels={})  # the label removed
+    world.op.on_quota("MODIFIED", world.quotas.objects["team-a"])
+    await world.reconcile("team-a")
+    assert world.quotas.writes == []  # a foreign quota is never written
+    await world.op.budget_tasks.run_pass("b")
+    conditions = {c["type"]: c for c in status(world)["conditions"]}
+    why = (
+        "not enforced yet (no quota or key in status.hard): team-c; not enforced by dynquota in "
+        "team-a: its ResourceQuota dynquota is not dynquota's (its label "
+        "app.kubernetes.io/managed-by=dynquota is missing: removed, or never set), so dynquota "
+        "leaves it alone and writes no slice there (Warning ForeignQuota); delete that quota "
+        "for dynquota to create the slice; nothing is granted meanwhile"
+    )
+    at_risk = conditions["AtRisk"]
+    assert (at_risk["status"], at_risk["reason"], at_risk["message"]) == (
+        "True", "ForeignQuota", why,
+    )  # fmt: skip
+    assert [(t, conditions[t]["status"], conditions[t]["reason"]) for t in (
+        "Ready", "Reconciling", "Stalled")] == [
+        ("Ready", "False", "ForeignQuota"), ("Reconciling", "False", "Idle"),
+        ("Stalled", "True", "ForeignQuota"),
+    ]  # fmt: skip
+    # taken over by another manager: said as such
+    taken = world.quotas.objects["team-a"]
+    taken["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "helm"}
+    world.op.on_quota("MODIFIED", taken)
+    await world.op.budget_tasks.run_pass("b")
+    message = next(c for c in status(world)["conditions"] if c["type"] == "AtRisk")["message"]
+    assert "(it is labelled app.kubernetes.io/managed-by=helm, not dynquota: taken over)" in message
+    # dynquota's again (the label back): an unbounded slice like any other
+    taken["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "dynquota"}
+    world.op.on_quota("MODIFIED", taken)
+    assert world.op.cluster.foreign("team-a") is None
+
+
+UNSEEN = (
+    "dynquota cannot see admission policies (its token has no verb on them), so whether the "
+    "ValidatingAdmissionPolicy <release>-budget-guard and its binding exist is not known here: "
+    "kubectl get validatingadmissionpolicy,validatingadmissionpolicybinding shows them; "
+    "without them a member's creates are admitted before its slice is enforced"
+)
+
+
+@pytest.mark.parametrize(
+    ("kinds", "expected"),
+    [
+        (None, ("Unknown", "GuardNotConfigured",
+                "the operator was not told which kinds a budget guard holds back "
+                "(DYNQUOTA_BUDGET_GUARD_KINDS, which the chart sets from budgetGuard.kinds: it "
+                f"runs without the chart?); {UNSEEN}")),
+        (list(DEFAULT_GUARDED_KINDS), ("Unknown", "GuardNotObservable",
+         "the chart installed its budget guard for every budgeted kind (budgetGuard.kinds), "
+         f"but {UNSEEN}")),
+        ([], ("False", "KindNotGuarded",
+              "the chart's budget guard does not hold back creates of pods (charged by pods) "
+              "until a member's slice is enforced: add the kinds to the chart value "
+              "budgetGuard.kinds")),
+    ],
+)  # fmt: skip
+async def test_guarded_is_never_claimed_without_seeing_the_guard(
+    kinds: list[str] | None, expected: tuple[str, str, str]
+) -> None:
+    """README-only attack (issue 30, LOW-6): an operator run without the chart's budget guard
+    said Guarded=True on every budget. It cannot see admission policies: Unknown, saying why,
+    unless it knows a kind is not guarded (False)."""
+    world = World(budget_status=FakeBudgetStatus(), budget_guard_kinds=kinds)
+    world.op.on_policy(None, policy(pods=PODS))
+    world.op.budgets.on_budget(None, budget("bud", {"pods": 30}))
+    member(world, "a", pods=1, into="bud")
+    await world.reconcile("a")
+    await world.op.budget_tasks.run_pass("bud")
+    guarded = next(c for c in status(world)["conditions"] if c["type"] == "Guarded")
+    assert (guarded["status"], guarded["reason"], guarded["message"]) == expected

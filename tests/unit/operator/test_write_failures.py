@@ -189,3 +189,35 @@ async def test_a_refused_reconcile_write_no_longer_wanted_stops_holding_ready() 
     assert (await w.reconcile("team-a")).retry is False
     assert w.quotas.writes == [("create", "team-a")]
     assert w.op.write_failures.of(["team-a"]) == []
+
+
+async def test_a_refused_grow_is_not_counted_as_granted(world: World) -> None:
+    """README-only attack (issue 30, LOW-7): a grow the apiserver refused (an admission
+    policy's 403) was counted in the budget's ``granted`` and ``free`` as if it had landed;
+    only a write that landed counts, and the demand it was for is still waiting."""
+    world.quotas.put("team-a", {"pods": "10"}, annotations={"dynquota.io/hard.pods": "10"})
+    world.op.budgets.demand["team-a"] = {"pods": 15}
+    world.quotas.fail.append(ForbiddenError(403, "Forbidden", VAP))
+    refused = await world.op.budget_tasks.run_pass("b")
+    assert refused.writes == {}
+    assert world.quotas.hard("team-a") == {"pods": "10"}
+    fake = world.budget_status
+    assert isinstance(fake, FakeBudgetStatus)
+    status = fake.patches[-1][1]
+    assert status["granted"] == {"pods": "10"}
+    assert status["free"] == {"pods": "20"}
+    assert status["summary"] == "pods: 0/30 (20 free)"
+    assert status["namespaces"]["team-a"]["grant"] == {"pods": "10"}
+    rebalancing = conditions(world)["Rebalancing"]
+    assert (rebalancing["status"], rebalancing["reason"], rebalancing["message"]) == (
+        "False",
+        "Waiting",
+        "demand not yet granted: team-a",
+    )
+    assert refused.allocations["pods"].writes == {}
+    assert refused.allocations["pods"].waiting == {"team-a": 5}
+    # the write lands on the next pass: granted then
+    again = await world.op.budget_tasks.run_pass("b")
+    assert again.writes == {"team-a": {"pods": 15}}
+    assert fake.patches[-1][1]["granted"] == {"pods": "15"}
+    assert fake.patches[-1][1]["free"] == {"pods": "15"}

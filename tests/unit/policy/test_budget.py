@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynquota.policy.budget import Slice, allocate, commitment, stepped_fill, water_fill
+from dynquota.policy.budget import (
+    Slice,
+    allocate,
+    commitment,
+    landed,
+    stepped_fill,
+    water_fill,
+)
 
 
 def s(name: str, spec: int | None, status: int | None, used: int | None, demand: int) -> Slice:
@@ -224,3 +231,17 @@ def test_stepped_fill_gives_each_at_most_its_need_and_spends_the_room(
     assert set(given_) == set(needs)
     assert all(0 <= given_[n] <= needs[n] for n in needs)
     assert sum(given_.values()) == min(room, sum(needs.values()))
+
+
+def test_landed_counts_only_the_writes_that_landed() -> None:
+    """Issue 30, LOW-7: a grow refused by the apiserver granted nothing; the budget's figures
+    count the slice as the snapshot showed it, and its demand waits."""
+    slices = [s("a", 10, 10, 5, 15), s("b", 10, 10, 2, 12)]
+    planned = allocate(40, slices)
+    assert planned.writes == {"a": 15, "b": 12}
+    assert (planned.committed_after, planned.free, planned.waiting) == (27, 13, {})
+    out = landed(planned, slices, {"b"})
+    assert out.writes == {"b": 12}
+    assert out.after == {"a": 10, "b": 12}
+    assert (out.committed_after, out.free, out.waiting) == (22, 18, {"a": 5})
+    assert landed(planned, slices, {"a", "b"}) is planned
