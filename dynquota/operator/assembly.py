@@ -300,8 +300,7 @@ class Operator:
         if not seen.gone and self.gate.is_leader:
             before = seen.before.status_hard if seen.before is not None else None
             self.waker.observe(namespace, before, quota.status_hard, quota.resource_version)
-        if seen.gone or event_type != "MODIFIED" or not self.reconciler.decided_on(quota):
-            self.queue.add(namespace)
+        self.queue.add(namespace)
         # the budget it is a member of, and a budget whose mark it carries or just dropped
         # (that budget holds the slice of a namespace that left it until the mark goes)
         marks = {q.annotations.get(BUDGET) for q in (seen.before, quota) if q is not None}

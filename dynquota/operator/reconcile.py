@@ -27,7 +27,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 
 from dynquota._k8s.errors import KubeError
 from dynquota._k8s.workqueue import Outcome, WorkQueue
@@ -142,26 +141,12 @@ class Reconciler:
         # ns -> the keys a quiet namespace's first run took as phantom: admission's charge
         # arrived before the object's own event, whose tally change then runs it at once
         self._confirming: dict[str, frozenset[str]] = {}
-        # ns -> the managed quota (resourceVersion aside) its last decision read and found
-        # nothing to change in, or wrote, with no phantom charge nor uncounted key pending: a
-        # watch event delivering the same content need not decide again (issue 25: a create's
-        # reaction read the charged status.used; the quota's own event, or the echo of the
-        # write, came a coalescing window later and decided again: 0.4 decisions an event)
-        self._settled_on: dict[str, QuotaSnapshot] = {}
-
-    def decided_on(self, quota: QuotaSnapshot) -> bool:
-        """Whether the last decision of ``quota``'s namespace read this very content
-        (everything but the resourceVersion) and changed nothing, or wrote it: deciding again
-        on it would decide the same (its time-driven looks are already scheduled)."""
-        basis = self._settled_on.get(quota.namespace)
-        return basis is not None and basis == replace(quota, resource_version="")
 
     def forget(self, namespace: str) -> None:
         """``namespace`` was deleted: what was remembered of it goes."""
         self._uncounted.pop(namespace, None)
         self._excess_since.pop(namespace, None)
         self._confirming.pop(namespace, None)
-        self._settled_on.pop(namespace, None)
         self.simulated.pop(namespace, None)
 
     def confirms(self, namespace: str, resource: str) -> bool:
@@ -199,7 +184,6 @@ class Reconciler:
             self.metrics.queue_depth.set(len(self.queue))
 
     async def _reconcile(self, namespace: str) -> tuple[Outcome, ReconcileResult]:
-        self._settled_on.pop(namespace, None)
         if not self.leader.is_leader:
             return Outcome(), "standby"
         governance = self.cluster.governance(namespace)
@@ -297,16 +281,6 @@ class Reconciler:
             )
             return Outcome(retry=True), "retry"
         self.settled(namespace)
-        basis = current if decision.action == "nothing" else written
-        if (
-            basis is not None
-            and decision.action in ("nothing", "patch", "create")
-            and not decision.dry_run
-            and namespace not in self._excess_since
-            and namespace not in self._uncounted
-        ):
-            # (a write's own echo carries what it wrote: decided on, it would decide the same)
-            self._settled_on[namespace] = replace(basis, resource_version="")
         await self.reporter.report_decision(
             namespace, governance, decision, written, self.simulated.get(namespace)
         )
