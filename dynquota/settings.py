@@ -171,6 +171,12 @@ class Settings(BaseSettings):
         "Guarded=False; unset (the operator runs without the chart): Guarded=Unknown. The "
         f"chart's default: {','.join(DEFAULT_GUARDED_KINDS)}",
     )
+    budget_guard_name: str | None = Field(
+        None,
+        description="the name of the chart's budget guard (its ValidatingAdmissionPolicy and "
+        "binding, <fullname>-budget-guard; the chart sets it and grants get on both): read "
+        "for the budgets' Guarded condition; unset: not read (Guarded is never True)",
+    )
     guarded_label_prefixes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["dynquota.io/"],
         description="comma list of Namespace label key prefixes the chart's governance-labels "

@@ -29,7 +29,7 @@ switch, wake a budget, ...), as a kube controller's event handlers enqueue keys.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from dynquota._k8s.workqueue import Outcome, WorkQueue
@@ -68,6 +68,7 @@ from dynquota.operator.write_failures import (
 )
 from dynquota.operator.write_gate import PartsKnowledge, WriteGate
 from dynquota.policy import KILL_SWITCH, NamespaceInfo
+from dynquota.policy.budget_guard import GuardSeen
 from dynquota.policy.state import BUDGET
 from dynquota.settings import Settings
 
@@ -94,6 +95,8 @@ class Operator:
         budget_status: QuotaBudget status writes (``None``: none; unit tests).
         workloads: lists and marks workloads, for the waker and node growth (``None``: both
             off).
+        budget_guard: reads the chart's budget guard for the budgets' ``Guarded`` (``None``:
+            not read).
 
     Set ``cluster.usage`` (the usage informers) before the queue runs; feed the informers'
     events to :meth:`on_namespace`, :meth:`on_quota`, :meth:`on_limit_range`,
@@ -116,6 +119,7 @@ class Operator:
         limit_ranges: LimitRangeReader | None = None,
         budget_status: BudgetStatusSink | None = None,
         workloads: WorkloadStore | None = None,
+        budget_guard: Callable[[], Awaitable[GuardSeen]] | None = None,
     ) -> None:
         self.settings = settings
         self.quotas = quotas
@@ -223,6 +227,7 @@ class Operator:
             clock=clock,
             failures=failures,
             foreign=cluster.foreign,
+            guard=budget_guard,
         )
         """One serialized task per QuotaBudget (started by the runtime with the queue)."""
         budgets.on_wake = self.budget_tasks.wake

@@ -47,6 +47,7 @@ from tenacity import (
 
 from dynquota._k8s.clock import ServerClock
 from dynquota._k8s.errors import KubeError
+from dynquota.kube.admission_guard import AdmissionGuardReader
 from dynquota.kube.applied import AppliedClient
 from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import ClusterClient
@@ -150,6 +151,11 @@ class Runtime:
             limit_ranges=self.cluster,
             budget_status=self.cluster,
             workloads=WorkloadClient(api_client, observer),
+            budget_guard=(
+                AdmissionGuardReader(api_client, settings.budget_guard_name, observer).seen
+                if settings.budget_guard_name
+                else None
+            ),
         )
         operator = self.operator
         self.applied = AppliedWriter(

@@ -5,9 +5,10 @@ The guard (``helm/dynquota/templates/budget-admission-policy.yaml``) refuses CRE
 kinds in the chart value ``budgetGuard.kinds`` in a budget's namespace until its slice is
 enforced; the operator reads the same list (setting ``budget_guard_kinds``) and puts a
 ``Guarded=False`` condition on a budget with a key that charges another kind
-(:func:`guarded_condition`). It never says ``True``: it has no verb on admission policies, so it
-cannot see whether the guard's ValidatingAdmissionPolicy and binding exist (issue 30, LOW-6:
-an operator run without the chart said ``Guarded=True`` for every budget). A kind is
+(:func:`guarded_condition`). It says ``True`` only when it has seen the guard
+(:class:`GuardSeen`: the chart's ValidatingAdmissionPolicy and its binding, read by name, the
+binding denying): an operator run without the chart said ``Guarded=True`` for every budget
+(issue 30, LOW-6). A kind is
 written as ``<resource>`` for the core group and ``<resource>.<group>`` otherwise (as
 ``count/<resource>.<group>`` quota keys and ``kubectl get`` name them).
 """
@@ -16,8 +17,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 
-__all__ = ["DEFAULT_GUARDED_KINDS", "guarded_condition", "key_kind", "unguarded_keys"]
+__all__ = [
+    "DEFAULT_GUARDED_KINDS",
+    "GuardSeen",
+    "guarded_condition",
+    "key_kind",
+    "unguarded_keys",
+]
+
+
+@dataclass(frozen=True)
+class GuardSeen:
+    """What the operator saw of the chart's budget guard when it last read it: ``present``
+    True (the ValidatingAdmissionPolicy and its binding exist, the binding names the policy
+    and denies), False (one is missing, or the binding does not deny: ``detail`` says which),
+    ``None`` (not read: no name given, or the read failed: ``detail`` says why)."""
+
+    present: bool | None
+    detail: str
+
 
 DEFAULT_GUARDED_KINDS: tuple[str, ...] = (
     "configmaps",
@@ -82,19 +102,22 @@ def unguarded_keys(keys: Iterable[str], guarded: Collection[str]) -> dict[str, s
     return out
 
 
-def guarded_condition(keys: Iterable[str], guarded: Collection[str] | None) -> tuple[str, str, str]:
+def guarded_condition(
+    keys: Iterable[str], guarded: Collection[str] | None, seen: GuardSeen | None = None
+) -> tuple[str, str, str]:
     """``(status, reason, message)`` of a budget's ``Guarded`` condition for its budgeted
     ``keys``, given the kinds the chart's budget guard holds back (``guarded``: the chart's
     ``budgetGuard.kinds`` as the operator was told, empty when ``budgetGuard.enabled=false``;
-    ``None``: not told, e.g. the operator runs without the chart):
+    ``None``: not told, e.g. the operator runs without the chart) and what it ``seen`` of the
+    guard itself (``None``: not read):
 
     - a key charging a kind not in ``guarded``: ``False``, ``KindNotGuarded`` (naming kind and
       key: creates of it are not held back even where the guard exists);
     - not told: ``Unknown``, ``GuardNotConfigured``;
-    - otherwise ``Unknown``, ``GuardNotObservable``: the chart installed the guard for every
-      budgeted kind, but the operator cannot see whether it still exists.
-
-    Never ``True``: the operator has no verb on admission policies or their bindings."""
+    - the guard read and missing or not denying: ``False``, ``GuardMissing``;
+    - the guard read and in force: ``True``, ``Guarded``;
+    - otherwise ``Unknown``, ``GuardNotObservable`` (the read failed, or no name to read).
+    """
     if guarded is not None:
         unguarded = unguarded_keys(keys, guarded)
         if unguarded:
@@ -106,23 +129,34 @@ def guarded_condition(keys: Iterable[str], guarded: Collection[str] | None) -> t
                 + " until a member's slice is enforced: add the kinds to the chart value "
                 "budgetGuard.kinds",
             )
-    unseen = (
-        "dynquota cannot see admission policies (its token has no verb on them), so whether "
-        "the ValidatingAdmissionPolicy <release>-budget-guard and its binding exist is not "
-        "known here: kubectl get validatingadmissionpolicy,validatingadmissionpolicybinding "
-        "shows them; without them a member's creates are admitted before its slice is enforced"
-    )
     if guarded is None:
         return (
             "Unknown",
             "GuardNotConfigured",
             "the operator was not told which kinds a budget guard holds back "
             "(DYNQUOTA_BUDGET_GUARD_KINDS, which the chart sets from budgetGuard.kinds: it runs "
-            f"without the chart?); {unseen}",
+            "without the chart?); kubectl get validatingadmissionpolicy,"
+            "validatingadmissionpolicybinding shows whether a guard exists; without one a "
+            "member's creates are admitted before its slice is enforced",
         )
+    if seen is not None and seen.present is True:
+        return (
+            "True",
+            "Guarded",
+            f"{seen.detail}: creates of {', '.join(sorted(guarded))} in a member namespace are "
+            "held back until its slice is enforced",
+        )
+    if seen is not None and seen.present is False:
+        return (
+            "False",
+            "GuardMissing",
+            f"{seen.detail}: a member's creates are admitted before its slice is enforced, so "
+            "the budget can be exceeded (helm upgrade restores the chart's guard)",
+        )
+    why = seen.detail if seen is not None else "the guard was not read"
     return (
         "Unknown",
         "GuardNotObservable",
-        "the chart installed its budget guard for every budgeted kind (budgetGuard.kinds), "
-        f"but {unseen}",
+        f"the chart installed its budget guard for every budgeted kind (budgetGuard.kinds), but "
+        f"whether it is in force is not known: {why}",
     )

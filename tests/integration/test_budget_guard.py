@@ -397,3 +397,54 @@ def test_the_joining_windows_are_measured(
         "measured: labelled with a budget that does not exist: refused for "
         f"{time.monotonic() - labelled:.3f} s ({refused} dry-run creates) until the mark"
     )
+
+
+def guarded_condition(op_cluster: OperatorCluster, name: str) -> tuple[str, str, str] | None:
+    """The budget ``name``'s Guarded condition as (status, reason, message), or None."""
+    budget = op_cluster.custom.get_cluster_custom_object(GROUP, VERSION, BUDGET_PLURAL, name)
+    for condition in (budget.get("status") or {}).get("conditions") or []:
+        if condition["type"] == "Guarded":
+            return condition["status"], condition["reason"], condition["message"]
+    return None
+
+
+def test_guarded_says_whether_the_guard_is_in_force(
+    op_cluster: OperatorCluster,
+    team: dict[str, str],
+    make_budget: Callable[..., str],
+    start_operator: Callable[..., OperatorThread],
+) -> None:
+    """Issue 30 (LOW-6): Guarded=True only while the operator's token reads the chart's guard
+    in force (policy and binding by name, the binding denying); a binding switched to Audit
+    gives False/GuardMissing naming it, and True again once it denies."""
+    import kubernetes
+
+    start_operator(budget_guard_kinds=["pods"], budget_guard_name=BUDGET_GUARD)
+    name = make_budget(10)
+    op_cluster.new_namespace({**team, BUDGET_LABEL: name})
+    in_force = (
+        "True",
+        "Guarded",
+        f"the ValidatingAdmissionPolicy {BUDGET_GUARD} and its binding deny: creates of pods in "
+        "a member namespace are held back until its slice is enforced",
+    )
+    wait_until(lambda: guarded_condition(op_cluster, name) == in_force, "Guarded=True", 60)
+    admission = kubernetes.client.AdmissionregistrationV1Api(op_cluster.api)
+    admission.patch_validating_admission_policy_binding(
+        BUDGET_GUARD, {"spec": {"validationActions": ["Audit"]}}
+    )
+    try:
+        missing = (
+            "False",
+            "GuardMissing",
+            f"the ValidatingAdmissionPolicyBinding {BUDGET_GUARD} has validationActions "
+            "['Audit'] (no Deny: it refuses nothing): a member's creates are admitted before "
+            "its slice is enforced, so the budget can be exceeded (helm upgrade restores the "
+            "chart's guard)",
+        )
+        wait_until(lambda: guarded_condition(op_cluster, name) == missing, "GuardMissing", 60)
+    finally:
+        admission.patch_validating_admission_policy_binding(
+            BUDGET_GUARD, {"spec": {"validationActions": ["Deny"]}}
+        )
+    wait_until(lambda: guarded_condition(op_cluster, name) == in_force, "Guarded=True again", 60)

@@ -323,7 +323,8 @@ OPERATOR_DENIED = [
     ("bind", "clusterroles"),
     ("escalate", "clusterroles"),
     ("impersonate", "users"),
-    # issue #22: no verb on admission policies or bindings (the budget guard is the chart's)
+    # issue #22: no write on admission policies or bindings (the budget guard is the chart's);
+    # issue 30: get of the guard's two objects by name only
     ("list", "validatingadmissionpolicybindings.admissionregistration.k8s.io"),
     ("get", "validatingadmissionpolicies.admissionregistration.k8s.io/any-name"),
     ("create", "validatingadmissionpolicies.admissionregistration.k8s.io"),
@@ -340,6 +341,21 @@ OPERATOR_DENIED = [
 @pytest.mark.parametrize("check", OPERATOR_ALLOWED, ids=" ".join)
 def test_operator_is_allowed(release: Release, check: tuple[str, ...]) -> None:
     assert can_i(release.cp, release.operator, *check) is True
+
+
+def test_operator_reads_the_budget_guard_by_name_only(release: Release) -> None:
+    """Issue 30 (LOW-6): the budgets' Guarded=True needs the guard's two objects read; the
+    token may get exactly those, no other policy nor binding, and write none."""
+    guard = f"{release.fullname}-budget-guard"
+    for resource in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
+        kind = f"{resource}.admissionregistration.k8s.io"
+        assert can_i(release.cp, release.operator, "get", f"{kind}/{guard}") is True
+        assert (
+            can_i(release.cp, release.operator, "get", f"{kind}/{release.fullname}-lease-fence")
+            is False
+        )
+        for verb in ("update", "patch", "delete"):
+            assert can_i(release.cp, release.operator, verb, f"{kind}/{guard}") is False
 
 
 @pytest.mark.parametrize("check", OPERATOR_DENIED, ids=" ".join)

@@ -12,7 +12,7 @@ from dynquota._k8s.errors import ConflictError
 from dynquota.names import BUDGET_LABEL
 from dynquota.operator.budgets import read_budget
 from dynquota.policy import Decision
-from dynquota.policy.budget_guard import DEFAULT_GUARDED_KINDS
+from dynquota.policy.budget_guard import DEFAULT_GUARDED_KINDS, GuardSeen
 
 from .fakes import FakeBudgetStatus, World, budget, namespace, policy
 
@@ -427,41 +427,69 @@ async def test_a_member_whose_quota_is_foreign_is_at_risk_saying_why(world: Worl
     assert world.op.cluster.foreign("team-a") is None
 
 
-UNSEEN = (
-    "dynquota cannot see admission policies (its token has no verb on them), so whether the "
-    "ValidatingAdmissionPolicy <release>-budget-guard and its binding exist is not known here: "
-    "kubectl get validatingadmissionpolicy,validatingadmissionpolicybinding shows them; "
-    "without them a member's creates are admitted before its slice is enforced"
-)
+SEEN = GuardSeen(True, "the ValidatingAdmissionPolicy g and its binding deny")
+MISSING = GuardSeen(False, "the ValidatingAdmissionPolicyBinding g does not exist")
+FAILED = GuardSeen(None, "reading the ValidatingAdmissionPolicy g failed: 403")
 
 
 @pytest.mark.parametrize(
-    ("kinds", "expected"),
+    ("kinds", "seen", "expected"),
     [
-        (None, ("Unknown", "GuardNotConfigured",
-                "the operator was not told which kinds a budget guard holds back "
-                "(DYNQUOTA_BUDGET_GUARD_KINDS, which the chart sets from budgetGuard.kinds: it "
-                f"runs without the chart?); {UNSEEN}")),
-        (list(DEFAULT_GUARDED_KINDS), ("Unknown", "GuardNotObservable",
+        (None, None, ("Unknown", "GuardNotConfigured",
+                      "the operator was not told which kinds a budget guard holds back "
+                      "(DYNQUOTA_BUDGET_GUARD_KINDS, which the chart sets from budgetGuard.kinds: "
+                      "it runs without the chart?); kubectl get validatingadmissionpolicy,"
+                      "validatingadmissionpolicybinding shows whether a guard exists; without "
+                      "one a member's creates are admitted before its slice is enforced")),
+        (None, SEEN, ("Unknown", "GuardNotConfigured", None)),
+        (list(DEFAULT_GUARDED_KINDS), None, ("Unknown", "GuardNotObservable",
          "the chart installed its budget guard for every budgeted kind (budgetGuard.kinds), "
-         f"but {UNSEEN}")),
-        ([], ("False", "KindNotGuarded",
+         "but whether it is in force is not known: the guard was not read")),
+        (list(DEFAULT_GUARDED_KINDS), FAILED, ("Unknown", "GuardNotObservable",
+         "the chart installed its budget guard for every budgeted kind (budgetGuard.kinds), "
+         "but whether it is in force is not known: reading the ValidatingAdmissionPolicy g "
+         "failed: 403")),
+        (["pods"], SEEN, ("True", "Guarded",
+         "the ValidatingAdmissionPolicy g and its binding deny: creates of pods in a member "
+         "namespace are held back until its slice is enforced")),
+        (["pods"], MISSING, ("False", "GuardMissing",
+         "the ValidatingAdmissionPolicyBinding g does not exist: a member's creates are "
+         "admitted before its slice is enforced, so the budget can be exceeded (helm upgrade "
+         "restores the chart's guard)")),
+        ([], SEEN, ("False", "KindNotGuarded",
               "the chart's budget guard does not hold back creates of pods (charged by pods) "
               "until a member's slice is enforced: add the kinds to the chart value "
               "budgetGuard.kinds")),
     ],
 )  # fmt: skip
-async def test_guarded_is_never_claimed_without_seeing_the_guard(
-    kinds: list[str] | None, expected: tuple[str, str, str]
+async def test_guarded_is_true_only_with_the_guard_seen(
+    kinds: list[str] | None, seen: GuardSeen | None, expected: tuple[str, str, str | None]
 ) -> None:
     """README-only attack (issue 30, LOW-6): an operator run without the chart's budget guard
-    said Guarded=True on every budget. It cannot see admission policies: Unknown, saying why,
-    unless it knows a kind is not guarded (False)."""
+    said Guarded=True on every budget. True only when the guard was read and denies; False
+    when a kind is not guarded or the guard is missing; otherwise Unknown, saying why."""
     world = World(budget_status=FakeBudgetStatus(), budget_guard_kinds=kinds)
+    reads: list[int] = []
+
+    async def guard() -> GuardSeen:
+        reads.append(1)
+        assert seen is not None
+        return seen
+
+    world.op.budget_tasks.guard = guard if seen is not None else None
     world.op.on_policy(None, policy(pods=PODS))
     world.op.budgets.on_budget(None, budget("bud", {"pods": 30}))
     member(world, "a", pods=1, into="bud")
     await world.reconcile("a")
     await world.op.budget_tasks.run_pass("bud")
+    await world.op.budget_tasks.run_pass("bud")
     guarded = next(c for c in status(world)["conditions"] if c["type"] == "Guarded")
-    assert (guarded["status"], guarded["reason"], guarded["message"]) == expected
+    got = (guarded["status"], guarded["reason"], guarded["message"])
+    assert got[:2] == expected[:2]
+    if expected[2] is not None:
+        assert got[2] == expected[2]
+    assert len(reads) == (1 if seen is not None else 0)  # two passes within a minute: one read
+    if seen is not None:
+        world.clock.now += 61
+        await world.op.budget_tasks.run_pass("bud")
+        assert len(reads) == 2
