@@ -51,6 +51,7 @@ from dynquota.kube.applied import AppliedClient
 from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.events import EventRecorder
+from dynquota.kube.flowschema import FlowSchemaClient
 from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.leader import AlwaysLeader, LeaderGate
 from dynquota.kube.objects import (
@@ -150,6 +151,7 @@ class Runtime:
             limit_ranges=self.cluster,
             budget_status=self.cluster,
             workloads=WorkloadClient(api_client, observer),
+            tarpit=FlowSchemaClient(api_client, observer) if settings.tarpit_flow_schema else None,
         )
         operator = self.operator
         self.applied = AppliedWriter(
@@ -173,6 +175,7 @@ class Runtime:
         self.watcher = UsageWatcher.for_cluster(
             api_client,
             on_change=self.operator.on_usage_change,
+            on_write=self.operator.governor.observe,
             watch_timeout=settings.watch_timeout_seconds,
             clock=self.informer_clock,
         )
@@ -270,6 +273,10 @@ class Runtime:
         self._tasks.append(asyncio.create_task(self.operator.status.run(), name="dynquota-status"))
         self._tasks.append(asyncio.create_task(self._resync(), name="dynquota-resync"))
         self._tasks.append(asyncio.create_task(self.applied.run(), name="dynquota-applied"))
+        if self.operator.governor.enabled:
+            self._tasks.append(
+                asyncio.create_task(self.operator.governor.run(), name="dynquota-governor")
+            )
         self._tasks.append(
             asyncio.create_task(self.operator.stall.run(self.operator.clock), name="dynquota-stall")
         )
