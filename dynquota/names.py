@@ -96,8 +96,8 @@ class EventReason(StrEnum):
     ``UnmanageHeld`` (the brake on mass un-management holds quota deletions). On a policy:
     ``PolicyInvalid``. On a QuotaBudget: ``Rebalanced`` (Normal: slices written),
     ``OverBudget``, ``BudgetInvalid``, ``BudgetKeyNotSized`` (a member's policy does not size
-    a budget key: it asks for an even share). On a Namespace, posted in it for its tenants
-    (the write-rate governor): ``Tarpitted`` (Warning: its writes of pods and ConfigMaps now
+    a budget key: it asks for an even share). On the managed quota, from the write-rate
+    governor: ``Tarpitted`` (Warning: its writes of pods and ConfigMaps now
     go to the APF tarpit, and why), ``Released`` (Normal: they no longer do).
     """
 

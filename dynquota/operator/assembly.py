@@ -241,7 +241,7 @@ class Operator:
                 cluster.governance(ns), cluster.policy_records, settings.dry_run
             ),
             exists=lambda ns: ns in cluster.namespaces,
-            namespace_uid=cluster.namespace_uid,
+            quota_uid=lambda ns: quota.uid if (quota := cluster.watched(ns)) else "",
             monotonic=monotonic if monotonic is not None else clock,
         )
         """The write-rate governor (started by the runtime; off without ``tarpit``)."""

@@ -29,7 +29,9 @@ Writes (:class:`TarpitStore`, :class:`dynquota.kube.flowschema.FlowSchemaClient`
   taken out of the rules).
 
 Reports (after the write, or at the decision in dry run): the Events ``Tarpitted`` (Warning)
-and ``Released`` (Normal) in the namespace, on its Namespace, with the decision's reason; the
+and ``Released`` (Normal) in the namespace, on its managed quota ``dynquota`` (where its tenants
+read dynquota's Events; the chart's policy lets the token post no other Event there), with the
+decision's reason; the
 gauge ``dynquota_tarpitted{namespace, enforcement}``; :meth:`Governor.tarpitted` for ``plan``.
 """
 
@@ -46,6 +48,7 @@ from typing import Any, Final, Protocol
 from dynquota._k8s.errors import ConflictError, KubeError
 from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.flowschema import TarpitSchema
+from dynquota.kube.quotas import MANAGED_QUOTA_NAME
 from dynquota.metrics import Metrics
 from dynquota.names import EventReason
 from dynquota.operator.ports import HELD_TARPIT, LeaderView, PolicyRecord, SwitchView
@@ -120,7 +123,7 @@ class Governor:
         switch: the kill switch (engaged: release all, engage none).
         rule_of: the :class:`Rule` of a namespace now.
         exists: whether a namespace exists (is known to the cluster view).
-        namespace_uid: a namespace's uid (the Events' object).
+        quota_uid: the uid of a namespace's managed quota (the Events' object; ``""``: none).
         monotonic: seconds on a clock that never steps.
     """
 
@@ -136,7 +139,7 @@ class Governor:
         switch: SwitchView,
         rule_of: Callable[[str], Rule],
         exists: Callable[[str], bool],
-        namespace_uid: Callable[[str], str],
+        quota_uid: Callable[[str], str],
         monotonic: Callable[[], float],
     ) -> None:
         self.settings = settings
@@ -149,7 +152,7 @@ class Governor:
         self.switch = switch
         self.rule_of = rule_of
         self.exists = exists
-        self.namespace_uid = namespace_uid
+        self.quota_uid = quota_uid
         self.monotonic = monotonic
         self.started_at = monotonic()
         """When this replica started counting (s): no quiet clock starts earlier."""
@@ -405,6 +408,5 @@ class Governor:
             what = why
         if dry_run:
             what = f"dry run, not enforced: {what}"
-        # posted in the namespace, for its tenants (involvedObject: the Namespace)
-        ref = ObjectRef("v1", "Namespace", ns, ns, self.namespace_uid(ns))
+        ref = ObjectRef.quota(ns, MANAGED_QUOTA_NAME, self.quota_uid(ns))
         await self.reporter.emit(ref, type_, reason, what)
