@@ -55,6 +55,7 @@ from dynquota.operator.ports import HELD_TARPIT, LeaderView, PolicyRecord, Switc
 from dynquota.operator.reporting import Reporter
 from dynquota.operator.write_gate import TARPIT_ENGAGE, TARPIT_RELEASE, WriteGate
 from dynquota.policy import Governance
+from dynquota.policy.applied import WriteRateFacts
 from dynquota.policy.churn import (
     ChurnSample,
     TarpitState,
@@ -63,6 +64,7 @@ from dynquota.policy.churn import (
     tarpit_rules,
     tarpitted,
 )
+from dynquota.policy.durations import format_duration
 from dynquota.policy.models import WRITE_RATE_MAX_WINDOW
 from dynquota.settings import Settings
 
@@ -166,6 +168,11 @@ class Governor:
         """Namespaces whose tarpitted state is a dry-run decision (never listed)."""
         self._why: dict[str, str] = {}
         """The last decision's reason per namespace (the Events, ``plan``)."""
+        self._engaged: dict[str, str] = {}
+        """Why each tarpitted namespace was put in (the tenant projection's reason)."""
+        self.on_change: Callable[[str], None] | None = None
+        """Called with a namespace put in or taken out of the tarpit (the tenant projections'
+        writer; the runtime sets it)."""
         self._reported: dict[str, str] = {}
         """Namespace -> the enforcement its ``dynquota_tarpitted`` series carries."""
         self._held: str | None = None
@@ -195,13 +202,27 @@ class Governor:
         return [ChurnSample(at, c, d) for at, c, d in self._counts.get(namespace, ())]
 
     def tarpitted(self) -> dict[str, str]:
-        """Namespace -> why, for every namespace held in the tarpit now (dry run included:
-        the reason says so)."""
+        """Namespace -> why it was put in, for every namespace in the tarpit now (dry run
+        included: the reason says so)."""
         return {
-            ns: self._why.get(ns, "") + (" (dry run: not enforced)" if ns in self._dry else "")
+            ns: self._engaged.get(ns, "") + (" (dry run: not enforced)" if ns in self._dry else "")
             for ns, state in self._states.items()
             if state.tarpitted
         }
+
+    def facts(self, namespace: str) -> WriteRateFacts | None:
+        """What the tenant projection of ``namespace`` shows of the governor: its policy's
+        ``writeRate`` and, while in the tarpit, why (``None``: off, or no writeRate)."""
+        rule = self.rule_of(namespace) if self.store is not None else None
+        if rule is None or rule.rate is None:
+            return None
+        rate = rule.rate
+        crd = {
+            "limit": rate.limit,
+            "window": format_duration(rate.window),
+            "quietPeriod": format_duration(rate.quiet_period),
+        }
+        return WriteRateFacts(crd, self.tarpitted().get(namespace))
 
     def forget(self, namespace: str) -> None:
         """``namespace`` is gone: its counts and state go (the next write leaves it out)."""
@@ -209,6 +230,7 @@ class Governor:
         self._states.pop(namespace, None)
         self._dry.discard(namespace)
         self._why.pop(namespace, None)
+        self._engaged.pop(namespace, None)
         self._unreport(namespace)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -263,7 +285,10 @@ class Governor:
         for ns in listed:  # found in the tarpit (a restart, a new leader): held, rule 5
             if ns not in self._states:
                 self._states[ns] = TarpitState(True)
-                self._why[ns] = f"found in the tarpit FlowSchema {self.name} at start"
+                self._why[ns] = self._engaged[ns] = (
+                    f"found in the tarpit FlowSchema {self.name} at start: held until quiet "
+                    "for its quiet period"
+                )
 
     def _decide(self, now: float) -> None:
         engaged = self.switch.engaged
@@ -295,10 +320,14 @@ class Governor:
                 self._why[ns] = decision.reason
 
     def _set(self, ns: str, state: TarpitState, why: str, rule: Rule) -> None:
+        before = self._states.get(ns, TarpitState())
         if state == TarpitState():
             self._states.pop(ns, None)
+            self._engaged.pop(ns, None)
         else:
             self._states[ns] = state
+            if not before.tarpitted:
+                self._engaged[ns] = why
         if state.tarpitted and rule.dry_run:
             self._dry.add(ns)
         else:
@@ -378,6 +407,8 @@ class Governor:
             before, after = self._reported.get(ns), now.get(ns)
             if before == after:
                 continue
+            if self.on_change is not None:
+                self.on_change(ns)
             if after is None:
                 self._unreport(ns)
                 if self.exists(ns):

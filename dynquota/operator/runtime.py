@@ -164,8 +164,10 @@ class Runtime:
             leader=self.gate,
             write_gate=operator.write_gate,
             clock=self.clock,
+            write_rate=operator.governor.facts,
         )
         """The tenant projections (``AppliedDynamicQuota``), fed after every reconcile."""
+        operator.governor.on_change = self.applied.poke
         operator.reporter.on_reported = self.applied.observe
         operator.budgets.on_status = self.applied.budget_status  # a joiner's figures, promptly
         if isinstance(self.gate, LeaderGate):

@@ -10,6 +10,7 @@ import pytest
 
 from dynquota._k8s.errors import ConflictError, ForbiddenError
 from dynquota.kube.flowschema import TarpitSchema
+from dynquota.policy.applied import WriteRateFacts
 from dynquota.policy.churn import tarpit_rules, tarpitted
 from dynquota.settings import Settings
 
@@ -149,6 +150,11 @@ async def test_engage_lists_the_namespace_with_the_exact_rule() -> None:
     assert message.startswith("tarpit: 11 writes in 60 s (limit 10): writes (pods, configmaps)")
     assert b.sample("t1", "enforced") == 1
     assert b.governor.tarpitted() == {"t1": "tarpit: 11 writes in 60 s (limit 10)"}
+    # the tenant projection's facts
+    crd = {"limit": 10, "window": "1m", "quietPeriod": "2m"}
+    assert b.governor.facts("t1") == WriteRateFacts(crd, "tarpit: 11 writes in 60 s (limit 10)")
+    assert b.governor.facts("t2") == WriteRateFacts(crd)
+    assert b.governor.facts("elsewhere") is None
 
 
 async def test_at_the_limit_and_at_rest_nothing_is_written() -> None:
@@ -222,7 +228,8 @@ async def test_restart_holds_a_namespace_found_in_the_rules_for_a_quiet_period()
     await b.step()
     assert b.tarpit.writes == []
     assert b.governor.tarpitted() == {
-        "t1": "held in the tarpit: 0 writes in 60 s (limit 10), quiet for 0 s of 120 s"
+        "t1": "found in the tarpit FlowSchema dq-tarpit at start: held until quiet for its "
+        "quiet period"
     }
     await b.step(119)
     assert b.listed() == {"t1"}
