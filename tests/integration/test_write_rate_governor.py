@@ -87,6 +87,20 @@ def rules(flow: Any) -> list[dict[str, Any]]:
     return list(obj["spec"].get("rules") or [])
 
 
+def tenant_view(c: OperatorCluster, ns: str) -> dict[str, Any]:
+    """``status.writeRate`` of the namespace's AppliedDynamicQuota (``{}``: none yet)."""
+    try:
+        obj = c.custom.get_namespaced_custom_object(
+            "dynquota.io", "v1alpha1", ns, "applieddynamicquotas", "dynquota",
+            _request_timeout=TIMEOUT,
+        )  # fmt: skip
+    except kubernetes.client.exceptions.ApiException as exc:
+        if exc.status == 404:
+            return {}
+        raise
+    return dict((obj.get("status") or {}).get("writeRate") or {})
+
+
 def listed(flow: Any) -> set[str]:
     return tarpitted(rules(flow))
 
@@ -149,6 +163,12 @@ def test_engage_then_release_after_the_quiet_period(
     assert event.involved_object.name == "dynquota"
     assert op.sample("dynquota_tarpitted", {"namespace": ns, "enforcement": "enforced"}) == 1
     assert patches(op) == 1
+    # the tenant's own view says so (kubectl dynquota status)
+    seen = wait_until(lambda: tenant_view(c, ns).get("tarpitted") and tenant_view(c, ns),
+                      "the tenant projection shows the tarpit", timeout=15)  # fmt: skip
+    assert seen["limit"] == LIMIT
+    assert seen["reason"].startswith("tarpit: ")
+    assert f"(limit {LIMIT})" in seen["reason"]
     stopped = time.monotonic()
     wait_until(lambda: not listed(flow), f"{ns} released", timeout=WINDOW + QUIET + 20)
     released = time.monotonic() - stopped
@@ -158,6 +178,7 @@ def test_engage_then_release_after_the_quiet_period(
     assert event.type == "Normal"
     assert op.sample("dynquota_tarpitted", {"namespace": ns, "enforcement": "enforced"}) == 0
     assert patches(op) == 2  # in and out: no other write
+    wait_until(lambda: tenant_view(c, ns).get("tarpitted") is False, "the projection released")
 
 
 def test_kill_switch_releases_every_namespace(
