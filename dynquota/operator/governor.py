@@ -5,7 +5,9 @@ of :class:`~dynquota.operator.assembly.Operator`, built alone in tests; issue 32
 ConfigMaps the usage informers' watch events show (:meth:`Governor.observe`, fed by
 ``UsageWatcher(on_write=...)``: no watch of its own), and once a second decides each counted or
 tarpitted namespace with :func:`~dynquota.policy.churn.decide_churn` (``now`` from the monotonic
-clock; the rule is the governing policy's ``spec.writeRate``). The namespaces it holds are the
+clock; the rule is the governing policy's ``spec.writeRate``). The decision's second signal, a
+quota held at its maximum while creates are refused, is not fed yet (``held_at_maximum`` is
+``False``): refused creates reach no watch. The namespaces it holds are the
 namespace list of the tarpit FlowSchema's one rule (:func:`~dynquota.policy.churn.tarpit_rules`;
 the chart's ``<fullname>-tarpit``, ``DYNQUOTA_TARPIT_FLOW_SCHEMA``; empty: the governor is off).
 

@@ -67,6 +67,8 @@ WORKERS, QUIET_RATE = 32, 5.0
 REPORT = os.environ.get("DYNQUOTA_APF_GOV_REPORT", "/tmp/dynquota-apf-governor-bench.md")
 SCHEMA = "dynquota-tarpit"
 LABEL = {"dq-bench": "apf-governor"}
+SYSTEM_CLIENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "dynquota")
+"""User-agent programs of the clients the tarpit must never match."""
 START_DELAY = 2.0
 """Seconds between submitting a run and its start: both processes start at the same instant."""
 TEMPLATES = (
@@ -88,6 +90,7 @@ class Run:
     quiet: QuietResult
     flows: str
     matched: Counter[str] = field(default_factory=Counter)
+    system: Counter[str] = field(default_factory=Counter)
     engage: float | None = None
     release: float | None = None
 
@@ -109,12 +112,18 @@ class GovernorBed:
     def log_size(self) -> int:
         return (self.bed.cp.log_dir / "kube-apiserver.log").stat().st_size
 
-    def matched_since(self, offset: int) -> Counter[str]:
-        """Requests per client the tarpit matched since the log was ``offset`` bytes long."""
+    def matched_since(self, offset: int) -> tuple[Counter[str], Counter[str]]:
+        """Since the log was ``offset`` bytes long: requests per client the tarpit matched,
+        and the system clients' requests per ``component schema``."""
         with open(self.bed.cp.log_dir / "kube-apiserver.log", errors="replace") as log:
             log.seek(offset)
             flows = request_flows(log.read().splitlines())
-        return Counter({client: n for (client, fs), n in flows.items() if fs == SCHEMA})
+        matched = Counter({client: n for (client, fs), n in flows.items() if fs == SCHEMA})
+        system: Counter[str] = Counter()
+        for (client, fs), n in flows.items():
+            if client.startswith(SYSTEM_CLIENTS):
+                system[f"{client.split(':', 1)[0]} {fs}"] += n
+        return matched, system
 
 
 @pytest.fixture(scope="module")
@@ -171,19 +180,20 @@ def run(g: GovernorBed, pool: ProcessPoolExecutor, scenario: str, governed: bool
             wait_until(lambda: not g.listed(), "apf-churn released", timeout=QUIET + 60)
             release = time.time() - ended
         flows = describe(tarpit_counts(before, b.flow_counts()), [SCHEMA, "service-accounts"])
-        matched = g.matched_since(offset)
+        matched, system = g.matched_since(offset)
     finally:
         op.stop()
         b.cp.kubectl("delete", "deployment", "--all", "-n", CHURN_NS, "--wait=false")
-    return Run(scenario, churn_result, quiet_result, flows, matched, engage, release)
+    return Run(scenario, churn_result, quiet_result, flows, matched, system, engage, release)
 
 
 def lines(runs: list[Run]) -> list[str]:
     out = [
         "| scenario | engage s | release s (after the churn ended) | churner writes/s | "
         "churner 429s (gave up) | quiet p50 ms | quiet p99 ms | quiet 429s/errors | "
-        "APF dispatched/rejected | clients matched by the tarpit |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "APF dispatched/rejected | clients matched by the tarpit | system clients' requests by "
+        "schema |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         p50, p99 = (percentile(r.quiet.latencies_ms, p) for p in (50, 99))
@@ -193,12 +203,11 @@ def lines(runs: list[Run]) -> list[str]:
         out.append(
             f"| {r.scenario} | {engage} | {release} | {r.churn.write_rate:.0f} | "
             f"{r.churn.rejected} ({r.churn.gave_up}) | {p50:.0f} | {p99:.0f} | "
-            f"{r.quiet.rejected}/{r.quiet.errors} | {r.flows} | {clients} |"
+            f"{r.quiet.rejected}/{r.quiet.errors} | {r.flows} | {clients} | "
+            + ", ".join(f"{k} {n}" for k, n in sorted(r.system.items()))
+            + " |"
         )
     return out
-
-
-SYSTEM_CLIENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "dynquota")
 
 
 def test_governor_engages_and_releases_in_time(gbed: GovernorBed) -> None:
@@ -221,4 +230,5 @@ def test_governor_engages_and_releases_in_time(gbed: GovernorBed) -> None:
     assert on.release is not None
     assert on.release <= QUIET + 10
     assert [c for c in on.matched if c.startswith(SYSTEM_CLIENTS)] == []
+    assert on.system  # they did write meanwhile
     assert all(r.quiet.latencies_ms and r.churn.creates for r in runs)
