@@ -5,36 +5,30 @@ of :class:`~dynquota.operator.assembly.Operator`, built alone in tests; issue 32
 ConfigMaps the usage informers' watch events show (:meth:`Governor.observe`, fed by
 ``UsageWatcher(on_write=...)``: no watch of its own), and once a second decides each counted or
 tarpitted namespace with :func:`~dynquota.policy.churn.decide_churn` (``now`` from the monotonic
-clock; the rule is the governing policy's ``spec.writeRate``). The decision's second signal, a
-quota held at its maximum while creates are refused, is not fed yet (``held_at_maximum`` is
-``False``): refused creates reach no watch. The namespaces it holds are the
-namespace list of the tarpit FlowSchema's one rule (:func:`~dynquota.policy.churn.tarpit_rules`;
-the chart's ``<fullname>-tarpit``, ``DYNQUOTA_TARPIT_FLOW_SCHEMA``; empty: the governor is off).
+clock; the rule: the governing policy's ``spec.writeRate``; ``held_at_maximum``, a quota held
+at its maximum under refusals, is not fed yet: refused creates reach no watch). The namespaces
+it holds are the namespace list of the tarpit FlowSchema's one rule
+(:func:`~dynquota.policy.churn.tarpit_rules`; ``DYNQUOTA_TARPIT_FLOW_SCHEMA``, empty: off).
 
-Writes (:class:`TarpitStore`, :class:`dynquota.kube.flowschema.FlowSchemaClient`):
-
-- The FlowSchema is read (a consistent GET) before any write and again every
-  ``resync_seconds``; while its rules are not known nothing is written (held:
-  ``tarpit-unknown``, said in the log). A namespace its rules list when first read is held
-  (restart: :mod:`dynquota.policy.churn` rule 5, the quiet clock starts no earlier than this
-  replica's start).
+- The FlowSchema is read (a consistent GET; :class:`TarpitStore`) before any write and again
+  every ``resync_seconds``; while its rules are not known nothing is written (held:
+  ``tarpit-unknown``), and nothing is decided before the policies are listed (a rule unknown is
+  not a rule removed). A namespace its rules list when first read is held (a restart:
+  :mod:`dynquota.policy.churn` rule 5, no quiet clock starts before this replica did).
 - A write sets the whole rule list, conditional on the resourceVersion of that read (409: read
-  again, decide again), through the write gate (:data:`~dynquota.operator.write_gate.
-  TARPIT_ENGAGE` when it lists a namespace the FlowSchema does not, else
-  :data:`~dynquota.operator.write_gate.TARPIT_RELEASE`). Nothing is written while the listed
-  namespaces are the ones held: 0 writes at rest. Rules reset by a ``helm upgrade`` (or anyone)
-  are written again at the next read.
+  again, decide again), through the write gate (``TARPIT_ENGAGE`` when it lists a namespace the
+  FlowSchema does not, else ``TARPIT_RELEASE``). Nothing is written while the listed namespaces
+  are the ones held: 0 writes at rest. Rules reset by a ``helm upgrade`` (or anyone) are
+  written again at the next read.
 - The kill switch engaged: every namespace is released (no rules), none is put in. Dry run (the
-  operator's or the governing policy's): decided and reported, never listed (a namespace the
-  FlowSchema lists is taken out). Never a system namespace, the operator's own or an excluded
-  one (:meth:`~dynquota.settings.Settings.excluded`). A deleted namespace is forgotten (and
-  taken out of the rules).
+  operator's or the policy's): decided and reported, never listed. Never a system namespace,
+  the operator's own or an excluded one (:meth:`~dynquota.settings.Settings.excluded`). A
+  deleted namespace is forgotten (and taken out of the rules).
 
 Reports (after the write, or at the decision in dry run): the Events ``Tarpitted`` (Warning)
-and ``Released`` (Normal) in the namespace, on its managed quota ``dynquota`` (where its tenants
-read dynquota's Events; the chart's policy lets the token post no other Event there), with the
-decision's reason; the
-gauge ``dynquota_tarpitted{namespace, enforcement}``; :meth:`Governor.tarpitted` for ``plan``.
+and ``Released`` (Normal) on the namespace's managed quota ``dynquota`` (where its tenants read
+dynquota's Events; the chart's policy allows no other Event there) with the decision's reason,
+``dynquota_tarpitted{namespace, enforcement}``, the tenant projection's facts (:meth:`facts`).
 """
 
 from __future__ import annotations
@@ -53,7 +47,13 @@ from dynquota.kube.flowschema import TarpitSchema
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME
 from dynquota.metrics import Metrics
 from dynquota.names import EventReason
-from dynquota.operator.ports import HELD_TARPIT, LeaderView, PolicyRecord, SwitchView
+from dynquota.operator.ports import (
+    HELD_POLICIES,
+    HELD_TARPIT,
+    LeaderView,
+    PolicyRecord,
+    SwitchView,
+)
 from dynquota.operator.reporting import Reporter
 from dynquota.operator.write_gate import TARPIT_ENGAGE, TARPIT_RELEASE, WriteGate
 from dynquota.policy import Governance
@@ -262,6 +262,10 @@ class Governor:
         if self.schema is None or now - self._read_at >= self.settings.resync_seconds:
             await self._read(now)
         if self.schema is None:
+            return
+        if not self.write_gate.knowledge.policies_listed:
+            # no rule is known yet: deciding now would release what the policies still hold
+            self._hold(f"tarpit FlowSchema {self.name} not written: {HELD_POLICIES}", None)
             return
         self._decide(now)
         await self._write()

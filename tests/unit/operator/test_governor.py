@@ -323,3 +323,16 @@ async def test_off_without_a_flow_schema_name() -> None:
     off.governor.observe("t1", "pods", "ADDED")
     await off.governor.step()
     assert (b.tarpit.reads, off.governor.samples("t1")) == (0, [])
+
+
+async def test_nothing_is_decided_before_the_policies_are_listed() -> None:
+    """A restart: the namespace found in the rules is not released for want of a rule while
+    the policies are not listed yet."""
+    b = Bed(FakeTarpit(["t1"]))
+    b.op.cluster.policies_listed = False
+    await b.step()
+    await b.step(600)
+    assert (b.tarpit.writes, b.listed()) == ([], {"t1"})
+    b.op.cluster.policies_listed = True
+    await b.step(1)
+    assert b.listed() == {"t1"}  # held: quiet for 0 s of 120 s
