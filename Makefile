@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup controlplane kwok toxiproxy promtool image image-test alerts test unit integration \
-	lint bench bench-admission bench-apf bench-budgets bench-cleanup bench-fit bench-plan bench-scale soak \
+	lint bench bench-admission bench-apf bench-apf-governor bench-budgets bench-cleanup bench-fit bench-plan bench-scale soak \
 	demo clean \
 	chart-generate dist dist-test
 
@@ -102,6 +102,10 @@ bench-admission: setup controlplane
 # not; about 10 minutes (DYNQUOTA_APF_BENCH_SECONDS per run, 15; knobs in the file).
 bench-apf: setup controlplane
 	$(PY) -m pytest -m bench -s tests/bench/test_apf_bench.py
+
+# the write-rate governor on the same bed (issue 32): engage/release times, governor off vs on
+bench-apf-governor: setup controlplane kwok
+	$(PY) -m pytest -m bench -s tests/bench/test_apf_governor_bench.py
 
 # tenant budgets vs a static split vs no limit (issue #13); knobs DQ_BENCH_BUDGET_* in the file.
 bench-budgets: setup controlplane

@@ -96,7 +96,9 @@ class EventReason(StrEnum):
     ``UnmanageHeld`` (the brake on mass un-management holds quota deletions). On a policy:
     ``PolicyInvalid``. On a QuotaBudget: ``Rebalanced`` (Normal: slices written),
     ``OverBudget``, ``BudgetInvalid``, ``BudgetKeyNotSized`` (a member's policy does not size
-    a budget key: it asks for an even share).
+    a budget key: it asks for an even share). On the managed quota, from the write-rate
+    governor: ``Tarpitted`` (Warning: its writes of pods and ConfigMaps now
+    go to the APF tarpit, and why), ``Released`` (Normal: they no longer do).
     """
 
     RESIZED = "Resized"
@@ -126,3 +128,5 @@ class EventReason(StrEnum):
     BUDGET_KEY_NOT_SIZED = "BudgetKeyNotSized"
     UNMANAGE_HELD = "UnmanageHeld"
     WOKEN = "Woken"
+    TARPITTED = "Tarpitted"
+    RELEASED = "Released"

@@ -186,6 +186,17 @@ class Settings(BaseSettings):
         default_factory=list,
         description="comma list of exact Namespace label keys the chart's guard also covers",
     )
+    tarpit_flow_schema: str = Field(
+        "",
+        description="the write-rate governor's FlowSchema, whose rules list the namespaces "
+        "held in the APF tarpit (the chart's <fullname>-tarpit when writeRate.enabled); empty: "
+        "the governor is off",
+    )
+    tarpit_resources: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["pods", "configmaps"],
+        description="comma list of the resources the tarpit's rule names (the chart's "
+        "writeRate.resources, in its order: its admission policy compares the list)",
+    )
     workers: int = Field(4, ge=1, le=64, description="concurrent reconciles (distinct namespaces)")
     resync_seconds: int = Field(
         600, ge=1, description="every namespace is re-queued this often (reads only at rest)"
@@ -210,6 +221,7 @@ class Settings(BaseSettings):
         "budget_guard_kinds",
         "guarded_label_prefixes",
         "guarded_label_keys",
+        "tarpit_resources",
         mode="before",
     )
     @classmethod

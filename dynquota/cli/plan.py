@@ -108,6 +108,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "otherQuotas": _document_of(plan.other_quotas),
             "companionLimitRanges": _document_of(plan.companions),
             "budgets": _document_of(plan.budgets),
+            "tarpitted": _document_of(plan.tarpitted),
         }
         if risks is not None:
             document["atRisk"] = [
@@ -193,5 +194,20 @@ async def _read(
         snapshot = await guard(
             "reading the cluster (dynamicquotapolicies...)", read_scope(api, scope)
         )
+        if settings.tarpit_flow_schema:
+            snapshot[0].tarpit_rules, notes = await _tarpit_rules(api, settings.tarpit_flow_schema)
+            header += notes
     header += stall_lines(snapshot[0].policies)
     return header, source, settings, snapshot
+
+
+async def _tarpit_rules(api: Any, name: str) -> tuple[list[Any] | None, list[str]]:
+    """The rules of the write-rate governor's tarpit FlowSchema ``name`` and the header lines
+    to add (none; or why it could not be read: then no namespace is shown as tarpitted)."""
+    from dynquota._k8s.errors import KubeError
+    from dynquota.kube.flowschema import FlowSchemaClient
+
+    try:
+        return list((await FlowSchemaClient(api).read(name)).rules), []
+    except KubeError as exc:
+        return None, [f"settings: the tarpit FlowSchema {name} could not be read ({exc})"]

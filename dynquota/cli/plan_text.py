@@ -38,8 +38,9 @@ def format_table(rows: list[PlanRow]) -> str:
 def format_plan(plan: Plan, header: Iterable[str] = ()) -> str:
     """The plan as text: ``header`` lines, the table of :func:`format_table`, then the
     namespaces not managed or not enforced (``NAMESPACE  WHY``), the other quotas
-    (``NAMESPACE  QUOTA  HARD``, keys sorted) and the companion LimitRanges (``NAMESPACE
-    STATE  DEFAULTS  WHY``), each section only when it has lines."""
+    (``NAMESPACE  QUOTA  HARD``, keys sorted), the companion LimitRanges (``NAMESPACE
+    STATE  DEFAULTS  WHY``), the budgets and the namespaces in the APF tarpit (``NAMESPACE
+    WHY``), each section only when it has lines."""
     parts = [*header, format_table(plan.rows)]
     if plan.not_managed:
         parts += [
@@ -80,6 +81,13 @@ def format_plan(plan: Plan, header: Iterable[str] = ()) -> str:
         ]
     if plan.budgets:
         parts += ["", *format_budgets(plan.budgets)]
+    if plan.tarpitted:
+        parts += [
+            "",
+            f"in the APF tarpit ({len(plan.tarpitted)} namespaces; writeRate: their tenants' "
+            "writes of the tarpit's resources run on a few seats, 429 when they are taken):",
+            _columns([("NAMESPACE", "WHY"), *((t.namespace, t.why) for t in plan.tarpitted)]),
+        ]
     return "\n".join(parts)
 
 

@@ -103,6 +103,22 @@ def status_text(obj: Mapping[str, Any]) -> str:
         if "nextGrantAfter" in override:
             text += f"; next grant after {override['nextGrantAfter']}"
         lines.append(text)
+    rate = status.get("writeRate")
+    if rate:
+        text = (
+            f"writeRate: {rate.get('limit', '')} creates+deletes of pods and ConfigMaps in "
+            f"{rate.get('window', '')}, quiet period {rate.get('quietPeriod', '')}; "
+        )
+        if rate.get("tarpitted"):
+            text += (
+                f"IN THE APF TARPIT ({rate.get('reason', '')}): writes of pods and ConfigMaps "
+                "here run on a few seats and get 429 (Retry-After) when they are taken, until "
+                "the namespace stays at or below half the limit for the quiet period (why am I "
+                "getting 429s: docs/tenants.md)"
+            )
+        else:
+            text += "not in the tarpit"
+        lines.append(text)
     budget = status.get("budget")
     if budget:
         lines.append(

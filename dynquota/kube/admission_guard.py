@@ -21,14 +21,17 @@ __all__ = ["AdmissionGuardReader"]
 
 class AdmissionGuardReader:
     """Reads the ValidatingAdmissionPolicy ``name`` and the binding of the same name (the
-    chart names both ``<fullname>-budget-guard``).
+    chart names both ``<fullname>-budget-guard``; no name: nothing is read).
 
     Every request has the default timeout (10 s, :func:`dynquota._k8s.timeouts.short_timeout`);
     ``observer`` hears ``(verb, resource, status)`` after each.
     """
 
     def __init__(
-        self, api_client: client.ApiClient, name: str, observer: ApiCallObserver | None = None
+        self,
+        api_client: client.ApiClient,
+        name: str | None,
+        observer: ApiCallObserver | None = None,
     ) -> None:
         self._api: Any = client.AdmissionregistrationV1Api(api_client)
         self._sanitize = api_client.sanitize_for_serialization
@@ -56,6 +59,8 @@ class AdmissionGuardReader:
         is missing or wrong) otherwise; ``present=None`` when a read failed (its error).
         Never raises :class:`~dynquota._k8s.errors.KubeError`."""
         name = self.name
+        if not name:
+            return GuardSeen(None, "no guard name was given (DYNQUOTA_BUDGET_GUARD_NAME)")
         try:
             policy = await self._read("validatingadmissionpolicies")
             binding = await self._read("validatingadmissionpolicybindings")

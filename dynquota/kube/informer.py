@@ -16,6 +16,9 @@ Pods are watched with the field selector ``status.phase!=Succeeded,status.phase!
 a pod turning terminal arrives as DELETED; ConfigMaps are watched without one. Nothing is ever
 written. A change to a namespace's tally (an object came or went, or a pod began terminating)
 is reported through ``on_change(namespace, resource)``; events that change no entry are not.
+A watch event that adds or removes an entry (``ADDED``, ``DELETED``; not a list, whose changes
+are not writes seen) is also reported through ``on_write(namespace, resource, event_type)``:
+the write-rate governor's churn counts (:mod:`dynquota.operator.governor`).
 
 The I/O sits behind :class:`MetadataSource` (:class:`KubeMetadataSource` for a real cluster),
 so the informer logic is unit-tested against a fake source.
@@ -58,6 +61,7 @@ __all__ = [
     "MetadataSource",
     "UsageWatcher",
     "WatchedResource",
+    "WriteCallback",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,9 @@ METADATA_WATCH_ACCEPT: Final = "application/json;as=PartialObjectMetadata;g=meta
 
 ChangeCallback = Callable[[str, str], None]
 """``on_change(namespace, resource)``: the tally of ``resource`` in ``namespace`` changed."""
+WriteCallback = Callable[[str, str, str], None]
+"""``on_write(namespace, resource, event_type)``: a watch event (``ADDED`` or ``DELETED``)
+added or removed an object of ``resource`` in ``namespace``."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +159,7 @@ class MetadataInformer(Reflector[Entry]):
         tally: ResourceTally,
         *,
         on_change: ChangeCallback | None = None,
+        on_write: WriteCallback | None = None,
         watch_timeout: int = 300,
         page_size: int = 500,
         backoff: Backoff | None = None,
@@ -173,6 +181,7 @@ class MetadataInformer(Reflector[Entry]):
         self.tally = tally
         self.resource = source.watched.resource
         self.on_change = on_change
+        self.on_write = on_write
         self._changed: set[str] = set()
 
     # -- the store ----------------------------------------------------------------------------
@@ -217,6 +226,11 @@ class MetadataInformer(Reflector[Entry]):
         if entry is not None and self.tally.apply(
             event_type, entry.namespace, entry.uid, entry.expiry
         ):
+            if self.on_write is not None and event_type in ("ADDED", "DELETED"):
+                try:
+                    self.on_write(entry.namespace, self.resource, event_type)
+                except Exception:
+                    log.exception("%s: on_write(%r) failed", self.resource, entry.namespace)
             self._notify((entry.namespace,))
 
     def _notify(self, namespaces: Iterable[str]) -> None:
@@ -243,6 +257,7 @@ class UsageWatcher:
         sources: Sequence[MetadataSource],
         *,
         on_change: ChangeCallback | None = None,
+        on_write: WriteCallback | None = None,
         watch_timeout: int = 300,
         page_size: int = 500,
         backoff: Callable[[], Backoff] = Backoff,
@@ -258,6 +273,7 @@ class UsageWatcher:
                 source,
                 ResourceTally(resource),
                 on_change=on_change,
+                on_write=on_write,
                 watch_timeout=watch_timeout,
                 page_size=page_size,
                 backoff=backoff(),

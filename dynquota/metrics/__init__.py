@@ -54,7 +54,13 @@ dynquota_writes_held_total                  counter reason (policies-unknown,
                                                     informers-not-synced, informers-stale,
                                                     kill-switch-unknown,
                                                     kill-switch-release-unconfirmed,
-                                                    lease-not-held)
+                                                    lease-not-held, unmanage-brake,
+                                                    tarpit-unknown)
+dynquota_tarpitted                          gauge   namespace, enforcement (enforced: listed
+                                                    in the tarpit FlowSchema; dry-run:
+                                                    decided, not written): 1 while the
+                                                    namespace is in the APF tarpit (no
+                                                    series otherwise)
 dynquota_quota_write_conflicts_total        counter outcome (retried/gave-up)
 dynquota_build_info                         gauge   version, python_version,
                                                     python_implementation, kopf_version,
@@ -171,6 +177,12 @@ class Metrics:
             registry=r,
         )
         self.kill_switch_state.labels("unknown").set(1)
+        self.tarpitted = Gauge(
+            "dynquota_tarpitted",
+            "1 per namespace in the write-rate governor's APF tarpit (no series otherwise)",
+            ("namespace", "enforcement"),
+            registry=r,
+        )
         self.leader = Gauge("dynquota_leader", "1 while this replica may write", registry=r)
         self.frozen = Gauge(
             "dynquota_frozen_namespaces", "Namespaces matched by an invalid policy", registry=r

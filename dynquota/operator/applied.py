@@ -53,7 +53,14 @@ from dynquota.operator.budgets import Budgets
 from dynquota.operator.ports import LeaderView, SwitchView
 from dynquota.operator.write_gate import APPLIED, WriteGate
 from dynquota.policy import Governance, NamespaceInfo, unit_for
-from dynquota.policy.applied import BudgetFacts, Projection, QuotaFacts, project, should_write
+from dynquota.policy.applied import (
+    BudgetFacts,
+    Projection,
+    QuotaFacts,
+    WriteRateFacts,
+    project,
+    should_write,
+)
 from dynquota.settings import Settings
 
 __all__ = [
@@ -118,6 +125,7 @@ class AppliedWriter:
             (:data:`~dynquota.operator.write_gate.APPLIED`).
         clock: the cluster's time, seconds since the epoch (``asOf``).
         monotonic: the clock of the pass schedule (never steps).
+        write_rate: the write-rate governor's facts of a namespace (shown; ``None``: none).
     """
 
     def __init__(
@@ -134,8 +142,10 @@ class AppliedWriter:
         clock: Callable[[], float] = time.time,
         writes_per_second: float = WRITES_PER_SECOND,
         monotonic: Callable[[], float] = time.monotonic,
+        write_rate: Callable[[str], WriteRateFacts | None] | None = None,
     ) -> None:
         self.store = store
+        self.write_rate = write_rate
         self.settings = settings
         self.namespaces = namespaces
         self.governance = governance
@@ -175,6 +185,11 @@ class AppliedWriter:
         if self._member.get(namespace) != member:  # joined, left or moved: show it now
             self._member[namespace] = member
             self._wake.set()
+
+    def poke(self, namespace: str) -> None:
+        """Something shown of ``namespace`` changed outside a reconcile (the write-rate
+        governor put it in or took it out of the tarpit): a pass runs soon."""
+        self._wake.set()
 
     def budget_status(self, budget: str) -> None:
         """Budget ``budget``'s status changed: a member that just joined it is written again
@@ -272,6 +287,7 @@ class AppliedWriter:
             quota=None if kill_switch else self._quotas.get(namespace),
             budget=budget,
             default_ttl=self.settings.override_ttl,
+            write_rate=self.write_rate(namespace) if self.write_rate is not None else None,
         )
 
     async def _one(self, namespace: str) -> bool:

@@ -18,7 +18,8 @@ handed what it needs by its constructor, none reaching into another's fields
   :class:`~dynquota.operator.apply.QuotaWriter`, the
   :class:`~dynquota.operator.companion.Companions`, the
   :class:`~dynquota.operator.wake.Waker`, the :class:`~dynquota.operator.daemons.NodeGrowth`,
-  the :class:`~dynquota.operator.budget_task.BudgetTasks`;
+  the :class:`~dynquota.operator.budget_task.BudgetTasks`, the
+  :class:`~dynquota.operator.governor.Governor` (the write-rate governor);
 - the :class:`~dynquota.operator.reconcile.Reconciler`, holding references to them.
 
 Its ``on_*`` methods are the informers' event handlers: each applies the event to the cluster
@@ -42,6 +43,7 @@ from dynquota.operator.cluster_view import ClusterView, PolicySeen
 from dynquota.operator.companion import Companions
 from dynquota.operator.daemons import NodeGrowth
 from dynquota.operator.deleter import Deleter
+from dynquota.operator.governor import Governor, TarpitStore, rule_for
 from dynquota.operator.killswitch import KillSwitch, SwitchState
 from dynquota.operator.policy_status import PolicyStatusWriter
 from dynquota.operator.ports import (
@@ -97,6 +99,8 @@ class Operator:
             off).
         budget_guard: reads the chart's budget guard for the budgets' ``Guarded`` (``None``:
             not read).
+        tarpit: the write-rate governor's FlowSchema (``None``: the governor is off; also
+            off without ``settings.tarpit_flow_schema``).
 
     Set ``cluster.usage`` (the usage informers) before the queue runs; feed the informers'
     events to :meth:`on_namespace`, :meth:`on_quota`, :meth:`on_limit_range`,
@@ -120,6 +124,7 @@ class Operator:
         budget_status: BudgetStatusSink | None = None,
         workloads: WorkloadStore | None = None,
         budget_guard: Callable[[], Awaitable[GuardSeen]] | None = None,
+        tarpit: TarpitStore | None = None,
     ) -> None:
         self.settings = settings
         self.quotas = quotas
@@ -230,6 +235,22 @@ class Operator:
             guard=budget_guard,
         )
         """One serialized task per QuotaBudget (started by the runtime with the queue)."""
+        self.governor = Governor(
+            settings,
+            store=tarpit,
+            write_gate=write_gate,
+            reporter=reporter,
+            metrics=metrics,
+            leader=self.gate,
+            switch=state,
+            rule_of=lambda ns: rule_for(
+                cluster.governance(ns), cluster.policy_records, settings.dry_run
+            ),
+            exists=lambda ns: ns in cluster.namespaces,
+            quota_uid=lambda ns: quota.uid if (quota := cluster.watched(ns)) else "",
+            monotonic=monotonic if monotonic is not None else clock,
+        )
+        """The write-rate governor (started by the runtime; off without ``tarpit``)."""
         budgets.on_wake = self.budget_tasks.wake
         budgets.on_records = self.budget_tasks.sync
         failures.on_change = self._on_write_failure
@@ -377,6 +398,7 @@ class Operator:
         self.companions.forget(namespace)
         self.reporter.forget(namespace)
         self.write_failures.forget(namespace)
+        self.governor.forget(namespace)
 
     def _on_write_failure(self, namespace: str) -> None:
         """A write in ``namespace`` began or stopped failing: its budget and the policies say

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
@@ -38,6 +38,7 @@ from dynquota.names import (
 )
 from dynquota.operator.brake import CONFIRM, UnmanageBrake, counted
 from dynquota.operator.decision import decide_namespace, governance_of, observe
+from dynquota.operator.governor import rule_for
 from dynquota.operator.plan_budgets import budget_plans, snapshot_budgets
 from dynquota.operator.plan_companion import companion_of, missing_defaults
 from dynquota.operator.plan_model import (
@@ -46,9 +47,11 @@ from dynquota.operator.plan_model import (
     OtherQuota,
     Plan,
     PlanRow,
+    Tarpitted,
     shown,
 )
 from dynquota.operator.plan_snapshot import ClusterSnapshot
+from dynquota.operator.ports import PolicyRecord
 from dynquota.policy import (
     KILL_SWITCH,
     MANAGED_LABEL,
@@ -57,6 +60,7 @@ from dynquota.policy import (
     TRACKED_RESOURCES,
     Governance,
     NamespaceInfo,
+    PolicyInfo,
     QuotaKeyError,
     format_time,
     parse_kill_switch,
@@ -64,6 +68,7 @@ from dynquota.policy import (
     unit_for,
     validate_policy,
 )
+from dynquota.policy.churn import tarpitted
 from dynquota.quantity import QuantityError, parse_quantity
 from dynquota.settings import Settings
 
@@ -299,7 +304,31 @@ def build_plan(snapshot: ClusterSnapshot, settings: Settings, *, now: float | No
             )
             warned = ""
     plans = budget_plans(budgets, quotas, snapshot.tally)
-    return Plan(rows, not_managed, others, companions, plans)
+    tarpit = _tarpitted(snapshot.tarpit_rules, governances, policies, settings)
+    return Plan(rows, not_managed, others, companions, plans, tarpit)
+
+
+def _tarpitted(
+    rules: Sequence[Mapping[str, Any]] | None,
+    governances: Mapping[str, Governance],
+    policies: Sequence[PolicyInfo],
+    settings: Settings,
+) -> list[Tarpitted]:
+    """The namespaces the tarpit FlowSchema's ``rules`` list (``None``: not read), with the
+    governing policy's ``writeRate`` (the running operator's counts are not in the cluster:
+    why it engaged is its Event ``Tarpitted``)."""
+    records = {p.name: PolicyRecord(p, 0, {}) for p in policies}
+    found = []
+    for ns in sorted(tarpitted(rules or ())):
+        rule = rule_for(governances.get(ns), records, settings.dry_run).rate
+        why = (
+            f"writeRate {rule.limit} writes in {rule.window} s, released after "
+            f"{rule.quiet_period} s at or below {rule.limit // 2} (Event Tarpitted: why)"
+            if rule is not None
+            else "no writeRate governs it now: the operator takes it out"
+        )
+        found.append(Tarpitted(ns, why))
+    return found
 
 
 def _not_managed_why(

@@ -22,6 +22,7 @@ __all__ = [
     "OtherQuota",
     "Plan",
     "PlanRow",
+    "Tarpitted",
     "shown",
 ]
 
@@ -77,6 +78,16 @@ class Companion:
     namespace: str
     state: str
     defaults: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Tarpitted:
+    """A namespace the tarpit FlowSchema lists (the write-rate governor holds it: its
+    tenants' writes of the tarpit's resources get few seats and 429s) and ``why`` (the
+    governing policy's ``writeRate``, or that none governs it now)."""
+
+    namespace: str
     why: str
 
 
@@ -146,13 +157,15 @@ class BudgetPlan:
 class Plan:
     """The whole plan: ``rows`` (namespaces the operator sizes, freezes or removes a quota
     from), ``not_managed``, ``other_quotas`` and ``companions`` (companion LimitRanges asked
-    for or left over), each sorted by namespace, and ``budgets`` (by name)."""
+    for or left over), each sorted by namespace, ``budgets`` (by name) and ``tarpitted`` (the
+    namespaces in the write-rate governor's APF tarpit, sorted)."""
 
     rows: list[PlanRow]
     not_managed: list[NotManaged]
     other_quotas: list[OtherQuota]
     companions: list[Companion] = field(default_factory=list)
     budgets: list[BudgetPlan] = field(default_factory=list)
+    tarpitted: list[Tarpitted] = field(default_factory=list)
 
     def only(self, namespaces: Iterable[str]) -> Plan:
         """The plan restricted to ``namespaces`` (budgets: those with a member or a held
@@ -164,6 +177,7 @@ class Plan:
             [q for q in self.other_quotas if q.namespace in keep],
             [c for c in self.companions if c.namespace in keep],
             [b for b in (b.only(keep) for b in self.budgets) if b is not None],
+            [t for t in self.tarpitted if t.namespace in keep],
         )
 
 

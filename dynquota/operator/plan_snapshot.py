@@ -34,7 +34,9 @@ class ClusterSnapshot:
 
     ``tally`` maps ``(namespace, resource)`` to the count the quota charges now;
     ``limit_ranges`` holds every LimitRange (any namespace); ``budgets`` every QuotaBudget
-    (empty when its CRD is not served).
+    (empty when its CRD is not served); ``tarpit_rules`` the write-rate governor's tarpit
+    FlowSchema's ``spec.rules`` (``None``: not read: the governor is off or it is not
+    readable).
     """
 
     kube_system: Mapping[str, Any]
@@ -44,6 +46,7 @@ class ClusterSnapshot:
     tally: Mapping[tuple[str, str], int] = field(default_factory=dict)
     limit_ranges: Sequence[Mapping[str, Any]] = ()
     budgets: Sequence[Mapping[str, Any]] = ()
+    tarpit_rules: Sequence[Mapping[str, Any]] | None = None
 
 
 async def read_cluster(api: client.ApiClient, now: float | None = None) -> ClusterSnapshot:

@@ -63,6 +63,9 @@ HELD_KILL_SWITCH = "kill-switch-unknown"
 HELD_RELEASE = "kill-switch-release-unconfirmed"
 HELD_LEASE = "lease-not-held"
 HELD_BRAKE = "unmanage-brake"
+HELD_TARPIT = "tarpit-unknown"
+"""The tarpit FlowSchema's rules are not known (not read yet, or the read failed): the
+write-rate governor writes nothing (:mod:`dynquota.operator.governor`)."""
 HOLD_REASONS = (
     HELD_POLICIES,
     HELD_BUDGETS,
@@ -72,6 +75,7 @@ HOLD_REASONS = (
     HELD_RELEASE,
     HELD_LEASE,
     HELD_BRAKE,
+    HELD_TARPIT,
 )
 """Why a managed-quota write is held (label of ``dynquota_writes_held_total``)."""
 

@@ -52,6 +52,7 @@ from dynquota.kube.applied import AppliedClient
 from dynquota.kube.client import new_api_client, replica_user_agent
 from dynquota.kube.cluster import ClusterClient
 from dynquota.kube.events import EventRecorder
+from dynquota.kube.flowschema import FlowSchemaClient
 from dynquota.kube.informer import UsageWatcher
 from dynquota.kube.leader import AlwaysLeader, LeaderGate
 from dynquota.kube.objects import (
@@ -103,8 +104,7 @@ class Runtime:
 
     Args:
         settings: operator settings.
-        api_client: kubernetes_asyncio ``ApiClient`` for all of dynquota's own I/O (not
-            closed here).
+        api_client: kubernetes_asyncio ``ApiClient`` for dynquota's own I/O (not closed).
         metrics: where to report (fresh registry if omitted).
     """
 
@@ -138,6 +138,7 @@ class Runtime:
         """The informers' freshness clock: epoch seconds (their stats are timestamps) that only
         advance with the monotonic clock, never re-anchored: a re-anchoring step of
         :attr:`clock` would make a dead watch look fresh (a shrink on stale usage)."""
+        guard = AdmissionGuardReader(api_client, settings.budget_guard_name, observer)
         self.operator = Operator(
             settings,
             clock=self.clock,
@@ -151,11 +152,8 @@ class Runtime:
             limit_ranges=self.cluster,
             budget_status=self.cluster,
             workloads=WorkloadClient(api_client, observer),
-            budget_guard=(
-                AdmissionGuardReader(api_client, settings.budget_guard_name, observer).seen
-                if settings.budget_guard_name
-                else None
-            ),
+            budget_guard=guard.seen,
+            tarpit=FlowSchemaClient(api_client, observer) if settings.tarpit_flow_schema else None,
         )
         operator = self.operator
         self.applied = AppliedWriter(
@@ -168,8 +166,10 @@ class Runtime:
             leader=self.gate,
             write_gate=operator.write_gate,
             clock=self.clock,
+            write_rate=operator.governor.facts,
         )
         """The tenant projections (``AppliedDynamicQuota``), fed after every reconcile."""
+        operator.governor.on_change = self.applied.poke
         operator.reporter.on_reported = self.applied.observe
         operator.budgets.on_status = self.applied.budget_status  # a joiner's figures, promptly
         if isinstance(self.gate, LeaderGate):
@@ -179,6 +179,7 @@ class Runtime:
         self.watcher = UsageWatcher.for_cluster(
             api_client,
             on_change=self.operator.on_usage_change,
+            on_write=self.operator.governor.observe,
             watch_timeout=settings.watch_timeout_seconds,
             clock=self.informer_clock,
         )
@@ -276,6 +277,10 @@ class Runtime:
         self._tasks.append(asyncio.create_task(self.operator.status.run(), name="dynquota-status"))
         self._tasks.append(asyncio.create_task(self._resync(), name="dynquota-resync"))
         self._tasks.append(asyncio.create_task(self.applied.run(), name="dynquota-applied"))
+        if self.operator.governor.enabled:
+            self._tasks.append(
+                asyncio.create_task(self.operator.governor.run(), name="dynquota-governor")
+            )
         self._tasks.append(
             asyncio.create_task(self.operator.stall.run(self.operator.clock), name="dynquota-stall")
         )

@@ -25,6 +25,10 @@ budget slices          as a shrinking quota write, with the kill switch released
 companion LimitRange   policies listed, the kill switch released and confirmed, the Lease (its
                        content depends on no usage)
 Event, status, wake    the Lease
+tarpit (FlowSchema)    the kill switch read, the Lease; one that puts a namespace in the tarpit
+                       also policies listed, the switch released and confirmed, the usage
+                       informers synced (a release needs only the switch read: the kill switch
+                       releases every namespace)
 tenant projection      policies and budgets listed, the kill switch read, the Lease (the
                        ``AppliedDynamicQuota`` shows them: never written from what is not known)
 =====================  ============================================================================
@@ -56,6 +60,8 @@ __all__ = [
     "KILL_SWITCH_DELETE",
     "LIMIT_RANGE",
     "STATUS",
+    "TARPIT_ENGAGE",
+    "TARPIT_RELEASE",
     "UNMANAGING_DELETE",
     "WAKE",
     "Informed",
@@ -67,7 +73,9 @@ __all__ = [
     "quota_write",
 ]
 
-WriteKind = Literal["quota", "budget-slices", "limit-range", "event", "status", "wake", "applied"]
+WriteKind = Literal[
+    "quota", "budget-slices", "limit-range", "event", "status", "wake", "applied", "tarpit"
+]
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,11 @@ BUDGET_SLICES = Write("budget-slices")
 """A budget pass's slice patches."""
 KILL_SWITCH_DELETE = Write("quota", shrinks=True, kill_switch_delete=True)
 """A managed quota's delete while the kill switch is engaged."""
+TARPIT_ENGAGE = Write("tarpit", creates=True)
+"""The tarpit FlowSchema's rules, listing a namespace they did not list
+(:mod:`dynquota.operator.governor`)."""
+TARPIT_RELEASE = Write("tarpit")
+"""The tarpit FlowSchema's rules, only taking namespaces out (or re-asserting them)."""
 UNMANAGING_DELETE = Write("quota", shrinks=True)
 """A managed quota's delete for any other cause (not managed any more, dry run)."""
 
@@ -190,6 +203,8 @@ class WriteGate:
         k = self.knowledge
         if write.kind in ("event", "status", "wake") or write.kill_switch_delete:
             return self._lease()
+        if write.kind == "tarpit":
+            return self._tarpit(write)
         if not k.policies_listed:
             return HELD_POLICIES
         if write.kind == "applied":
@@ -217,6 +232,21 @@ class WriteGate:
     def may(self, write: Write) -> bool:
         """Whether ``write`` may go now (:meth:`hold` is ``None``)."""
         return self.hold(write) is None
+
+    def _tarpit(self, write: Write) -> str | None:
+        k = self.knowledge
+        if k.kill_switch is None:
+            return HELD_KILL_SWITCH
+        if write.creates:
+            if not k.policies_listed:
+                return HELD_POLICIES
+            if k.kill_switch:
+                return HELD_KILL_SWITCH
+            if not k.release_confirmed:
+                return HELD_RELEASE
+            if not k.usage_synced():
+                return HELD_INFORMERS
+        return self._lease()
 
     def _lease(self) -> str | None:
         return None if self.knowledge.gate.can_write(WRITE_TIMEOUT) else HELD_LEASE

@@ -50,6 +50,7 @@ __all__ = [
     "BudgetFacts",
     "Projection",
     "QuotaFacts",
+    "WriteRateFacts",
     "foreign_why",
     "project",
     "should_write",
@@ -96,6 +97,16 @@ class BudgetFacts:
     name: str
     hard: Mapping[str, str]
     status: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WriteRateFacts:
+    """The write-rate governor's view of a namespace: the policy's ``spec.writeRate``
+    (``crd``: its CRD JSON) and, while the namespace is in the APF tarpit, why it was put
+    there (``tarpitted``; ``None``: not in it)."""
+
+    crd: Mapping[str, Any]
+    tarpitted: str | None = None
 
 
 @dataclass(frozen=True)
@@ -163,11 +174,14 @@ def project(
     quota: QuotaFacts | None,
     budget: BudgetFacts | None,
     default_ttl: int,
+    write_rate: WriteRateFacts | None = None,
 ) -> Projection:
     """The projection of ``namespace`` governed by ``governance`` (kind ``managed`` or
     ``frozen``), with the kill switch ``kill_switch``, the operator's own ``dry_run``, its
     managed ``quota`` and the ``budget`` it is a member of; ``default_ttl``: the operator's
-    override TTL (seconds) where the policy sets none."""
+    override TTL (seconds) where the policy sets none; ``write_rate``: the policy's write-rate
+    budget and whether the namespace is in the tarpit (``None``: no budget).
+    """
     annotations = quota.annotations if quota is not None else {}
     policy: dict[str, Any] = {"name": governance.policy or ""}
     state: AppliedState
@@ -217,6 +231,11 @@ def project(
         }
         policy["override"] = _override(governance, annotations, default_ttl, state)
     stable: dict[str, Any] = {"state": state, "message": message, "policy": policy}
+    if write_rate is not None:
+        rate: dict[str, Any] = {**write_rate.crd, "tarpitted": write_rate.tarpitted is not None}
+        if write_rate.tarpitted is not None:
+            rate["reason"] = write_rate.tarpitted
+        stable["writeRate"] = rate
     figures: dict[str, Any] = {}
     if budget is not None:
         slice_ = {

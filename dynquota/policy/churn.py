@@ -36,7 +36,7 @@ keeps the epoch only to show).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -211,7 +211,7 @@ def tarpit_rules(
     ]
 
 
-def tarpitted(rules: Collection[dict[str, Any]]) -> set[str]:
+def tarpitted(rules: Collection[Mapping[str, Any]]) -> set[str]:
     """The namespaces a tarpit FlowSchema's ``spec.rules`` name (what the operator reads back
     at start to know which namespaces it had put in the tarpit)."""
     return {

@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from dynquota.names import CONFIGMAPS, PODS, TRACKED_RESOURCES
+from dynquota.policy.churn import WriteRate
 from dynquota.policy.durations import format_duration, parse_duration
 from dynquota.policy.labels import (
     LabelSelector,
@@ -47,6 +48,7 @@ __all__ = [
     "OverrideSettings",
     "PolicyInfo",
     "ResourceProfile",
+    "WriteRateSettings",
     "describe_validation_error",
     "validate_label_key",
     "validate_label_value",
@@ -124,6 +126,64 @@ class OverrideSettings(BaseModel):
         return body
 
 
+WRITE_RATE_MAX_WINDOW: Final = 3600
+"""Longest ``writeRate.window``, seconds (the operator keeps one count per namespace and
+second of it)."""
+
+
+class WriteRateSettings(BaseModel):
+    """``spec.writeRate`` of a policy: the write-rate governor's budget (issue 32; off when
+    the field is omitted). More than ``limit`` creates + deletes of pods and ConfigMaps in
+    ``window`` seconds puts the namespace in the chart's APF tarpit; ``quiet_period``
+    [quietPeriod] seconds with at most ``limit // 2`` in the window take it out
+    (:mod:`dynquota.policy.churn`).
+
+    ``limit`` int 1 .. 1,000,000 writes; ``window`` whole seconds, 1 s .. 1h (default 60 s);
+    ``quiet_period`` whole seconds, 0 s .. 8760h (default 5 m). Durations are ``90s``/``5m``/
+    ``1h30m`` strings, like every other duration of a policy.
+    """
+
+    model_config = _STRICT
+
+    limit: int
+    window: int = 60
+    quiet_period: int = Field(default=300, alias="quietPeriod")
+
+    @field_validator("window", "quiet_period", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> int:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a duration string like 90s, 5m or 1h30m, not {value!r}")
+        return parse_duration(value)
+
+    @field_validator("limit")
+    @classmethod
+    def _limit(cls, value: int) -> int:
+        if not 1 <= value <= 1_000_000:
+            raise ValueError(f"must be between 1 and 1000000 writes, not {value}")
+        return value
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, value: int) -> int:
+        if not 1 <= value <= WRITE_RATE_MAX_WINDOW:
+            raise ValueError(f"must be between 1s and 1h, not {format_duration(value)}")
+        return value
+
+    @property
+    def rule(self) -> WriteRate:
+        """The pure decision's :class:`~dynquota.policy.churn.WriteRate`."""
+        return WriteRate(self.limit, self.window, self.quiet_period)
+
+    def to_crd(self) -> dict[str, int | str]:
+        """The settings as CRD JSON (camelCase keys, duration strings)."""
+        return {
+            "limit": self.limit,
+            "window": format_duration(self.window),
+            "quietPeriod": format_duration(self.quiet_period),
+        }
+
+
 class DynamicQuotaPolicySpec(BaseModel):
     """``spec`` of a DynamicQuotaPolicy (``dynquota.io/v1alpha1``).
 
@@ -141,7 +201,8 @@ class DynamicQuotaPolicySpec(BaseModel):
     ``allow_default_limits`` [allowDefaultLimits] true, and each default request must not
     exceed the default limit of the same resource. ``wake`` bool (default true): after a
     raise, wake the controllers the quota refused in these namespaces
-    (:mod:`dynquota.operator.wake`).
+    (:mod:`dynquota.operator.wake`). ``write_rate`` [writeRate]: the write-rate governor's
+    budget (:class:`WriteRateSettings`; ``None``, omitted: off).
     """
 
     model_config = _STRICT
@@ -157,6 +218,7 @@ class DynamicQuotaPolicySpec(BaseModel):
     default_limits: dict[str, str] = Field(default_factory=dict, alias="defaultLimits")
     allow_default_limits: bool = Field(default=False, alias="allowDefaultLimits")
     wake: bool = True
+    write_rate: WriteRateSettings | None = Field(default=None, alias="writeRate")
 
     @field_validator(
         "namespace_selector", "override", "default_requests", "default_limits", mode="before"

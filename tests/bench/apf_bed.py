@@ -129,11 +129,12 @@ def load_average() -> str:
 
 
 @contextmanager
-def apf_bed() -> Iterator[Bed]:
-    """A private control plane (components with their own identities, no nodes), the
-    namespaces, and the tenant: ServiceAccount ``apf-ci/ci`` with ``edit`` in the churn, quiet
-    and other namespaces and a 2-hour TokenRequest token."""
-    with LocalControlPlane(component_identities=True) as cp:
+def apf_bed(**control_plane: Any) -> Iterator[Bed]:
+    """A private control plane (components with their own identities, no nodes unless
+    ``control_plane`` says otherwise: more ``LocalControlPlane`` arguments), the namespaces,
+    and the tenant: ServiceAccount ``apf-ci/ci`` with ``edit`` in the churn, quiet and other
+    namespaces and a 2-hour TokenRequest token."""
+    with LocalControlPlane(component_identities=True, **control_plane) as cp:
         api = kubernetes.config.new_client_from_config(config_file=cp.kubeconfig)  # type: ignore[no-untyped-call]
         try:
             core: Any = kubernetes.client.CoreV1Api(api)

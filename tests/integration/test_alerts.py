@@ -56,8 +56,10 @@ def promtool() -> Path:
 @pytest.fixture(scope="module")
 def rule_groups() -> list[dict[str, Any]]:
     """The PrometheusRule's groups as `helm template` renders them with every alert on
-    (leader election adds DynquotaNoLeader, the ServiceMonitor DynquotaAbsent)."""
-    return render_groups("--set", "replicaCount=2", "--set", "metrics.serviceMonitor.enabled=true")
+    (leader election adds DynquotaNoLeader, the ServiceMonitor DynquotaAbsent, the write-rate
+    governor DynquotaNamespaceTarpitted)."""
+    return render_groups("--set", "replicaCount=2", "--set", "metrics.serviceMonitor.enabled=true",
+                         "--set", "writeRate.enabled=true")  # fmt: skip
 
 
 def render_groups(*args: str) -> list[dict[str, Any]]:

@@ -246,6 +246,8 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
         ),
         "DYNQUOTA_GUARDED_LABEL_PREFIXES": "dynquota.io/",
         "DYNQUOTA_GUARDED_LABEL_KEYS": "",
+        "DYNQUOTA_TARPIT_FLOW_SCHEMA": "",
+        "DYNQUOTA_TARPIT_RESOURCES": "pods,configmaps",
         "DYNQUOTA_WORKERS": "4",
         "DYNQUOTA_RESYNC_SECONDS": "600",
         "DYNQUOTA_LOG_LEVEL": "INFO",
@@ -1071,7 +1073,7 @@ def test_v0_2_opt_out_values_are_accepted_and_change_nothing(helm: Path) -> None
     ] == ["Deny"]
 
 
-def test_write_rate_tarpit_render(helm: Path) -> None:
+def test_write_rate_tarpit_render(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 32: off by default (no APF object, no verb on FlowSchemas); on, the level lends and
     borrows nothing, the tarpit has no rules at rest, the bypass sits one precedence earlier,
     the operator may get and patch that one FlowSchema, and its policy judges FlowSchemas."""
@@ -1131,3 +1133,8 @@ def test_write_rate_tarpit_render(helm: Path) -> None:
     } in policy["matchConstraints"]["resourceRules"]
     (tarpit_rule,) = [v for v in policy["validations"] if "flowschemas" in v["expression"]]
     assert '["pods","configmaps","secrets"]' in tarpit_rule["expression"]
+    # the governor: the FlowSchema's name and the resources, in the order the policy compares
+    settings = settings_from(one(objs, "Deployment"), monkeypatch)
+    assert settings.tarpit_flow_schema == "dq-dynquota-tarpit"
+    assert settings.tarpit_resources == ["pods", "configmaps", "secrets"]
+    assert settings_from(one(default, "Deployment"), monkeypatch).tarpit_flow_schema == ""

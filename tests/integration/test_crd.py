@@ -566,6 +566,37 @@ def test_bad_override_settings_are_refused(policies: kubernetes.client.CustomObj
     )
 
 
+def test_write_rate_is_stored_with_its_defaults_and_checked(
+    policies: kubernetes.client.CustomObjectsApi,
+) -> None:
+    """``spec.writeRate`` (issue 32): the window and quiet period default; the apiserver
+    refuses what the operator would refuse, with the same duration message."""
+    created = policies.create_cluster_custom_object(
+        GROUP, VERSION, PLURAL, policy({"writeRate": {"limit": 300}})
+    )
+    assert created["spec"]["writeRate"] == {"limit": 300, "window": "60s", "quietPeriod": "5m"}
+    info = validate_policy(created)
+    assert info.spec is not None
+    assert info.spec.write_rate is not None
+    assert (info.spec.write_rate.window, info.spec.write_rate.quiet_period) == (60, 300)
+    assert refusal(policies, {"writeRate": {"limit": 10, "window": "2h"}}) == (
+        'spec.writeRate.window: Invalid value: "2h": must be between 1s and 1h'
+    )
+    assert refusal(policies, {"writeRate": {"limit": 10, "window": "0s"}}) == (
+        'spec.writeRate.window: Invalid value: "0s": must be between 1s and 1h'
+    )
+    assert refusal(policies, {"writeRate": {"limit": 10, "quietPeriod": "1d"}}) == (
+        f'spec.writeRate.quietPeriod: Invalid value: "1d": {DURATION_MESSAGE}'
+    )
+    assert refusal(policies, {"writeRate": {"window": "1m"}}).startswith(
+        "[spec.writeRate.limit: Required value, "
+    )
+    assert refusal(policies, {"writeRate": {"limit": 0}}).startswith(
+        "spec.writeRate.limit: Invalid value: 0: spec.writeRate.limit in body should be "
+        "greater than or equal to 1"
+    )
+
+
 def test_companion_limit_range_fields_are_stored_and_checked(
     policies: kubernetes.client.CustomObjectsApi,
 ) -> None:

@@ -79,3 +79,21 @@ def test_status_without_n_reads_the_context_namespace(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("dynquota: error: reading AppliedDynamicQuota dynquota in team-q: ")
+
+
+def test_the_tarpit_line_says_why_the_tenant_gets_429s() -> None:
+    rate = {"limit": 300, "window": "1m", "quietPeriod": "5m", "tarpitted": False}
+    quiet = {**OBJ, "status": {**OBJ["status"], "writeRate": rate}}
+    assert status_text(quiet).splitlines()[7] == (
+        "writeRate: 300 creates+deletes of pods and ConfigMaps in 1m, quiet period 5m; "
+        "not in the tarpit"
+    )
+    held = {**rate, "tarpitted": True, "reason": "tarpit: 480 writes in 60 s (limit 300)"}
+    text = status_text({**OBJ, "status": {**OBJ["status"], "writeRate": held}})
+    assert text.splitlines()[7] == (
+        "writeRate: 300 creates+deletes of pods and ConfigMaps in 1m, quiet period 5m; IN THE "
+        "APF TARPIT (tarpit: 480 writes in 60 s (limit 300)): writes of pods and ConfigMaps "
+        "here run on a few seats and get 429 (Retry-After) when they are taken, until the "
+        "namespace stays at or below half the limit for the quiet period (why am I getting "
+        "429s: docs/tenants.md)"
+    )

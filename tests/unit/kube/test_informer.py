@@ -24,7 +24,7 @@ from dynquota.kube.informer import (
     WatchedResource,
 )
 from dynquota.testing.wait import async_wait_until
-from dynquota.usage import INDEFINITE, ResourceTally
+from dynquota.usage import INDEFINITE, Entry, ResourceTally
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
@@ -546,3 +546,18 @@ async def test_usage_watcher_stays_alive_while_the_apiserver_is_unreachable() ->
         assert watcher.alive(margin=0) is True  # the last attempt ended at T0 + 80
         assert watcher.healthy(margin=0) is False  # the last data came at T0 + 20
         assert watcher.alive(now=T0 + 111, margin=0) is False  # the 4th watch hangs
+
+
+def test_on_write_hears_watch_events_that_add_or_remove_an_object() -> None:
+    """The write-rate governor's counts: an ``ADDED`` or ``DELETED`` that changed the tally,
+    never a duplicate, an update or a list."""
+    writes: list[tuple[str, str, str]] = []
+    informer, _ = make(FakeSource(), on_write=lambda ns, r, t: writes.append((ns, r, t)))
+    informer.replace([Entry("a", "u0", INDEFINITE)])
+    informer.listed()
+    informer.apply("ADDED", meta("a", "u1"))
+    informer.apply("ADDED", meta("a", "u1"))  # a duplicate changes nothing
+    informer.apply("MODIFIED", meta("a", "u1", rv="2"))
+    informer.apply("DELETED", meta("a", "u1", rv="3"))
+    informer.apply("DELETED", meta("a", "u9"))  # unknown: nothing
+    assert writes == [("a", "configmaps", "ADDED"), ("a", "configmaps", "DELETED")]

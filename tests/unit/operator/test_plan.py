@@ -554,3 +554,35 @@ def test_a_namespace_warning_is_said_once_and_no_stray_full_stop() -> None:
     team_a = [r for r in compute_plan(labelled, now=NOW) if r.namespace == "team-a"]
     assert [r.why.count("warning: pods at its limit") for r in team_a] == [1, 0]
     assert all(".;" not in r.why for r in compute_plan(labelled, now=NOW))
+
+
+def test_plan_shows_the_namespaces_in_the_apf_tarpit() -> None:
+    """The tarpit FlowSchema's rules (read by ``dynquota plan`` when the release runs the
+    governor) name the namespaces held, each with the writeRate governing it now."""
+    from dynquota.operator.plan_model import Tarpitted
+    from dynquota.policy.churn import tarpit_rules
+
+    snap = snapshot()
+    snap.policies = [
+        {**POLICY, "spec": {**POLICY["spec"], "writeRate": {"limit": 300, "window": "1m"}}}
+    ]
+    snap.tarpit_rules = tarpit_rules(["team-a", "team-b"], ["pods", "configmaps"], "dq")
+    snap.tarpit_rules[0]["resourceRules"][0]["namespaces"].append("kube-public")  # by hand
+    plan = build_plan(snap, Settings(namespace="dq"), now=NOW)
+    assert plan.tarpitted == [
+        Tarpitted("kube-public", "no writeRate governs it now: the operator takes it out"),
+        Tarpitted(
+            "team-a",
+            "writeRate 300 writes in 60 s, released after 300 s at or below 150 (Event "
+            "Tarpitted: why)",
+        ),
+        Tarpitted(
+            "team-b",
+            "writeRate 300 writes in 60 s, released after 300 s at or below 150 (Event "
+            "Tarpitted: why)",
+        ),
+    ]
+    text = format_plan(plan)
+    assert "in the APF tarpit (3 namespaces;" in text
+    assert plan.only(["team-a"]).tarpitted == plan.tarpitted[1:2]
+    assert build_plan(snapshot(), Settings(), now=NOW).tarpitted == []

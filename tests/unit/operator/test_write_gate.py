@@ -22,6 +22,8 @@ from dynquota.operator.write_gate import (
     KILL_SWITCH_DELETE,
     LIMIT_RANGE,
     STATUS,
+    TARPIT_ENGAGE,
+    TARPIT_RELEASE,
     UNMANAGING_DELETE,
     Write,
     WriteGate,
@@ -136,3 +138,22 @@ async def test_the_operator_asks_its_object_informers_before_a_shrink() -> None:
     assert world.op.write_gate.hold(SHRINK) == HELD_STALE
     assert world.op.write_gate.hold(CREATE) is None
     assert margins == [float(world.op.settings.liveness_margin_seconds)] * 2
+
+
+@pytest.mark.parametrize(
+    ("known", "engage", "release"),
+    [
+        (Known(), None, None),
+        (Known(gate=Lease(valid=False)), HELD_LEASE, HELD_LEASE),
+        (Known(kill_switch=None), HELD_KILL_SWITCH, HELD_KILL_SWITCH),
+        # engaged: the kill switch releases every namespace and puts none in
+        (Known(kill_switch=True), HELD_KILL_SWITCH, None),
+        (Known(release_confirmed=False), HELD_RELEASE, None),
+        (Known(policies_listed=False), HELD_POLICIES, None),
+        (Known(synced=False), HELD_INFORMERS, None),
+        (Known(budgets_listed=False, fresh=False), None, None),
+    ],
+)
+def test_the_tarpit_flow_schema(known: Known, engage: str | None, release: str | None) -> None:
+    gate = WriteGate(known)
+    assert (gate.hold(TARPIT_ENGAGE), gate.hold(TARPIT_RELEASE)) == (engage, release)

@@ -99,3 +99,19 @@ def test_stable_changes_are_written_at_once_figures_alone_after_the_refresh() ->
 def test_a_stored_status_reads_back_as_the_same_projection() -> None:
     new = run()
     assert Projection.from_status(new.status(5, 6)) == new
+
+
+def test_the_write_rate_budget_and_the_tarpit() -> None:
+    from dynquota.policy.applied import WriteRateFacts
+
+    crd = {"limit": 300, "window": "1m", "quietPeriod": "5m"}
+    assert "writeRate" not in run().stable
+    quiet = run(write_rate=WriteRateFacts(crd)).stable["writeRate"]
+    assert quiet == {**crd, "tarpitted": False}
+    held = run(write_rate=WriteRateFacts(crd, "tarpit: 480 writes in 60 s (limit 300)"))
+    assert held.stable["writeRate"] == {
+        **crd,
+        "tarpitted": True,
+        "reason": "tarpit: 480 writes in 60 s (limit 300)",
+    }
+    assert should_write(run(write_rate=WriteRateFacts(crd)), held, written_at=0, now=1)
