@@ -11,7 +11,8 @@ it holds are the namespace list of the tarpit FlowSchema's one rule
 (:func:`~dynquota.policy.churn.tarpit_rules`; ``DYNQUOTA_TARPIT_FLOW_SCHEMA``, empty: off).
 
 - The FlowSchema is read (a consistent GET; :class:`TarpitStore`) before any write and again
-  every ``resync_seconds``; while its rules are not known nothing is written (held:
+  every ``resync_seconds`` (every :data:`HELD_REREAD` s while one is held); while its rules are
+  not known nothing is written (held:
   ``tarpit-unknown``), and nothing is decided before the policies are listed (a rule unknown is
   not a rule removed). A namespace its rules list when first read is held (a restart:
   :mod:`dynquota.policy.churn` rule 5, no quiet clock starts before this replica did).
@@ -70,12 +71,14 @@ from dynquota.policy.durations import format_duration
 from dynquota.policy.models import WRITE_RATE_MAX_WINDOW
 from dynquota.settings import Settings
 
-__all__ = ["TICK", "Governor", "Rule", "TarpitStore", "rule_for"]
+__all__ = ["HELD_REREAD", "TICK", "Governor", "Rule", "TarpitStore", "rule_for"]
 
 log = logging.getLogger("dynquota.operator")
 
 TICK: Final = 1.0
 """Seconds between two passes of :meth:`Governor.run` (engage latency: one tick and a write)."""
+HELD_REREAD: Final = 10.0
+"""Seconds between reads of the FlowSchema while a namespace is held (else ``resync_seconds``)."""
 
 
 class TarpitStore(Protocol):
@@ -201,11 +204,10 @@ class Governor:
 
     def samples(self, namespace: str) -> list[ChurnSample]:
         """The counts of ``namespace`` (one sample per second that saw a write)."""
-        return [ChurnSample(at, c, d) for at, c, d in self._counts.get(namespace, ())]
+        return [ChurnSample(*bucket) for bucket in self._counts.get(namespace, ())]
 
     def tarpitted(self) -> dict[str, str]:
-        """Namespace -> why it was put in, for every namespace in the tarpit now (dry run
-        included: the reason says so)."""
+        """Namespace -> why it was put in, for each in the tarpit now (dry run: it says so)."""
         return {
             ns: self._engaged.get(ns, "") + (" (dry run: not enforced)" if ns in self._dry else "")
             for ns, state in self._states.items()
@@ -259,7 +261,11 @@ class Governor:
             self.schema = None  # read again once leading: another replica may have written
             return
         now = self.monotonic()
-        if self.schema is None or now - self._read_at >= self.settings.resync_seconds:
+        # while one is held, read often: a `helm upgrade` resets the rules (re-asserted then)
+        due = float(self.settings.resync_seconds)
+        if any(state.tarpitted for state in self._states.values()):
+            due = min(due, HELD_REREAD)
+        if self.schema is None or now - self._read_at >= due:
             await self._read(now)
         if self.schema is None:
             return
@@ -378,25 +384,19 @@ class Governor:
         try:
             self.schema = await self.store.set_rules(self.name, rules, self.schema.resource_version)
         except ConflictError:
-            log.info(
-                "write-rate governor: %s changed since it was read; reading it again", self.name
-            )
+            log.info("write-rate governor: %s changed since it was read; reading again", self.name)
             self.schema = None
             return
         except KubeError as exc:
             self._hold(f"writing the tarpit FlowSchema {self.name} failed ({exc})", None)
             return
         self._held = None
-        log.info(
-            "write-rate governor: %s now lists %s",
-            self.name,
-            ", ".join(sorted(wanted)) or "no namespace",
-        )
+        listing = ", ".join(sorted(wanted)) or "no namespace"
+        log.info("write-rate governor: %s now lists %s", self.name, listing)
 
     def _hold(self, message: str, reason: str | None) -> None:
-        """Say (once per distinct ``message``) why nothing was written; count ``reason``
-        (a ``dynquota_writes_held_total`` reason; ``None``: a failure, counted by the API
-        metrics)."""
+        """Say (once per ``message``) why nothing was written; count ``reason`` in
+        ``dynquota_writes_held_total`` (``None``: a failure, the API metrics count it)."""
         if reason is not None:
             self.metrics.writes_held.labels(reason).inc()
         if message != self._held:

@@ -10,6 +10,7 @@ import pytest
 
 from dynquota._k8s.errors import ConflictError, ForbiddenError
 from dynquota.kube.flowschema import TarpitSchema
+from dynquota.operator.governor import HELD_REREAD
 from dynquota.policy.applied import WriteRateFacts
 from dynquota.policy.churn import tarpit_rules, tarpitted
 from dynquota.settings import Settings
@@ -238,14 +239,18 @@ async def test_restart_holds_a_namespace_found_in_the_rules_for_a_quiet_period()
 
 
 async def test_rules_reset_by_an_upgrade_are_written_again_at_the_next_read() -> None:
+    """While a namespace is held the FlowSchema is read every HELD_REREAD (10) s, not at the
+    resync (600 s): rules reset by a `helm upgrade` are written again within 10 s."""
     b = Bed()
     b.churn("t1", 11)
     await b.step()
+    assert b.tarpit.reads == 1
     b.tarpit.reset()
     await b.step(1)
     assert b.listed() == set()  # not read again yet
-    await b.step(600)
-    assert b.tarpit.writes == [["t1"], ["t1"]]
+    await b.step(HELD_REREAD - 1)
+    assert (b.tarpit.reads, b.tarpit.writes) == (2, [["t1"], ["t1"]])
+    assert b.listed() == {"t1"}
     assert [r for _, r, _ in b.events_of("t1")] == ["Tarpitted"]  # no second Event
 
 
