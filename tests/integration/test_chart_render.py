@@ -244,6 +244,7 @@ def test_default_deployment(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None
             "pods,configmaps,secrets,services,persistentvolumeclaims,replicationcontrollers,"
             "resourceclaims.resource.k8s.io"
         ),
+        "DYNQUOTA_BUDGET_GUARD_NAME": "dq-dynquota-budget-guard",
         "DYNQUOTA_GUARDED_LABEL_PREFIXES": "dynquota.io/",
         "DYNQUOTA_GUARDED_LABEL_KEYS": "",
         "DYNQUOTA_TARPIT_FLOW_SCHEMA": "",
@@ -361,7 +362,14 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "patch"]},
         # issue #26: node growth reads when each Node was created
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
-        # issue #22: no rule on admission policies (the budget guard is the chart's)
+        # issue #22: no write on admission policies (the budget guard is the chart's); issue
+        # 30: get of the guard's two objects by name, for a budget's Guarded
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            "resourceNames": ["dq-dynquota-budget-guard"],
+            "verbs": ["get"],
+        },
         {
             "apiGroups": ["apiextensions.k8s.io"],
             "resources": ["customresourcedefinitions"],
@@ -388,11 +396,11 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
     # the wake off drops its rule and its Lease fence, and nothing else
     off = render(helm, "--set", "operator.wake.enabled=false")
     rules = one(off, "ClusterRole", "dq-dynquota")
-    assert rules["rules"] == role["rules"][:-4] + role["rules"][-1:]
+    assert rules["rules"] == role["rules"][:-5] + role["rules"][-2:]
     # node growth off drops the nodes rule, and its env says so
     no_growth = render(helm, "--set", "operator.nodeGrowth.enabled=false")
     rules_no_growth = one(no_growth, "ClusterRole", "dq-dynquota")["rules"]
-    assert rules_no_growth == role["rules"][:-2] + role["rules"][-1:]
+    assert rules_no_growth == role["rules"][:-3] + role["rules"][-2:]
     env = one(no_growth, "Deployment", "dq-dynquota")["spec"]["template"]["spec"]["containers"][0][
         "env"
     ]
@@ -409,6 +417,9 @@ def test_operator_cluster_role_is_least_privilege(helm: Path) -> None:
         render(helm, "--set", "rbac.companionLimitRanges=false"), "ClusterRole", "dq-dynquota"
     )
     assert rules["rules"] == role["rules"][:5] + role["rules"][7:]
+    # budgetGuard off drops the guard's read and nothing else (issue 30)
+    rules = one(render(helm, "--set", "budgetGuard.enabled=false"), "ClusterRole", "dq-dynquota")
+    assert rules["rules"] == role["rules"][:-2] + role["rules"][-1:]
     # budgetAdmissionPolicies is accepted and ignored either way (issue #22)
     for value in ("true", "false"):
         rules = one(
@@ -957,6 +968,9 @@ def test_budget_guard_render(helm: Path) -> None:
         for e in one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["DYNQUOTA_BUDGET_GUARD_KINDS"] == ""
+    assert env["DYNQUOTA_BUDGET_GUARD_NAME"] == ""
+    role = one(off, "ClusterRole", "dq-dynquota")
+    assert [r for r in role["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]] == []
 
 
 def test_default_policy_on_an_unguarded_key_is_refused(helm: Path) -> None:

@@ -16,6 +16,7 @@ import subprocess
 import tarfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 import kubernetes
 import pytest
@@ -60,6 +61,25 @@ def extract_chart(commit: str, into: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into / "helm" / "dynquota"
+
+
+def guard_read(guard: str) -> tuple[list[str], list[str], list[str]]:
+    """The one admissionregistration rule of the operator's ClusterRole (issue 30): get of the
+    budget guard's policy and binding, by name; no write, no list."""
+    return (
+        ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+        [guard],
+        ["get"],
+    )
+
+
+def admission_rules(role: Any) -> list[tuple[list[str], list[str], list[str]]]:
+    """The ClusterRole's rules on admissionregistration.k8s.io: (resources, names, verbs)."""
+    return [
+        (rule.resources, rule.resource_names, rule.verbs)
+        for rule in role.rules
+        if "admissionregistration.k8s.io" in (rule.api_groups or [])
+    ]
 
 
 def test_helm_upgrade_from_0_1_0(controlplane: LocalControlPlane, tmp_path: Path) -> None:
@@ -112,8 +132,7 @@ def test_helm_upgrade_from_0_1_0(controlplane: LocalControlPlane, tmp_path: Path
             "Allow",
         )
         role = rbac.read_cluster_role(f"{name}-dynquota")
-        groups = {g for rule in role.rules for g in rule.api_groups or []}
-        assert "admissionregistration.k8s.io" not in groups
+        assert admission_rules(role) == [guard_read(guard)]
         cp.kubectl(
             "wait", "--for=condition=Established", "crd/quotabudgets.dynquota.io", "--timeout=60s"
         )
@@ -134,13 +153,11 @@ def test_helm_upgrade_from_0_1_0(controlplane: LocalControlPlane, tmp_path: Path
 
         wait_until(admitted, "a create in a labelled namespace without a quota admitted")
         # the value of v0.2 builds is accepted and ignored (a --reuse-values upgrade of such a
-        # release must not fail): the ClusterRole stays without the rule
+        # release must not fail): the ClusterRole gets no write rule
         helm("upgrade", name, str(CHART), "-n", namespace, "--reuse-values",
              "--set", "rbac.budgetAdmissionPolicies=true")  # fmt: skip
         role = rbac.read_cluster_role(f"{name}-dynquota")
-        assert "admissionregistration.k8s.io" not in {
-            g for rule in role.rules for g in rule.api_groups or []
-        }
+        assert admission_rules(role) == [guard_read(guard)]
         core.delete_namespace(ns)
         api.close()
     finally:
