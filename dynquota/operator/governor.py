@@ -19,7 +19,7 @@ it holds are the namespace list of the tarpit FlowSchema's one rule
 - A write sets the whole rule list, conditional on the resourceVersion of that read (409: read
   again, decide again), through the write gate (``TARPIT_ENGAGE`` when it lists a namespace the
   FlowSchema does not, else ``TARPIT_RELEASE``). Nothing is written while the listed namespaces
-  are the ones held: 0 writes at rest. Rules reset by a ``helm upgrade`` (or anyone) are
+  are the ones held: 0 writes at rest. Rules reset by ``helm upgrade --force`` (or anyone) are
   written again at the next read.
 - The kill switch engaged: every namespace is released (no rules), none is put in. Dry run (the
   operator's or the policy's): decided and reported, never listed. Never a system namespace,
@@ -261,7 +261,7 @@ class Governor:
             self.schema = None  # read again once leading: another replica may have written
             return
         now = self.monotonic()
-        # while one is held, read often: a `helm upgrade` resets the rules (re-asserted then)
+        # while one is held, read often: a `helm upgrade --force` resets the rules
         due = float(self.settings.resync_seconds)
         if any(state.tarpitted for state in self._states.values()):
             due = min(due, HELD_REREAD)

@@ -38,6 +38,8 @@ class Bed:
     tenant: str  # the namespace put in the tarpit
     admin: kubernetes.client.ApiClient
     tokens: dict[str, str]  # "operator", "tenant"
+    release: str = ""
+    home: Path = Path()  # helm's config, cache and data
 
     def client(self, who: str, headers: dict[str, str] | None = None) -> Any:
         """A sync client as ``who`` (``admin`` or a key of ``tokens``), sending ``headers``."""
@@ -74,7 +76,7 @@ def bed(controlplane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactor
         "tenant": service_account_token(core, TENANT_SA, tenant),
     }
     try:
-        yield Bed(cp, full, release_ns, tenant, admin, tokens)
+        yield Bed(cp, full, release_ns, tenant, admin, tokens, release, home)
     finally:
         helm(cp, home, "uninstall", release, "-n", release_ns, "--no-hooks", "--wait")
         for name in (release_ns, tenant):
@@ -136,3 +138,33 @@ def test_tarpit_holds_the_tenant_only(bed: Bed) -> None:
 
     assert grew("kube-system-service-accounts") >= 6  # the ReplicaSet and its 5 pods at least
     assert grew(f"{b.full}-tarpit") == 0
+
+
+def test_a_helm_upgrade_keeps_the_rules_and_a_forced_one_resets_them(bed: Bed) -> None:
+    """What a `helm upgrade` mid-incident does to the namespaces the operator listed (measured
+    here: helm 3's three-way merge leaves a field no manifest sets; `--force` replaces the
+    object with the chart's, rules-less): the governor re-reads the FlowSchema every 10 s while
+    it holds a namespace and writes the rules again (test_write_rate_governor.py)."""
+    b = bed
+    name = f"{b.full}-tarpit"
+    rules = tarpit_rules([b.tenant], ["pods", "configmaps"], b.release_ns)
+    with b.client("operator") as api:
+        flow: Any = kubernetes.client.FlowcontrolApiserverV1Api(api)
+        flow.patch_flow_schema(name, {"spec": {"rules": rules}}, _request_timeout=TIMEOUT)
+
+    def listed() -> list[str]:
+        admin: Any = kubernetes.client.FlowcontrolApiserverV1Api(b.admin)
+        schema = admin.read_flow_schema(name, _request_timeout=TIMEOUT)
+        return sorted(
+            ns
+            for rule in schema.spec.rules or []
+            for resource in rule.resource_rules or []
+            for ns in resource.namespaces or []
+        )
+
+    assert listed() == [b.tenant]
+    common = ["--namespace", b.release_ns, "--reuse-values"]
+    helm(b.cp, b.home, "upgrade", b.release, str(CHART), *common)
+    assert listed() == [b.tenant]  # kept
+    helm(b.cp, b.home, "upgrade", b.release, str(CHART), *common, "--force")
+    assert listed() == []  # replaced by the chart's: no rules
