@@ -8,13 +8,14 @@ write.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from dynquota._k8s.errors import KubeError, NotFoundError
 from dynquota._k8s.request import ApiCallObserver, call_api
-from dynquota.policy.budget_guard import GuardSeen
+from dynquota.policy.budget_guard import GuardSeen, judge_guard
 
 __all__ = ["AdmissionGuardReader"]
 
@@ -53,11 +54,10 @@ class AdmissionGuardReader:
         found: dict[str, Any] = self._sanitize(model)
         return found
 
-    async def seen(self) -> GuardSeen:
-        """What is in force now: present when the policy and the binding exist, the binding
-        names the policy and its ``validationActions`` include ``Deny``; absent (naming what
-        is missing or wrong) otherwise; ``present=None`` when a read failed (its error).
-        Never raises :class:`~dynquota._k8s.errors.KubeError`."""
+    async def seen(self, kinds: Collection[str] = ()) -> GuardSeen:
+        """What is in force now (:func:`~dynquota.policy.budget_guard.judge_guard` over both
+        objects as read, for ``kinds``); ``present=None`` when a read failed (its error) or no
+        name was given. Never raises :class:`~dynquota._k8s.errors.KubeError`."""
         name = self.name
         if not name:
             return GuardSeen(None, "no guard name was given (DYNQUOTA_BUDGET_GUARD_NAME)")
@@ -66,22 +66,4 @@ class AdmissionGuardReader:
             binding = await self._read("validatingadmissionpolicybindings")
         except KubeError as exc:
             return GuardSeen(None, f"reading the ValidatingAdmissionPolicy {name} failed: {exc}")
-        if policy is None:
-            return GuardSeen(False, f"the ValidatingAdmissionPolicy {name} does not exist")
-        if binding is None:
-            return GuardSeen(False, f"the ValidatingAdmissionPolicyBinding {name} does not exist")
-        spec = binding.get("spec") or {}
-        if spec.get("policyName") != name:
-            return GuardSeen(
-                False,
-                f"the ValidatingAdmissionPolicyBinding {name} binds "
-                f"{spec.get('policyName')!r}, not the guard {name}",
-            )
-        actions = spec.get("validationActions") or []
-        if "Deny" not in actions:
-            return GuardSeen(
-                False,
-                f"the ValidatingAdmissionPolicyBinding {name} has validationActions {actions} "
-                "(no Deny: it refuses nothing)",
-            )
-        return GuardSeen(True, f"the ValidatingAdmissionPolicy {name} and its binding deny")
+        return judge_guard(name, policy, binding, kinds)

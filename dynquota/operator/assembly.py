@@ -44,6 +44,7 @@ from dynquota.operator.companion import Companions
 from dynquota.operator.daemons import NodeGrowth
 from dynquota.operator.deleter import Deleter
 from dynquota.operator.governor import Governor, TarpitStore, rule_for
+from dynquota.operator.guard_watch import GUARD_RECHECK, GuardWatch
 from dynquota.operator.killswitch import KillSwitch, SwitchState
 from dynquota.operator.policy_status import PolicyStatusWriter
 from dynquota.operator.ports import (
@@ -232,7 +233,14 @@ class Operator:
             clock=clock,
             failures=failures,
             foreign=cluster.foreign,
-            guard=budget_guard,
+            guard=GuardWatch(
+                budget_guard,
+                self.gate,
+                monotonic or clock,
+                min(GUARD_RECHECK, float(settings.resync_seconds)),
+            )
+            if budget_guard is not None
+            else None,
         )
         """One serialized task per QuotaBudget (started by the runtime with the queue)."""
         self.governor = Governor(

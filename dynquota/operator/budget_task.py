@@ -30,7 +30,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dynquota._k8s.errors import (
@@ -44,6 +44,7 @@ from dynquota.metrics import Metrics
 from dynquota.names import BUDGET_LABEL
 from dynquota.operator.budget_report import BudgetReporter, PassResult
 from dynquota.operator.budgets import Budgets, leaving, member_slice, reserved
+from dynquota.operator.guard_watch import GuardWatch
 from dynquota.operator.ports import (
     RECONCILE_TIMEOUT,
     BudgetStatusSink,
@@ -55,7 +56,7 @@ from dynquota.operator.write_failures import WriteFailures
 from dynquota.operator.write_gate import BUDGET_SLICES, WriteGate
 from dynquota.policy import hard_text
 from dynquota.policy.budget import Slice, allocate, landed
-from dynquota.policy.budget_guard import GuardSeen, guarded_condition
+from dynquota.policy.budget_guard import guarded_condition
 from dynquota.policy.state import (
     BUDGET,
     format_time,
@@ -69,8 +70,6 @@ __all__ = ["BudgetTasks", "refused_backoff"]
 
 log = logging.getLogger("dynquota.operator")
 
-GUARD_RECHECK = 60.0
-"""Seconds a read of the budget guard is reused for the budgets' ``Guarded`` (two GETs)."""
 REFUSED_BACKOFF = (5.0, 60.0)
 """Seconds before a pass is tried again after a refused or failing patch: the first, and the
 most (doubled after each pass that failed again)."""
@@ -105,9 +104,9 @@ class BudgetTasks:
             none known).
         foreign: a namespace's quota named ``dynquota`` without the managed-by label, as the
             watch delivered it (``None``: none), for the budget's ``AtRisk`` message.
-        guard: reads the chart's budget guard (:class:`~dynquota.policy.budget_guard.GuardSeen`)
-            for the budgets' ``Guarded``, at most once per :data:`GUARD_RECHECK` seconds (or
-            the resync, if shorter); ``None``: not read (``Guarded`` is never ``True``).
+        guard: the chart's budget guard as read (:class:`~dynquota.operator.guard_watch.
+            GuardWatch`; started and stopped with the tasks) for the budgets' ``Guarded``;
+            ``None``: not read (``Guarded`` is never ``True``).
     """
 
     def __init__(
@@ -125,11 +124,11 @@ class BudgetTasks:
         clock: Callable[[], float] = time.time,
         failures: WriteFailures | None = None,
         foreign: Callable[[str], QuotaSnapshot | None] = lambda _ns: None,
-        guard: Callable[[], Awaitable[GuardSeen]] | None = None,
+        guard: GuardWatch | None = None,
     ) -> None:
         self.budgets = budgets
         self.guard = guard
-        self._guard_seen: tuple[GuardSeen, float] | None = None  # (what, when: epoch s)
+        self._guard_task: asyncio.Task[None] | None = None
         self.foreign = foreign
         self.quotas = quotas
         self.write_gate = write_gate
@@ -163,6 +162,9 @@ class BudgetTasks:
     def start(self) -> None:
         """Start a task for every known budget (once the workqueue runs)."""
         self.running = True
+        if self.guard is not None and self._guard_task is None:
+            self.guard.on_change = self.wake_all
+            self._guard_task = asyncio.create_task(self.guard.run(), name="dynquota-guard")
         self.sync()
 
     def sync(self) -> None:
@@ -199,6 +201,9 @@ class BudgetTasks:
         self.running = False
         tasks = list(self._tasks.values())
         self._tasks.clear()
+        if self._guard_task is not None:
+            tasks.append(self._guard_task)
+            self._guard_task = None
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -352,7 +357,9 @@ class BudgetTasks:
             {k: (a.writes, a.targets, a.committed) for k, a in result.allocations.items()},
         )  # fmt: skip
         guarded = guarded_condition(
-            record.spec.hard, self.settings.budget_guard_kinds, await self.guard_seen()
+            record.spec.hard,
+            self.settings.budget_guard_kinds,
+            await self.guard.seen() if self.guard is not None else None,
         )
         foreign = {
             ns: q for ns in members if ns not in listed and (q := self.foreign(ns)) is not None
@@ -360,17 +367,6 @@ class BudgetTasks:
         await self.reporter.report(record, result, members, guarded, listed, foreign)
         self.last[name] = result
         return result
-
-    async def guard_seen(self) -> GuardSeen | None:
-        """The budget guard as last read (read again when older than :data:`GUARD_RECHECK`
-        seconds or the resync); ``None`` without a reader."""
-        if self.guard is None:
-            return None
-        now = self.clock()
-        recheck = min(GUARD_RECHECK, float(self.settings.resync_seconds))
-        if self._guard_seen is None or not 0 <= now - self._guard_seen[1] < recheck:
-            self._guard_seen = (await self.guard(), now)
-        return self._guard_seen[0]
 
     async def list_quotas(self, name: str, members: list[str]) -> dict[str, QuotaSnapshot]:
         """The quotas a pass of budget ``name`` decides from, namespace -> quota, from one

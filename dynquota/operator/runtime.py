@@ -152,7 +152,7 @@ class Runtime:
             limit_ranges=self.cluster,
             budget_status=self.cluster,
             workloads=WorkloadClient(api_client, observer),
-            budget_guard=guard.seen,
+            budget_guard=lambda: guard.seen(settings.budget_guard_kinds or ()),
             tarpit=FlowSchemaClient(api_client, observer) if settings.tarpit_flow_schema else None,
         )
         operator = self.operator

@@ -18,11 +18,15 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from dynquota.names import BUDGET_LABEL, MANAGED_QUOTA_NAME
 
 __all__ = [
     "DEFAULT_GUARDED_KINDS",
     "GuardSeen",
     "guarded_condition",
+    "judge_guard",
     "key_kind",
     "unguarded_keys",
 ]
@@ -160,3 +164,103 @@ def guarded_condition(
         f"the chart installed its budget guard for every budgeted kind (budgetGuard.kinds), but "
         f"whether it is in force is not known: {why}",
     )
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _narrowed_binding(spec: Mapping[str, Any]) -> str | None:
+    """Why the binding's paramRef or matchResources differ from the chart's (``None``: as
+    installed: the quota ``dynquota`` of the request's namespace, every namespace labelled
+    ``dynquota.io/budget`` but the system ones, any object)."""
+    ref = spec.get("paramRef") or {}
+    if ref.get("name") != MANAGED_QUOTA_NAME or ref.get("namespace") or ref.get("selector"):
+        return f"its paramRef is {dict(ref)}, not the namespace's quota {MANAGED_QUOTA_NAME}"
+    match = spec.get("matchResources") or {}
+    selector = match.get("namespaceSelector") or {}
+    expressions = selector.get("matchExpressions") or []
+    wanted = {"key": BUDGET_LABEL, "operator": "Exists"}
+    others = [e for e in expressions if {k: e.get(k) for k in ("key", "operator")} != wanted]
+    system_only = all(
+        e.get("key") == "kubernetes.io/metadata.name" and e.get("operator") == "NotIn"
+        for e in others
+    )
+    if len(others) == len(expressions) or not system_only or selector.get("matchLabels"):
+        return (
+            f"its namespaceSelector is {dict(selector)}, not every namespace labelled "
+            f"{BUDGET_LABEL}"
+        )
+    if (
+        match.get("objectSelector")
+        or match.get("excludeResourceRules")
+        or match.get("resourceRules")
+    ):
+        return "its matchResources narrow the objects it applies to"
+    return None
+
+
+def _unmatched_kinds(spec: Mapping[str, Any], kinds: Collection[str]) -> list[str]:
+    """The ``kinds`` (``resource`` or ``resource.group``) whose CREATE the policy's
+    ``matchConstraints.resourceRules`` do not match (a rule naming objects matches none)."""
+    rules = (spec.get("matchConstraints") or {}).get("resourceRules") or []
+    missing = []
+    for kind in sorted(kinds):
+        resource, _, group = kind.partition(".")
+        if not any(
+            not rule.get("resourceNames")
+            and {group, "*"} & set(rule.get("apiGroups") or [])
+            and {resource, "*"} & set(rule.get("resources") or [])
+            and {"CREATE", "*"} & set(rule.get("operations") or [])
+            for rule in rules
+        ):
+            missing.append(kind)
+    return missing
+
+
+def judge_guard(
+    name: str,
+    policy: Mapping[str, Any] | None,
+    binding: Mapping[str, Any] | None,
+    kinds: Collection[str],
+) -> GuardSeen:
+    """Whether the budget guard ``name`` is in force as the chart installs it, from its
+    ValidatingAdmissionPolicy and binding as read (decoded JSON; ``None``: not found) and the
+    ``kinds`` it must hold back (the chart's ``budgetGuard.kinds``). Pure.
+
+    In force: both exist; the binding names the policy, denies, takes the namespace's quota
+    ``dynquota`` as its param and matches every namespace labelled ``dynquota.io/budget`` (but
+    system ones) and any object; the policy's param is a ResourceQuota, it matches CREATE of
+    every kind and has validations. Anything else: not in force, saying what (README-only
+    attack: a guard made harmless by a narrowed selector or param read ``Guarded=True``). The
+    validations' CEL is not judged (an edit of it, e.g. to ``true``, is not seen here; field
+    ownership cannot tell it either: a value patched away and back stays owned by the patcher,
+    so ``helm upgrade`` would not clear it)."""
+    if policy is None:
+        return GuardSeen(False, f"the ValidatingAdmissionPolicy {name} does not exist")
+    if binding is None:
+        return GuardSeen(False, f"the ValidatingAdmissionPolicyBinding {name} does not exist")
+    spec = _spec(binding)
+    where = f"the ValidatingAdmissionPolicyBinding {name}"
+    if spec.get("policyName") != name:
+        return GuardSeen(False, f"{where} binds {spec.get('policyName')!r}, not the guard {name}")
+    actions = list(spec.get("validationActions") or [])
+    if "Deny" not in actions:
+        return GuardSeen(
+            False, f"{where} has validationActions {actions} (no Deny: it refuses nothing)"
+        )
+    narrowed = _narrowed_binding(spec)
+    if narrowed is not None:
+        return GuardSeen(False, f"{where}: {narrowed}")
+    policy_spec = _spec(policy)
+    what = f"the ValidatingAdmissionPolicy {name}"
+    param = policy_spec.get("paramKind") or {}
+    if (param.get("apiVersion"), param.get("kind")) != ("v1", "ResourceQuota"):
+        return GuardSeen(False, f"{what} takes {dict(param)} as its param, not a ResourceQuota")
+    missing = _unmatched_kinds(policy_spec, kinds)
+    if missing:
+        return GuardSeen(False, f"{what} does not match CREATE of {', '.join(missing)}")
+    if not policy_spec.get("validations"):
+        return GuardSeen(False, f"{what} has no validations")
+    return GuardSeen(True, f"the ValidatingAdmissionPolicy {name} and its binding deny")

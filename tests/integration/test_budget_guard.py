@@ -448,3 +448,32 @@ def test_guarded_says_whether_the_guard_is_in_force(
             BUDGET_GUARD, {"spec": {"validationActions": ["Deny"]}}
         )
     wait_until(lambda: guarded_condition(op_cluster, name) == in_force, "Guarded=True again", 60)
+    # made harmless without touching Deny (the README-only attack): a selector matching nothing
+    binding = admission.read_validating_admission_policy_binding(BUDGET_GUARD)
+    selector = binding.spec.match_resources.namespace_selector.to_dict()
+    nothing = {"matchExpressions": [{"key": "nothing.example/none", "operator": "Exists"}]}
+    admission.patch_validating_admission_policy_binding(
+        BUDGET_GUARD, {"spec": {"matchResources": {"namespaceSelector": nothing}}}
+    )
+    try:
+        narrowed = (
+            "False",
+            "GuardMissing",
+            f"the ValidatingAdmissionPolicyBinding {BUDGET_GUARD}: its namespaceSelector is "
+            "{'matchExpressions': [{'key': 'nothing.example/none', 'operator': 'Exists'}]}, not "
+            "every namespace labelled dynquota.io/budget: a member's creates are admitted "
+            "before its slice is enforced, so the budget can be exceeded (helm upgrade "
+            "restores the chart's guard)",
+        )
+        wait_until(lambda: guarded_condition(op_cluster, name) == narrowed, "narrowed", 60)
+    finally:
+        restore = {
+            "matchExpressions": [
+                {k: v for k, v in e.items() if v is not None} for e in selector["match_expressions"]
+            ]
+        }
+        admission.patch_validating_admission_policy_binding(
+            BUDGET_GUARD,
+            {"spec": {"matchResources": {"namespaceSelector": restore}}},
+        )
+    wait_until(lambda: guarded_condition(op_cluster, name) == in_force, "in force again", 60)

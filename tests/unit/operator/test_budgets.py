@@ -11,6 +11,7 @@ import pytest
 from dynquota._k8s.errors import ConflictError
 from dynquota.names import BUDGET_LABEL
 from dynquota.operator.budgets import read_budget
+from dynquota.operator.guard_watch import GuardWatch
 from dynquota.policy import Decision
 from dynquota.policy.budget_guard import DEFAULT_GUARDED_KINDS, GuardSeen
 
@@ -476,7 +477,8 @@ async def test_guarded_is_true_only_with_the_guard_seen(
         assert seen is not None
         return seen
 
-    world.op.budget_tasks.guard = guard if seen is not None else None
+    watch = GuardWatch(guard, world.op.gate, world.clock)
+    world.op.budget_tasks.guard = watch if seen is not None else None
     world.op.on_policy(None, policy(pods=PODS))
     world.op.budgets.on_budget(None, budget("bud", {"pods": 30}))
     member(world, "a", pods=1, into="bud")
@@ -493,3 +495,33 @@ async def test_guarded_is_true_only_with_the_guard_seen(
         world.clock.now += 61
         await world.op.budget_tasks.run_pass("bud")
         assert len(reads) == 2
+
+
+async def test_the_guard_watch_wakes_every_budget_when_what_is_in_force_changes() -> None:
+    """README-only attack (issue 30): a quiet budget's Guarded lagged an edit of the guard by
+    the resync (True for 585 s after the binding went to Audit). The watch reads it every
+    minute; a changed answer wakes every budget, the same answer wakes none."""
+    answers = [SEEN, SEEN, MISSING]
+    clock = [0.0]
+
+    async def read() -> GuardSeen:
+        return answers.pop(0)
+
+    class Leading:
+        is_leader = True
+
+    watch = GuardWatch(read, Leading(), lambda: clock[0])
+    assert await watch.seen() == SEEN
+    clock[0] = 30.0
+    assert await watch.seen() == SEEN  # reused within the minute: no read
+    assert answers == [SEEN, MISSING]
+    assert await watch.refresh() is False  # the same answer
+    assert await watch.refresh() is True  # Audit now
+    assert await watch.seen() == MISSING
+    world = World(budget_status=FakeBudgetStatus(), budget_guard_kinds=["pods"])
+    world.op.budget_tasks.guard = watch
+    world.op.budget_tasks.start()
+    try:
+        assert watch.on_change == world.op.budget_tasks.wake_all
+    finally:
+        await world.op.budget_tasks.stop()
