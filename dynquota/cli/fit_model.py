@@ -392,6 +392,12 @@ def _block(b: Blocker, grow: Mapping[str, Growth], what: str = "pod") -> Block:
     where = f"quota {b.quota} {b.key} (hard {hard}, used {used}, {per} a pod)"
     if b.reason == "fixed":
         message = f"{where}: not sized by dynquota; whoever owns that quota can raise it"
+    elif b.reason == "maximum" and growth is not None and b.hard < growth.profile.maximum:
+        top = _text(growth.profile.maximum, b.key)
+        message = (
+            f"{where}: one {what} needs more than the policy maximum ({top}) leaves, so it "
+            "never fits, not even with the override; ask the platform team for a higher maximum"
+        )
     elif b.reason == "maximum":
         message = f"{where}: at the policy maximum; ask the platform team for a higher one"
     elif b.reason == "budget":

@@ -63,10 +63,12 @@ buffer takes 15)."""
 
 BlockReason = Literal["fixed", "maximum", "budget", "over-budget", "buffer", "not-growing"]
 """Why a key holds pods back for good: ``fixed`` (a quota or key dynquota does not size),
-``maximum`` (at the policy maximum), ``budget`` (at the budget slice plus its free room),
+``maximum`` (at the policy maximum, or the replica's objects still to create need more than
+the maximum leaves: one pod or claim above it), ``budget`` (at the budget slice plus its free room),
 ``over-budget`` (the same, the budget's free room negative: its namespaces hold more than its
 hard, and no member grows until some give room back),
-``buffer`` (one pod needs more than the room the target leaves: the key never grows for it),
+``buffer`` (one pod needs more than the room the target leaves: the key never grows for it,
+and the maximum and the budget's room would hold it),
 ``not-growing`` (dynquota sizes it but records no raise: not enforced, or frozen). A group
 refused whatever the room (:attr:`Group.refused`) has no blocker: its reason is the refusal."""
 
@@ -341,19 +343,24 @@ def _blockers(
         if not any(need) or sum(need) <= free:
             continue
         first = next((n for n, c in enumerate(need) if c > free), len(parts))
-        blocker = Blocker(lim.quota, lim.key, hard[i], used[i], lim.per_pod[g], _why(lim, hard[i]))
+        why = _why(lim, used[i] + sum(need))
+        blocker = Blocker(lim.quota, lim.key, hard[i], used[i], lim.per_pod[g], why)
         found.append((first, blocker))
     return tuple(b for _, b in sorted(found, key=lambda f: f[0]))
 
 
-def _why(lim: Limit, hard: int) -> BlockReason:
+def _why(lim: Limit, reach: int) -> BlockReason:
+    """Why ``lim`` holds a replica back for good; ``reach`` is the usage it would have with the
+    replica's objects still to create (units, above its final hard). A replica that
+    the maximum (or the budget's room) cannot hold, even with the override, is blamed on it,
+    whatever the key's raises: one object above the maximum never fits (docs/tenants.md)."""
     growth = lim.growth
     if growth is None:
         return "fixed"
+    if reach > growth.profile.maximum:
+        return "maximum"
     if growth.next_raise_after is None:
         return "not-growing"
-    if hard >= growth.profile.maximum:
-        return "maximum"
-    if growth.cap is not None and hard >= growth.cap:
+    if growth.cap is not None and reach > growth.cap:
         return "over-budget" if growth.free is not None and growth.free < 0 else "budget"
     return "buffer"

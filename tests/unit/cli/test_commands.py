@@ -356,6 +356,46 @@ def test_a_jsonpath_without_a_template_is_refused_before_the_cluster_is_asked(
     assert err == "dynquota: error: template format specified but no template given\n"
 
 
+@pytest.mark.parametrize(
+    "command", [["plan"], ["status", "-n", "a"], ["fit", "-f", "-"], ["kill-switch", "status"]]
+)
+def test_a_jsonpath_template_that_does_not_parse_is_refused_before_the_cluster_is_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    # kubectl parses the template when it builds its printer, before the request
+    missing = str(tmp_path / "none")
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--kubeconfig", missing, "-o", "jsonpath={.status"])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "dynquota: error: jsonpath template '{.status': unclosed action (a { without its } on "
+        "its line)\n"
+    )
+
+
+def test_jsonpath_text_is_printed_as_kubectl_prints_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dynquota.cli import status
+
+    async def read(args: object) -> dict[str, object]:
+        return {"kind": "AppliedDynamicQuota", "status": {"state": "Enforced", "n": 1}}
+
+    monkeypatch.setattr(status, "_read", read)
+    printed = {
+        "  ": "  ",  # was: the whole document
+        "plain text": "plain text",  # was: Parse error, exit 2
+        ".kind": ".kind",  # was: AppliedDynamicQuota
+        "{@}": '{"kind":"AppliedDynamicQuota","status":{"n":1,"state":"Enforced"}}',  # was: ""
+        "{.status}": '{"n":1,"state":"Enforced"}',  # was: {"state": "Enforced", "n": 1}
+    }
+    for template, text in printed.items():
+        assert main(["status", "-n", "a", "-o", f"jsonpath={template}"]) == 0
+        assert capsys.readouterr().out == text, template
+
+
 def test_jsonpath_output_ends_where_the_template_ends(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

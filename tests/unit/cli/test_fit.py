@@ -485,3 +485,43 @@ def test_the_blocker_of_a_replicas_claims_is_the_key_that_refuses_once_one_is_in
         "quota storage requests.storage (hard 10Gi, used 10Gi, 5Gi a pod): not sized by "
         "dynquota; whoever owns that quota can raise it"
     ]
+
+
+BIG_CLAIM = """
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 1
+  template:
+    spec:
+      containers: [{name: c, image: x}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {resources: {requests: {storage: 200Gi}}}
+"""
+
+
+def test_a_claim_above_the_policy_maximum_asks_the_platform_team_not_for_the_override() -> None:
+    # dynquota sizes requests.storage up to 100Gi: the override raises only to it, so a 200Gi
+    # claim never fits; the answer is the maximum, never "request the override"
+    [workload] = read_manifest(BIG_CLAIM, "sts.yaml").workloads
+    pod = dict(workload.pod, metadata={**workload.pod["metadata"], "namespace": "team-a"})
+    profile = {"minimum": "10Gi", "maximum": "100Gi", "bufferPercent": 40,
+               "upscaleCooldown": "5m", "downscaleCooldown": "1h",
+               "nextRaiseAfter": "2026-12-01T09:40:00Z"}  # fmt: skip
+    status = {"status": {"state": "Enforced", "policy": {
+        "name": "p", "resources": {"requests.storage": profile}}}}  # fmt: skip
+    dynquota = quota("dynquota", {"requests.storage": "20Gi"}, {"requests.storage": "5Gi"},
+                     MANAGED)  # fmt: skip
+    report = evaluate("team-a", [Candidate(workload, pod)], [dynquota], status, NOW)
+    [db] = report.workloads
+    assert (db.fits_now, db.later, db.never) == (0, (), 1)
+    assert [(b.reason, b.message) for b in db.blocked_by] == [(
+        "maximum",
+        "quota dynquota requests.storage (hard 20Gi, used 5Gi, 200Gi a pod): one pod or claim "
+        "needs more than the policy maximum (100Gi) leaves, so it never fits, not even with the "
+        "override; ask the platform team for a higher maximum",
+    )]  # fmt: skip
+    assert "request the override" not in fit_text(report)
+    assert fit_document(report)["workloads"][0]["blockedBy"][0]["reason"] == "maximum"

@@ -14,7 +14,13 @@ from aiohttp import web
 
 from dynquota.cli import UserError, build_parser, main
 from dynquota.cli.flags import Target, target_of
-from dynquota.cli.output import OutputError, columns, render_document, render_jsonpath
+from dynquota.cli.output import (
+    OutputError,
+    check_output,
+    columns,
+    render_document,
+    render_jsonpath,
+)
 from dynquota.cli.run import check_ports
 from dynquota.kube.client import new_api_client
 from dynquota.kube.identity import Identity, IdentityError, header_key_escape
@@ -206,7 +212,7 @@ def test_output_formats() -> None:
     assert render_document(document, "jsonpath={.rows[0].target}") == "3"
     assert render_jsonpath(document, "{.rows[*].namespace}") == "a b"
     assert render_jsonpath(document, '{.rows[0].target}{"\\n"}') == "3\n"
-    assert render_jsonpath(document, ".rows[1].namespace") == "b"
+    assert render_jsonpath(document, ".rows[1].namespace") == ".rows[1].namespace"  # text
     assert render_jsonpath(document, "ns={.rows[1].namespace};") == "ns=b;"
     with pytest.raises(OutputError, match=r"range/end and filters are not supported"):
         render_jsonpath(document, "{range .rows[*]}{.namespace}{end}")
@@ -221,6 +227,64 @@ def test_output_formats() -> None:
         "write {.rows[0].namespace}"
     )
     assert columns([("A", "BB", "C"), ("aaa", "b", "")]) == "A    BB  C\naaa  b"
+
+
+DOCUMENT = {
+    "kind": "Plan",
+    "summary": {"text": "a<b & c", "atRisk": 2},
+    "rows": [{"namespace": "a", "target": 3}, {"namespace": "b", "target": None}],
+}
+WHOLE = ('{"kind":"Plan","rows":[{"namespace":"a","target":3},{"namespace":"b","target":null}],'
+         '"summary":{"atRisk":2,"text":"a\\u003cb \\u0026 c"}}')  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("template", "printed"),
+    [
+        ("  ", "  "),  # a template of spaces is text (kubectl: only an empty one is an error)
+        ("plain text", "plain text"),  # text outside {} is printed as is
+        (".kind", ".kind"),  # -o jsonpath= is parsed as given: no braces, no expression
+        ("kind: {.kind}.", "kind: Plan."),
+        ("{@}", WHOLE),  # the current object: the whole document, as compact JSON
+        ("{$}", WHOLE),
+        ("{}", WHOLE),
+        ("{@.kind} {$.kind} { .kind }", "Plan Plan Plan"),
+        ("{.summary}", '{"atRisk":2,"text":"a\\u003cb \\u0026 c"}'),  # Go's json.Marshal
+        ("{.rows[*]}", '{"namespace":"a","target":3} {"namespace":"b","target":null}'),
+        ("{.rows[*].target}", "3 null"),
+        ("{.summary.text}", "a<b & c"),  # a string is printed bare
+        ("{.missing}", ""),  # kubectl allows missing keys for -o jsonpath
+        ('{"}"}{\'it\\\'s\'}{"\\u00e9\\t"}', "}it's\u00e9\t"),  # quoted text, Go's escapes
+    ],
+)
+def test_jsonpath_prints_what_kubectl_prints(template: str, printed: str) -> None:
+    # k8s.io/client-go/util/jsonpath: parser.go parseText (text outside {} is a TextNode),
+    # parseInsideAction ('@' and '$' are the current object), jsonpath.go PrintResults (a
+    # map, slice or struct is json.Marshal'ed); cli-runtime's JSONPathPrintFlags parses the
+    # -o jsonpath= template as it is (RelaxedJSONPathExpression serves custom-columns and
+    # wait --for=jsonpath, not -o)
+    assert render_jsonpath(DOCUMENT, template) == printed
+    assert render_document(DOCUMENT, f"jsonpath={template}") == printed
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("{.kind", "jsonpath template '{.kind': unclosed action (a { without its } on its line)"),
+        ("{.kind\n}", "jsonpath template '{.kind\\n}': unclosed action (a { without its } on "
+                      "its line)"),
+        ('{"abc}', "jsonpath template '{\"abc}': unterminated quoted string (a \" without its "
+                   "pair)"),
+        ("{.rows[}", "jsonpath {.rows[}: Parse error near the end of string!"),
+    ],
+)  # fmt: skip
+def test_a_template_that_does_not_parse_is_refused_before_anything_is_read(
+    template: str, message: str
+) -> None:
+    with pytest.raises(OutputError) as caught:
+        check_output(f"jsonpath={template}")
+    assert str(caught.value) == message
+    check_output("jsonpath=  ")  # spaces are a template
 
 
 def test_run_refuses_an_impersonating_kubeconfig(

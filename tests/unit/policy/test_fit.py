@@ -213,3 +213,41 @@ def test_the_blocker_is_the_key_refusing_the_next_claim_after_one_was_admitted()
     assert answer.never == (3,)
     assert answer.blockers == ((Blocker("storage", "requests.storage", 10, 10, 5, "fixed"),),)
     assert answer.hard[("dynquota", "persistentvolumeclaims")] == 6
+
+
+def test_a_claim_above_the_maximum_is_blamed_on_the_maximum_not_the_buffer() -> None:
+    # requests.storage in GiB: hard 50, maximum 100, a replica's one claim asks 200: no raise
+    # (T(0) = 10 <= 50) and the override raises only to 100, so the maximum holds it back
+    storage = ResourceProfile.of(40, 10, 100, 300, 3600)
+    limit = Limit("dynquota", "requests.storage", 50, 0, (200,), Growth(storage, 1, NOW - 1),
+                  per_claim=((200,),))  # fmt: skip
+    answer = schedule([Group("StatefulSet/db", 1, claims=1)], [limit], NOW)
+    assert (answer.now, answer.steps, answer.never) == ((0,), (), (1,))
+    assert answer.blockers == ((Blocker("dynquota", "requests.storage", 50, 0, 200, "maximum"),),)
+
+
+def test_a_pod_above_the_maximum_or_the_maximums_room_is_blamed_on_the_maximum() -> None:
+    # requests.cpu in millicores, maximum 8 cores: a pod asking 10 cores never fits; with 7.5
+    # cores used, a pod asking 1 core needs more than the maximum leaves
+    cpu = ResourceProfile.of(20, 1000, 8000, 300, 3600)
+    for used, per in ((500, 10000), (7500, 1000)):
+        limit = Limit("dynquota", "requests.cpu", 8000, used, (per,), Growth(cpu, 100, NOW - 1))
+        answer = schedule([Group("Deployment/big", 1)], [limit], NOW)
+        assert answer.blockers == (
+            (Blocker("dynquota", "requests.cpu", 8000, used, per, "maximum"),),
+        ), used
+    # below its hard, not growing (T(500) = 600): still the maximum, the override cannot help
+    limit = Limit("dynquota", "requests.cpu", 1000, 500, (10000,), Growth(cpu, 100, NOW - 1))
+    answer = schedule([Group("Deployment/big", 1)], [limit], NOW)
+    assert answer.blockers == ((Blocker("dynquota", "requests.cpu", 1000, 500, 10000, "maximum"),),)
+
+
+def test_a_pod_above_a_budgets_room_is_blamed_on_the_budget_not_the_buffer() -> None:
+    cpu = ResourceProfile.of(20, 1000, 8000, 300, 3600)
+    for free, reason in ((1000, "budget"), (-500, "over-budget")):
+        growth = Growth(cpu, 100, NOW - 1, cap=2000 + free, budget="team", free=free)
+        limit = Limit("dynquota", "requests.cpu", 1000, 500, (4000,), growth)
+        answer = schedule([Group("Deployment/big", 1)], [limit], NOW)
+        assert answer.blockers == (
+            (Blocker("dynquota", "requests.cpu", 1000, 500, 4000, reason),),
+        ), free
