@@ -109,7 +109,15 @@ def status_text(obj: Mapping[str, Any]) -> str:
             f"writeRate: {rate.get('limit', '')} creates+deletes of pods and ConfigMaps in "
             f"{rate.get('window', '')}, quiet period {rate.get('quietPeriod', '')}; "
         )
-        if rate.get("tarpitted"):
+        dry = bool((status.get("policy") or {}).get("dryRun"))
+        if rate.get("tarpitted") and dry:  # the governor decided, nothing is listed
+            why = str(rate.get("reason", "")).removesuffix(" (dry run: not enforced)")
+            text += (
+                f"WOULD BE IN THE APF TARPIT ({why}), but the policy is in dry run: nothing is "
+                "throttled; once enforced, writes of pods and ConfigMaps here would run on a "
+                "few seats and get 429 (Retry-After) when they are taken"
+            )
+        elif rate.get("tarpitted"):
             text += (
                 f"IN THE APF TARPIT ({rate.get('reason', '')}): writes of pods and ConfigMaps "
                 "here run on a few seats and get 429 (Retry-After) when they are taken, until "

@@ -11,7 +11,9 @@ When it writes (figures in ``docs/operator.md``, "What governs me"):
 
 - a *pass* recomputes every namespace (pure, in memory) at most every
   :data:`SWEEP_SECONDS` seconds, and :data:`SETTLE_SECONDS` after a reconcile reported a
-  namespace (so a policy edit or a raise shows within seconds);
+  changed quota, a policy's spec changed (:meth:`AppliedWriter.policies_changed`: an edit that
+  writes no quota, e.g. of ``writeRate``, waited for the sweep) or the write-rate governor put
+  a namespace in or out of the tarpit (so a policy edit or a raise shows within seconds);
 - an object is written only when its content changes (:func:`~dynquota.policy.applied.should_write`:
   the stable part at once, the budget's ``used``/``granted``/``free`` alone at most every
   :data:`~dynquota.policy.applied.FIGURES_REFRESH` seconds): at rest, no write at all;
@@ -189,6 +191,11 @@ class AppliedWriter:
     def poke(self, namespace: str) -> None:
         """Something shown of ``namespace`` changed outside a reconcile (the write-rate
         governor put it in or took it out of the tarpit): a pass runs soon."""
+        self._wake.set()
+
+    def policies_changed(self) -> None:
+        """A policy's spec changed (its bounds, cooldowns, override rules, ``writeRate`` are
+        shown; no quota write need follow): a pass runs soon."""
         self._wake.set()
 
     def budget_status(self, budget: str) -> None:

@@ -43,7 +43,7 @@ from dynquota.operator.cluster_view import ClusterView, PolicySeen
 from dynquota.operator.companion import Companions
 from dynquota.operator.daemons import NodeGrowth
 from dynquota.operator.deleter import Deleter
-from dynquota.operator.governor import Governor, TarpitStore, rule_for
+from dynquota.operator.governor import Governor, TarpitStore
 from dynquota.operator.guard_watch import GUARD_RECHECK, GuardWatch
 from dynquota.operator.killswitch import KillSwitch, SwitchState
 from dynquota.operator.policy_status import PolicyStatusWriter
@@ -70,6 +70,7 @@ from dynquota.operator.write_failures import (
     WriteFailures,
 )
 from dynquota.operator.write_gate import PartsKnowledge, WriteGate
+from dynquota.operator.write_rate import rule_for
 from dynquota.policy import KILL_SWITCH, NamespaceInfo
 from dynquota.policy.budget_guard import GuardSeen
 from dynquota.policy.state import BUDGET
@@ -259,6 +260,9 @@ class Operator:
             monotonic=monotonic if monotonic is not None else clock,
         )
         """The write-rate governor (started by the runtime; off without ``tarpit``)."""
+        self.on_policy_spec: Callable[[], None] | None = None
+        """Called after a policy's spec changed (the tenant projections' writer: a pass soon,
+        not at its 30 s sweep; the runtime sets it)."""
         budgets.on_wake = self.budget_tasks.wake
         budgets.on_records = self.budget_tasks.sync
         failures.on_change = self._on_write_failure
@@ -353,10 +357,14 @@ class Operator:
             self.queue.add(namespace)
 
     def on_policy(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
-        """A DynamicQuotaPolicy event: every namespace is decided again if its spec changed."""
+        """A DynamicQuotaPolicy event: every namespace is decided again if its spec changed,
+        and :attr:`on_policy_spec` is called (what the tenant projections show of it, e.g. its
+        ``writeRate``, may change with no quota write)."""
         seen = self.cluster.on_policy(event_type, obj)
         if seen is PolicySeen.SPEC:
             self.requeue_all()
+            if self.on_policy_spec is not None:
+                self.on_policy_spec()
         if seen is not PolicySeen.NOTHING:
             self.status.mark_dirty()
 

@@ -39,7 +39,6 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from dynquota._k8s.errors import ConflictError, KubeError
@@ -52,17 +51,15 @@ from dynquota.operator.ports import (
     HELD_POLICIES,
     HELD_TARPIT,
     LeaderView,
-    PolicyRecord,
     SwitchView,
 )
 from dynquota.operator.reporting import Reporter
 from dynquota.operator.write_gate import TARPIT_ENGAGE, TARPIT_RELEASE, WriteGate
-from dynquota.policy import Governance
+from dynquota.operator.write_rate import Rule
 from dynquota.policy.applied import WriteRateFacts
 from dynquota.policy.churn import (
     ChurnSample,
     TarpitState,
-    WriteRate,
     decide_churn,
     tarpit_rules,
     tarpitted,
@@ -71,7 +68,7 @@ from dynquota.policy.durations import format_duration
 from dynquota.policy.models import WRITE_RATE_MAX_WINDOW
 from dynquota.settings import Settings
 
-__all__ = ["HELD_REREAD", "TICK", "Governor", "Rule", "TarpitStore", "rule_for"]
+__all__ = ["HELD_REREAD", "TICK", "Governor", "TarpitStore"]
 
 log = logging.getLogger("dynquota.operator")
 
@@ -90,31 +87,6 @@ class TarpitStore(Protocol):
     ) -> TarpitSchema: ...
 
 
-@dataclass(frozen=True)
-class Rule:
-    """What governs a namespace's writes: the policy's ``writeRate`` (``None``: none) and
-    whether the namespace is in dry run (the policy's or the operator's)."""
-
-    rate: WriteRate | None
-    dry_run: bool = False
-
-
-def rule_for(
-    governance: Governance | None, records: Mapping[str, PolicyRecord], dry_run: bool
-) -> Rule:
-    """The :class:`Rule` of a namespace governed as ``governance`` (``None``: not known),
-    with the stored policies ``records`` and the operator's ``dry_run``: the governing
-    policy's ``writeRate`` when the namespace is managed (unmanaged, frozen or excluded: none,
-    so a namespace held is released)."""
-    if governance is None or governance.kind != "managed" or governance.policy is None:
-        return Rule(None)
-    record = records.get(governance.policy)
-    spec = record.info.spec if record is not None else None
-    if spec is None or spec.write_rate is None:
-        return Rule(None)
-    return Rule(spec.write_rate.rule, governance.dry_run or dry_run)
-
-
 class Governor:
     """See the module docs.
 
@@ -128,7 +100,8 @@ class Governor:
         metrics: ``dynquota_tarpitted``, ``dynquota_writes_held_total``.
         leader: only the leader decides and writes.
         switch: the kill switch (engaged: release all, engage none).
-        rule_of: the :class:`Rule` of a namespace now.
+        rule_of: the :class:`~dynquota.operator.write_rate.Rule` of a namespace now
+            (:func:`~dynquota.operator.write_rate.rule_for`).
         exists: whether a namespace exists (is known to the cluster view).
         quota_uid: the uid of a namespace's managed quota (the Events' object; ``""``: none).
         monotonic: seconds on a clock that never steps.
@@ -326,7 +299,8 @@ class Governor:
                 now=now,
                 started_at=self.started_at,
             )
-            if decision.action in ("engage", "release") or decision.state != state:
+            dry = decision.state.tarpitted and rule.dry_run
+            if decision.state != state or dry != (ns in self._dry):  # dry run switched: now
                 self._set(ns, decision.state, decision.reason, rule)
             elif decision.action == "hold":
                 self._why[ns] = decision.reason

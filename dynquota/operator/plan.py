@@ -38,7 +38,6 @@ from dynquota.names import (
 )
 from dynquota.operator.brake import CONFIRM, UnmanageBrake, counted
 from dynquota.operator.decision import decide_namespace, governance_of, observe
-from dynquota.operator.governor import rule_for
 from dynquota.operator.plan_budgets import budget_plans, snapshot_budgets
 from dynquota.operator.plan_companion import companion_of, missing_defaults
 from dynquota.operator.plan_model import (
@@ -52,6 +51,7 @@ from dynquota.operator.plan_model import (
 )
 from dynquota.operator.plan_snapshot import ClusterSnapshot
 from dynquota.operator.ports import PolicyRecord
+from dynquota.operator.write_rate import rule_for
 from dynquota.policy import (
     KILL_SWITCH,
     MANAGED_LABEL,

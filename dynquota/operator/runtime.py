@@ -170,6 +170,7 @@ class Runtime:
         )
         """The tenant projections (``AppliedDynamicQuota``), fed after every reconcile."""
         operator.governor.on_change = self.applied.poke
+        operator.on_policy_spec = self.applied.policies_changed  # writeRate etc.: shown at once
         operator.reporter.on_reported = self.applied.observe
         operator.budgets.on_status = self.applied.budget_status  # a joiner's figures, promptly
         if isinstance(self.gate, LeaderGate):

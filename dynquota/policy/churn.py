@@ -27,6 +27,21 @@ does no I/O. Rules, in order:
    ``started_at`` — losing history must never speed a release up, as it never speeds a
    downscale up. A namespace found tarpitted at start (its name is in the FlowSchema's rules)
    is held, not released, until it has been quiet for a quiet period since the start.
+6. **A looser rule** (the policy edited while the namespace is held: ``rule`` is :func:`looser`
+   than ``state.rule``, the one it was last judged by: a limit no smaller in a window no
+   longer, one of them changed): judged by the new rule at once. Quiet by it (at most
+   ``rule.limit // 2`` writes in its window, and at least one window of history since
+   ``started_at``): ``release`` now, without waiting a quiet period; the administrator who
+   raised the limit said that much churn is fine. Not quiet by it: rules 3-4 under the new
+   rule. Half the new limit, not the limit, for rule 3's reason: what the watches see is the
+   contained rate, and a churner let out at more than half its new limit is likely over it
+   again within a window. A stricter rule, or one that changed only ``quietPeriod``, releases
+   no sooner than rules 3-4 (a shorter ``quietPeriod`` shortens the wait by itself); so does a
+   longer window, even with a limit larger in proportion: the counts of the longer window were
+   not all kept (the governor keeps the current window's), and losing history must never speed
+   a release up (rule 5). The rule a namespace found at start was engaged under is not known
+   (``state.rule`` ``None``): no rule 6 until it was judged once. Less than a window since
+   ``started_at``: held (rule 4) and judged by rule 6 again once there is.
 
 The counts cover writes the watches saw, of the watched kinds only: churn of other kinds
 (Secrets, Leases, a CRD's objects), updates and relists are out of the governor's sight, and so
@@ -48,6 +63,7 @@ __all__ = [
     "TarpitState",
     "WriteRate",
     "decide_churn",
+    "looser",
     "tarpit_rules",
     "tarpitted",
     "writes_in_window",
@@ -90,13 +106,26 @@ class ChurnSample:
     deletes: int
 
 
+def looser(rule: WriteRate, than: WriteRate) -> bool:
+    """Whether ``rule`` lets through every run of writes ``than`` does, and more (rule 6): a
+    ``limit`` no smaller in a ``window`` no longer, one of them different (every window of
+    ``rule`` lies in one of ``than``). ``quietPeriod`` does not count."""
+    return (
+        rule.limit >= than.limit
+        and rule.window <= than.window
+        and (rule.limit, rule.window) != (than.limit, than.window)
+    )
+
+
 @dataclass(frozen=True)
 class TarpitState:
     """A namespace's place in the tarpit: tarpitted or not, since when its writes have been
-    quiet (s; None: not quiet, or not tarpitted)."""
+    quiet (s; None: not quiet, or not tarpitted) and the rule it was last judged by while
+    tarpitted (``None``: not tarpitted, or not judged since the start: rule 6)."""
 
     tarpitted: bool = False
     quiet_since: float | None = None
+    rule: WriteRate | None = None
 
 
 @dataclass(frozen=True)
@@ -129,11 +158,11 @@ def decide_churn(
     """One namespace's decision (the rules in the module docs).
 
     Args:
-        rule: the governing policy's ``writeRate``.
+        rule: the governing policy's ``writeRate`` now.
         samples: the namespace's write counts, any order; only the last ``rule.window``
             seconds count (older ones may be passed and are ignored).
         state: the namespace's tarpit state before this decision (tarpitted: its name is in
-            the tarpit FlowSchema's rules).
+            the tarpit FlowSchema's rules; ``rule``: the rule it was last judged by, rule 6).
         held_at_maximum: the managed quota is at the policy's maximum for a watched key and
             creates are still being refused.
         now: the time of the decision (s, the samples' clock).
@@ -147,12 +176,23 @@ def decide_churn(
     )
     if not state.tarpitted:
         if pressure:
-            return ChurnDecision("engage", TarpitState(True), writes, None, f"tarpit: {why}")
+            return ChurnDecision(
+                "engage", TarpitState(True, rule=rule), writes, None, f"tarpit: {why}"
+            )
         return ChurnDecision("none", state, writes, None, f"not tarpitted: {seen}")
     if pressure or writes > rule.limit // 2:
         return ChurnDecision(
-            "hold", TarpitState(True), writes, None, f"held in the tarpit: {why} (quiet at "
-            f"{rule.limit // 2} or fewer)",
+            "hold", TarpitState(True, rule=rule), writes, None, f"held in the tarpit: {why} "
+            f"(quiet at {rule.limit // 2} or fewer)",
+        )  # fmt: skip
+    before = state.rule
+    relaxed = before is not None and looser(rule, before)
+    if before is not None and relaxed and now - started_at >= rule.window:
+        return ChurnDecision(
+            "release", TarpitState(False), writes, None,
+            f"released from the tarpit: its writeRate was relaxed ({before.limit} writes in "
+            f"{before.window} s -> {rule.limit} in {rule.window} s): {seen}, quiet at "
+            f"{rule.limit // 2} or fewer",
         )  # fmt: skip
     quiet_since = max(state.quiet_since if state.quiet_since is not None else now, started_at)
     release_at = quiet_since + rule.quiet_period
@@ -162,8 +202,10 @@ def decide_churn(
             f"released from the tarpit: {seen}, quiet for {now - quiet_since:.0f} s "
             f"(quietPeriod {rule.quiet_period} s)",
         )  # fmt: skip
+    judged_by = before if relaxed else rule  # rule 6 waits for a window of history
+    recheck_at = min(release_at, started_at + rule.window) if relaxed else release_at
     return ChurnDecision(
-        "hold", TarpitState(True, quiet_since), writes, release_at,
+        "hold", TarpitState(True, quiet_since, judged_by), writes, recheck_at,
         f"held in the tarpit: {seen}, quiet for {now - quiet_since:.0f} s of "
         f"{rule.quiet_period} s",
     )  # fmt: skip

@@ -1152,3 +1152,30 @@ def test_write_rate_tarpit_render(helm: Path, monkeypatch: pytest.MonkeyPatch) -
     assert settings.tarpit_flow_schema == "dq-dynquota-tarpit"
     assert settings.tarpit_resources == ["pods", "configmaps", "secrets"]
     assert settings_from(one(default, "Deployment"), monkeypatch).tarpit_flow_schema == ""
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        "system:authenticated",
+        "system:unauthenticated",
+        "system:serviceaccounts",
+        "system:serviceaccounts:team-a",
+    ],
+)
+def test_a_bypass_group_that_holds_tenants_is_refused(helm: Path, group: str) -> None:
+    """MED-4: such a group sent every tenant's writes to the bypass schema: the tarpit held
+    nothing while the Events, the metric and the tenant's status said it did."""
+    done = run_helm(
+        helm, "template", RELEASE, str(CHART),
+        "--set", "writeRate.enabled=true", "--set", f"writeRate.bypassGroups={{{group}}}",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert (
+        f'writeRate.bypassGroups: "{group}" holds tenants (every authenticated or anonymous '
+        "user, or every ServiceAccount of the cluster or of a namespace): their writes would "
+        "bypass the tarpit"
+    ) in done.stderr, done.stderr
+    admins = render(helm, "--set", "writeRate.enabled=true",
+                    "--set", "writeRate.bypassGroups={platform-admins}")  # fmt: skip
+    assert one(admins, "FlowSchema", f"{RELEASE}-dynquota-tarpit-bypass-admins")

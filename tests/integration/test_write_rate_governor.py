@@ -106,14 +106,23 @@ def listed(flow: Any) -> set[str]:
 
 
 def governed_namespace(
-    c: OperatorCluster, scope: dict[str, str], dry_run: bool = False, quiet: str = f"{QUIET}s"
-) -> str:
-    """A namespace under a policy with ``writeRate`` (limit 20 in 10 s, quiet period 10 s)."""
+    c: OperatorCluster, scope: dict[str, str], dry_run: bool = False, quiet: str = f"{QUIET}s",
+    policy: str = "",
+) -> str:  # fmt: skip
+    """A namespace under a policy (``policy``, default a random name) with ``writeRate``
+    (limit 20 in 10 s, quiet period 10 s)."""
     ns = c.new_namespace(scope)
     write_rate = {"limit": LIMIT, "window": f"{WINDOW}s", "quietPeriod": quiet}
-    c.policy(f"p-{uuid.uuid4().hex[:6]}", scope, dry_run=dry_run,
+    c.policy(policy or f"p-{uuid.uuid4().hex[:6]}", scope, dry_run=dry_run,
              extra_spec={"writeRate": write_rate})  # fmt: skip
     return ns
+
+
+def edit_policy(c: OperatorCluster, name: str, spec: dict[str, Any]) -> float:
+    """Merge-patch the policy's ``spec``; returns the monotonic time of the patch."""
+    c.custom.patch_cluster_custom_object("dynquota.io", "v1alpha1", "dynamicquotapolicies",
+                                         name, {"spec": spec})  # fmt: skip
+    return time.monotonic()
 
 
 def churn(c: OperatorCluster, ns: str, objects: int = 20) -> None:
@@ -269,3 +278,48 @@ def test_rules_reset_mid_incident_are_written_again(
     wait_until(lambda: listed(flow) == {ns}, f"{ns} listed again", timeout=30)
     print(f"\nmeasured: re-asserted {time.monotonic() - reset:.1f} s after the reset")
     assert len(c.events(ns, "Tarpitted")) == 1
+
+
+def test_a_larger_limit_releases_at_once_and_the_tenant_view_follows(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator,
+    tarpit: Any,
+) -> None:  # fmt: skip
+    """docs/runbook.md: "give the namespace a policy with a larger writeRate.limit ...; a
+    policy change applies within a second" (churn.py rule 6; was: held a full quiet period,
+    and the tenant view showed the old limit until the writer's 30 s sweep)."""
+    c, flow = op_cluster, tarpit
+    name = f"p-{uuid.uuid4().hex[:6]}"
+    ns = governed_namespace(c, scope, quiet="1h", policy=name)
+    start_operator(**GOVERNED)
+    engaged(c, flow, ns)
+    wait_until(lambda: tenant_view(c, ns).get("tarpitted"), "the projection shows the tarpit",
+               timeout=15)  # fmt: skip
+    edited = edit_policy(c, name, {"writeRate": {"limit": 100000}})
+    wait_until(lambda: tenant_view(c, ns).get("limit") == 100000, "the new limit shown",
+               timeout=5)  # fmt: skip
+    shown = time.monotonic() - edited
+    # at once, or (operator started less than a window ago: rule 5) a window after its start
+    wait_until(lambda: not listed(flow), f"{ns} released", timeout=WINDOW + 5)
+    released = time.monotonic() - edited
+    print(f"\nmeasured: new limit shown {shown:.1f} s, released {released:.1f} s after the edit")
+    c.wait_event(ns, "Released", contains="its writeRate was relaxed (20 writes in 10 s -> "
+                 "100000 in 10 s)")  # fmt: skip
+    wait_until(lambda: tenant_view(c, ns).get("tarpitted") is False, "the projection released",
+               timeout=5)  # fmt: skip
+
+
+def test_dry_run_switched_off_while_held_is_enforced_at_once(
+    op_cluster: OperatorCluster, scope: dict[str, str], start_operator: StartOperator,
+    tarpit: Any,
+) -> None:  # fmt: skip
+    """Was: listed only once the quiet clock changed the namespace's state (~20 s)."""
+    c, flow = op_cluster, tarpit
+    name = f"p-{uuid.uuid4().hex[:6]}"
+    ns = governed_namespace(c, scope, dry_run=True, quiet="1h", policy=name)
+    op = start_operator(**GOVERNED)
+    churn(c, ns)
+    c.wait_event(ns, "Tarpitted", contains="dry run, not enforced: tarpit:")
+    edited = edit_policy(c, name, {"dryRun": False})
+    wait_until(lambda: listed(flow) == {ns}, f"{ns} listed once enforced", timeout=5)
+    print(f"\nmeasured: listed {time.monotonic() - edited:.1f} s after dryRun: false")
+    assert op.sample("dynquota_tarpitted", {"namespace": ns, "enforcement": "enforced"}) == 1

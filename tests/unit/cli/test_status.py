@@ -97,3 +97,20 @@ def test_the_tarpit_line_says_why_the_tenant_gets_429s() -> None:
         "namespace stays at or below half the limit for the quiet period (why am I getting "
         "429s: docs/tenants.md)"
     )
+
+
+def test_the_tarpit_line_in_dry_run_says_nothing_is_throttled() -> None:
+    """LOW-1: it said "IN THE APF TARPIT (... (dry run: not enforced)): writes ... get 429"."""
+    held = {
+        "limit": 300, "window": "1m", "quietPeriod": "5m", "tarpitted": True,
+        "reason": "tarpit: 480 writes in 60 s (limit 300) (dry run: not enforced)",
+    }  # fmt: skip
+    policy = {**OBJ["status"].get("policy", {}), "dryRun": True}
+    text = status_text({**OBJ, "status": {**OBJ["status"], "writeRate": held, "policy": policy}})
+    line = next(x for x in text.splitlines() if x.startswith("writeRate:"))
+    assert line == (
+        "writeRate: 300 creates+deletes of pods and ConfigMaps in 1m, quiet period 5m; WOULD BE "
+        "IN THE APF TARPIT (tarpit: 480 writes in 60 s (limit 300)), but the policy is in dry "
+        "run: nothing is throttled; once enforced, writes of pods and ConfigMaps here would run "
+        "on a few seats and get 429 (Retry-After) when they are taken"
+    )

@@ -67,6 +67,7 @@ def wired(world: World, **kw: Any) -> tuple[AppliedWriter, FakeStore]:
     )
     op.reporter.on_reported = writer.observe
     op.budgets.on_status = writer.budget_status
+    op.on_policy_spec = writer.policies_changed  # as the runtime wires it
     return writer, store
 
 
@@ -109,7 +110,10 @@ async def test_a_policy_change_is_written_at_once_and_an_opt_out_deletes() -> No
     await writer.sync()
     raised = {"bufferPercent": 40, "minimum": 10, "maximum": 500, "upscaleCooldown": "60s",
               "downscaleCooldown": "300s"}  # fmt: skip
+    writer._wake.clear()  # what run() does before a pass
     world.op.on_policy(None, policy(pods=raised, generation=2))
+    # a pass soon, whether or not the reconcile writes the quota (writeRate: it does not)
+    assert writer.woken
     await world.reconcile("team-a")
     assert await writer.sync() == 1
     assert store.objects["team-a"].status["policy"]["resources"]["pods"]["maximum"] == "500"

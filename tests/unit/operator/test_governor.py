@@ -97,6 +97,7 @@ class Bed:
         )
         self.op.cluster.usage = FakeUsage()
         self.op.on_namespace(None, namespace("kube-system"))
+        self.generation = 1
         body = policy(selector={"matchLabels": {"team": "a"}}, dry_run=dry_run)
         body["spec"]["writeRate"] = {"limit": 10, "window": "60s", "quietPeriod": "120s"}
         policy_list(self.op, [body])
@@ -107,6 +108,16 @@ class Bed:
     @property
     def governor(self) -> Any:
         return self.op.governor
+
+    def edit(self, limit: int = 10, window: str = "60s", dry_run: bool = False) -> None:
+        """The policy edited (a new generation): ``writeRate`` and ``dryRun``."""
+        self.generation += 1
+        body = policy(
+            selector={"matchLabels": {"team": "a"}}, dry_run=dry_run, generation=self.generation
+        )
+        body["spec"]["writeRate"] = {"limit": limit, "window": window, "quietPeriod": "120s"}
+        body["metadata"]["resourceVersion"] = str(self.generation)
+        self.op.on_policy("MODIFIED", body)
 
     def churn(self, ns: str, writes: int) -> None:
         for i in range(writes):
@@ -341,3 +352,71 @@ async def test_nothing_is_decided_before_the_policies_are_listed() -> None:
     b.op.cluster.policies_listed = True
     await b.step(1)
     assert b.listed() == {"t1"}  # held: quiet for 0 s of 120 s
+
+
+async def test_a_larger_limit_releases_at_the_next_tick() -> None:
+    """MED-5: docs/runbook.md's "a policy change applies within a second" (churn.py rule 6)."""
+    b = Bed()
+    b.clock.now += 60  # a window of history since the start
+    b.churn("t1", 11)
+    await b.step()
+    assert b.listed() == {"t1"}
+    woken: list[bool] = []
+    b.op.on_policy_spec = lambda: woken.append(True)  # the tenant projections' writer
+    b.edit(limit=100_000)
+    assert woken == [True]
+    assert b.governor.facts("t1") == WriteRateFacts(
+        {"limit": 100_000, "window": "1m", "quietPeriod": "2m"},
+        "tarpit: 11 writes in 60 s (limit 10)",
+    )
+    await b.step(1)
+    assert b.tarpit.writes == [["t1"], []]
+    assert [r for _, r, _ in b.events_of("t1")] == ["Tarpitted", "Released"]
+    assert b.events_of("t1")[1][2] == (
+        "released from the tarpit: its writeRate was relaxed (10 writes in 60 s -> 100000 in "
+        "60 s): 11 writes in 60 s (limit 100000), quiet at 50000 or fewer"
+    )
+    assert b.sample("t1", "enforced") is None
+
+
+async def test_a_smaller_limit_never_releases_sooner() -> None:
+    b = Bed()
+    b.clock.now += 60
+    b.churn("t1", 11)
+    await b.step()
+    await b.step(60)  # the writes left the window: quiet from here
+    b.edit(limit=4)
+    await b.step(1)
+    await b.step(118)
+    assert b.listed() == {"t1"}
+    await b.step(1)  # 120 s of quiet: released by rule 4, as before the edit
+    assert b.tarpit.writes == [["t1"], []]
+
+
+async def test_a_larger_limit_still_over_half_of_it_holds() -> None:
+    b = Bed()
+    b.clock.now += 60
+    b.churn("t1", 15)
+    await b.step()
+    b.edit(limit=20)  # 15 > 20 // 2: held under the new rule
+    await b.step(1)
+    assert b.listed() == {"t1"}
+    assert b.governor._why["t1"] == (
+        "held in the tarpit: 15 writes in 60 s (limit 20) (quiet at 10 or fewer)"
+    )
+
+
+@pytest.mark.parametrize("to_dry_run", [False, True])
+async def test_switching_dry_run_applies_at_the_next_tick(to_dry_run: bool) -> None:
+    """dryRun true -> false while held in dry run: listed at the next tick (was: only once
+    the quiet clock changed its state, ~20 s); false -> true: taken out."""
+    b = Bed(dry_run=not to_dry_run)
+    b.churn("t1", 11)
+    await b.step()
+    assert b.listed() == (set() if not to_dry_run else {"t1"})
+    b.edit(dry_run=to_dry_run)
+    await b.step(1)
+    assert b.listed() == ({"t1"} if not to_dry_run else set())
+    enforcement = "dry-run" if to_dry_run else "enforced"
+    assert b.sample("t1", enforcement) == 1
+    assert [r for _, r, _ in b.events_of("t1")] == ["Tarpitted"]
