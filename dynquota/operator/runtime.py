@@ -135,10 +135,9 @@ class Runtime:
         self.clock = ServerClock()
         """The cluster's time on the monotonic clock, re-anchored to the apiserver's ``Date``."""
         self.informer_clock = ServerClock(monotonic=self.clock.monotonic)
-        """The informers' freshness clock: epoch seconds (their stats are timestamps) that only
-        advance with the monotonic clock, never re-anchored: a re-anchoring step of
-        :attr:`clock` would make a dead watch look fresh (a shrink on stale usage)."""
-        guard = AdmissionGuardReader(api_client, settings.budget_guard_name, observer)
+        """The informers' freshness clock: epoch seconds that only advance with the monotonic
+        clock, never re-anchored (a re-anchored step would make a dead watch look fresh)."""
+        guard = AdmissionGuardReader(api_client, settings.budget_guard_name, observer).seen
         self.operator = Operator(
             settings,
             clock=self.clock,
@@ -152,7 +151,7 @@ class Runtime:
             limit_ranges=self.cluster,
             budget_status=self.cluster,
             workloads=WorkloadClient(api_client, observer),
-            budget_guard=lambda: guard.seen(settings.budget_guard_kinds or ()),
+            budget_guard=lambda: guard(settings.budget_guard_kinds or ()),
             tarpit=FlowSchemaClient(api_client, observer) if settings.tarpit_flow_schema else None,
         )
         operator = self.operator
