@@ -12,6 +12,7 @@ leads and calls ``on_change``
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -19,6 +20,8 @@ from dynquota.operator.ports import LeaderView
 from dynquota.policy.budget_guard import GuardSeen
 
 __all__ = ["GUARD_RECHECK", "GuardWatch"]
+
+log = logging.getLogger("dynquota.operator")
 
 GUARD_RECHECK = 60.0
 """Seconds a read of the budget guard (two GETs) is reused; :meth:`GuardWatch.run`'s period."""
@@ -70,5 +73,8 @@ class GuardWatch:
         Runs until cancelled."""
         while True:
             await asyncio.sleep(self.recheck)
-            if self.leader.is_leader and await self.refresh():
-                self.on_change()
+            try:
+                if self.leader.is_leader and await self.refresh():
+                    self.on_change()
+            except Exception:  # a bug must not end the watch (the passes still read)
+                log.exception("budget guard watch: a read failed")
