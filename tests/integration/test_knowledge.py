@@ -99,6 +99,22 @@ def test_a_quota_and_a_namespace_deleted_in_a_watch_gap_are_noticed_within_one_r
     uid = c.quota(ns).metadata.uid
     rv_before = int(namespaces.resource_version or 0)
 
+    async def watched() -> Any:
+        return runtime.operator.cluster.current(ns)
+
+    # the precondition: the operator's own watch shows the quota it created, counted (else a
+    # decision reads it with a GET, and any run in the gap - the usage informers keep going and
+    # relist after the restart - re-creates it before the relist this test is about)
+    wait_until(
+        lambda: (
+            (q := op.call(watched)) is not None
+            and q.uid == uid
+            and q.used_counts().get("pods") == 5
+        ),
+        "the operator's watch shows the quota and its status.used",
+        timeout=30,
+    )
+
     op.call(runtime.objects.stop)
     c.core.delete_namespaced_resource_quota("dynquota", ns)
     c.delete_namespace(gone)
