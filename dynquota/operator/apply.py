@@ -57,6 +57,8 @@ __all__ = [
 log = logging.getLogger("dynquota.operator")
 
 RESTORER = "who may update dynamicquotapolicies.dynquota.io"
+FENCE_MARK: Final = "operator-writes"
+"""In a 403's message: refused by the chart's policy confining the operator's token."""
 REFUSED_RETRY: Final = 60.0
 """Seconds after a refused (not retryable) quota write before the namespace is decided again:
 the budget's slice writes back off to the same ceiling (``docs/budgets.md``)."""
@@ -122,6 +124,9 @@ class QuotaWriter:
         passed, just before the request is sent — where a replica paused by SIGSTOP or a VM
         pause would stop. ``None`` in production."""
         self._held_logged: dict[str, float] = {}
+        # ns -> when the confining policy last refused a write there (its first refusal in a
+        # while is decided again at once: the namespace may have changed since the decision)
+        self._fenced: dict[str, float] = {}
 
     def observe_confirmation(self, value: str | None) -> None:
         """``kube-system``'s :data:`~dynquota.operator.brake.CONFIRM` annotation: a valid time
@@ -374,12 +379,27 @@ class QuotaWriter:
         log_as: str | None = None,
     ) -> Applied:
         """A write (``what``: the action) the apiserver answered with ``exc``: retried with
-        backoff if retryable or the namespace is terminating; otherwise logged at ERROR (as
+        backoff if retryable or the namespace is terminating, or if the chart's policy confining
+        the token refused it for the first time in two :data:`REFUSED_RETRY` periods (the view
+        the decision read may be behind the apiserver's); otherwise logged at ERROR (as
         ``log_as`` if given), posted once as a ``QuotaWriteFailed`` Warning (result
         ``invalid``) and decided again after :data:`REFUSED_RETRY` seconds (an admin who
         fixes RBAC or a policy sees the write land within a minute, not at the resync)."""
         if exc.retryable or namespace_terminating(exc):
             return Applied(outcome=Outcome(retry=True), result="retry")
+        now = self.clock()
+        if exc.status == 403 and FENCE_MARK in exc.message:
+            first = now - self._fenced.get(namespace, -math.inf) > 2 * REFUSED_RETRY
+            self._fenced[namespace] = now
+            if first:
+                # e.g. a create decided on a namespace view one relabel (managed=false) behind
+                # the apiserver's: the fence held; decide again on what is known then
+                log.warning(
+                    "%s of quota in %s refused by the operator-writes policy (%s); the "
+                    "namespace may have changed since the decision: deciding it again",
+                    what, namespace, exc.message,
+                )  # fmt: skip
+                return Applied(outcome=Outcome(retry=True), result="retry")
         if log_as is None:
             log.error("%s of quota in %s refused: %s", what, namespace, exc)
         else:

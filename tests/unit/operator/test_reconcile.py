@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dynquota._k8s.errors import ApiError, ConflictError
+from dynquota._k8s.errors import ApiError, ConflictError, ForbiddenError
 from dynquota._k8s.workqueue import Outcome
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.operator.apply import REFUSED_RETRY
@@ -590,6 +590,35 @@ async def test_conflict_and_server_errors_retry_validation_errors_do_not(world: 
     assert "422 Invalid" in failed[0][3]
     assert world.op.metrics.reconciles.labels("invalid")._value.get() == 2
     world.quotas.create = original  # type: ignore[method-assign]
+
+
+async def test_a_first_refusal_by_the_confining_policy_is_decided_again_at_once(
+    world: World,
+) -> None:
+    """A create decided on a namespace view one relabel (managed=false) behind the apiserver's
+    is refused 403 by the chart's operator-writes policy (make test: an ERROR log and a
+    QuotaWriteFailed Event for a race): the first refusal in two REFUSED_RETRY periods is
+    retried with backoff and logged as a warning; a second one is reported as before."""
+    await setup_team(world, pods=14)
+    fence = ForbiddenError(
+        403,
+        "Forbidden",
+        'resourcequotas "dynquota" is forbidden: ValidatingAdmissionPolicy '
+        "'dq-operator-writes' with binding 'dq-operator-writes' denied request: dynquota: "
+        "the operator's ServiceAccount never creates or updates a ResourceQuota or LimitRange "
+        "in a namespace labelled dynquota.io/managed=false",
+    )
+
+    async def refuse(*args: Any, **kwargs: Any) -> QuotaSnapshot:
+        raise fence
+
+    world.quotas.create = refuse  # type: ignore[method-assign]
+    assert (await world.reconcile("team-a")).retry is True
+    assert [e for e in world.events.posted if e[2] == "QuotaWriteFailed"] == []
+    assert await world.reconcile("team-a") == Outcome(requeue_at=world.clock.now + REFUSED_RETRY)
+    assert len([e for e in world.events.posted if e[2] == "QuotaWriteFailed"]) == 1
+    world.clock.now += 2 * REFUSED_RETRY + 1  # a while later: the first again
+    assert (await world.reconcile("team-a")).retry is True
 
 
 async def test_a_standby_replica_writes_nothing(world: World) -> None:
