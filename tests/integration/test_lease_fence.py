@@ -117,6 +117,8 @@ def test_the_old_leaders_write_after_its_check_is_refused_by_the_apiserver(
     assert runtime is not None
     operator = runtime.operator
 
+    old_core = core_for(c, old, tmp_path)  # the paused replica's identity, for a probe
+    bare = c.new_namespace()  # no quota there: the probe's dry-run create meets only admission
     checked, proceed = threading.Event(), threading.Event()
     seen: list[tuple[str, bool]] = []
     refused: list[ApiError] = []
@@ -155,6 +157,16 @@ def test_the_old_leaders_write_after_its_check_is_refused_by_the_apiserver(
     assert checked.wait(60), "the upscale reached the write"
     assert seen == [("patch", True)]  # every client-side check passed
     set_holder(c, new)  # another replica took the Lease meanwhile
+    # the fence's parameter informer lags the Lease (test_residual_window_of_the_fence): wait
+    # until the apiserver refuses the old holder, or the paused patch may land in that window
+    # (CI: admitted, nothing refused)
+    wait_until(
+        lambda: (
+            probe(old_core, bare) == 403 and f"pod {old} is not the holder" in REFUSALS.get(403, "")
+        ),
+        "the apiserver's fence sees the new holder",
+        timeout=30,
+    )
     proceed.set()
     try:
         wait_until(lambda: refused, "the old leader's patch answered", timeout=30)
