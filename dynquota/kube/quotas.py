@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import aiohttp
@@ -99,11 +100,24 @@ class QuotaSnapshot:
             ),
         )
 
+    # A snapshot is read by every decision, metric and forecast until the next watch event
+    # replaces it: its quantities are parsed once (the dicts are not fields: not compared).
+    @cached_property
+    def _hard_units(self) -> dict[str, int | None]:
+        return {}
+
+    @cached_property
+    def _used_units(self) -> dict[str, int]:
+        return {k: n for k, text in self.status_used.items() if (n := _units(k, text)) is not None}
+
     def hard_int(self, resource: str) -> int | None:
         """``spec.hard[resource]`` as an integer in the key's unit (a count; millicores,
         bytes: :func:`dynquota.policy.unit_for`; rounded up), or ``None`` if absent or
         unparsable."""
-        return _units(resource, self.spec_hard.get(resource))
+        memo = self._hard_units
+        if resource not in memo:
+            memo[resource] = _units(resource, self.spec_hard.get(resource))
+        return memo[resource]
 
     def state(self) -> QuotaState:
         """The quota as :func:`~dynquota.policy.decide` reads it (``spec.hard`` parsed, a
@@ -112,8 +126,8 @@ class QuotaSnapshot:
 
     def used_counts(self) -> dict[str, int]:
         """``status.used`` as integers in each key's unit (counts; millicores, bytes; rounded
-        up; unparsable values left out)."""
-        return {k: n for k, text in self.status_used.items() if (n := _units(k, text)) is not None}
+        up; unparsable values left out). A new dict each call."""
+        return dict(self._used_units)
 
     def status_hard_int(self, resource: str) -> int | None:
         """``status.hard[resource]`` (what admission enforces) as an integer in the key's
@@ -139,7 +153,7 @@ class QuotaSnapshot:
     def uncharged(self, tally: Mapping[str, int]) -> dict[str, int]:
         """Per key enforced and counted: objects ``tally`` (key -> count) holds above
         ``status.used`` (admitted uncharged, not recounted yet)."""
-        used = self.used_counts()
+        used = self._used_units
         return {
             k: n - used[k]
             for k, n in tally.items()

@@ -212,14 +212,14 @@ class Reconciler:
         for attempt in range(CONFLICT_RETRIES + 1 + (watched is not None)):
             from_watch = attempt == 0 and watched is not None
             current = watched if from_watch else await self.quotas.get(namespace)
-            if (
+            # the tally ahead of the watched status.used: admission's charge may not be
+            # delivered yet, and only a read tells that from an object admitted uncharged
+            # (which lowers a raise); a decision to write nothing stands (under churn most do)
+            lagging = (
                 from_watch
                 and current is not None
-                and current.uncharged(self.cluster.tally(namespace, self.clock()))
-            ):
-                # the tally ahead of the watched status.used: admission's charge may not be
-                # delivered yet, and only a read tells that from an object admitted uncharged
-                continue
+                and bool(current.uncharged(self.cluster.tally(namespace, self.clock())))
+            )
             # Decide on what is known now: the policies may have been listed (or changed)
             # during the read (CI: an operator starting deleted three quotas as "no policy
             # matches", decided before its policy list landed, written after it).
@@ -235,7 +235,11 @@ class Reconciler:
                 namespace, governance, current, dry_run
             )
             decision = self._decide(namespace, governance, current, now, dry_run, missing)
-            if from_watch and (decision.dry_run or decision.action not in ("patch", "nothing")):
+            if from_watch and (
+                decision.dry_run
+                or decision.action not in ("patch", "nothing")
+                or (lagging and decision.action != "nothing")
+            ):
                 continue
             if not decision.dry_run:
                 # budgeted keys are the budget task's to write: their hard is its demand

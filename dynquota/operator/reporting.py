@@ -70,6 +70,12 @@ def observe_trend(
             view.exhaustion[(key, limit)] = left
 
 
+def _inputs(resource: str) -> tuple[int, tuple[str, ...]]:
+    """The key, among a namespace's series children, of what ``resource``'s series were last
+    set from (``k[1][0]`` is the resource, as for its series)."""
+    return (0, (resource, "inputs"))
+
+
 class Reporter:
     """Metrics, Events and the per-namespace view.
 
@@ -107,7 +113,7 @@ class Reporter:
         # ns -> (gauge, labels after the namespace) -> [its child, the value last set]: a
         # decision sets about 16 series, most to the value they hold (labels() and set() take
         # a lock each); every removal of a series goes through this class
-        self._children: dict[str, dict[tuple[int, tuple[str, ...]], list[Any]]] = {}
+        self._children: dict[str, dict[tuple[int, tuple[str, ...]], Any]] = {}
         # keyed by (namespace or object, reason, cause): never by message, which carries usage
         # and tenant text
         self._warned: TTLCache[tuple[str, str, str], tuple[str, float]] = TTLCache(
@@ -140,6 +146,8 @@ class Reporter:
         children = self._children.get(namespace)
         if children is not None:
             children.pop((id(gauge), labels), None)
+            if labels:
+                children.pop(_inputs(labels[0]), None)  # its key's series are set again
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, *labels)
 
@@ -218,10 +226,26 @@ class Reporter:
             self._forget_series(namespace, stale)
         self._metric_keys[namespace] = set(keys)
         optional = self._optional.setdefault(namespace, set())
+        children = self._children.setdefault(namespace, {})
         for resource in keys:
             profile = governance.profiles[resource]
-            unit = unit_for(resource)
             hard = current.hard_int(resource) if current is not None else None
+            # every series of the key is a function of these: under churn most decisions
+            # change one key, and each _set is a dictionary walk (kept with the series: a
+            # removal of one of them drops it)
+            inputs = (
+                profile,
+                hard,
+                usage.get(resource),
+                tally.get(resource),
+                status_used.get(resource),
+                view.exhaustion.get((resource, "hard")),
+                view.exhaustion.get((resource, "maximum")),
+            )
+            if children.get(_inputs(resource)) == inputs:
+                continue
+            children[_inputs(resource)] = inputs
+            unit = unit_for(resource)
             if hard is not None:
                 self._set(m.hard, namespace, unit.base(hard), resource)
             self._set(m.maximum, namespace, unit.base(profile.maximum), resource)

@@ -221,6 +221,8 @@ class PeakWindows:
         return min(self._held.values()) if self._held else None
 
     def _settle(self, now: float) -> None:
+        if not self._held and self.horizon == self._wanted:
+            return  # nothing held (every decision asks twice a key)
         for horizon, until in list(self._held.items()):
             if until <= now or horizon <= self._wanted:
                 del self._held[horizon]

@@ -90,6 +90,62 @@ def time_decisions(runtime: Runtime, spent: list[float]) -> None:
     reconciler.reconcile = timed  # type: ignore[method-assign]
 
 
+def time_phases(runtime: Runtime, buckets: dict[str, float]) -> None:
+    """Add the loop thread's CPU seconds spent in each named step of a decision to
+    ``buckets`` (``DYNQUOTA_SCALE_PHASES=1``: where the decision's CPU goes, unprofiled; the
+    wrappers cost about a microsecond each)."""
+    from dynquota.kube import quotas as quotas_module
+    from dynquota.operator import reconcile as reconcile_module
+
+    reconciler: Any = runtime.operator.reconciler
+
+    def sync(owner: Any, name: str, label: str) -> None:
+        original = getattr(owner, name)
+        buckets.setdefault(label, 0.0)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                buckets[label] += time.thread_time() - started
+
+        setattr(owner, name, timed)
+
+    def coroutine(owner: Any, name: str, label: str) -> None:
+        original = getattr(owner, name)
+        buckets.setdefault(label, 0.0)
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            spent = [0.0]
+            try:
+                return await cpu_timed(original(*args, **kwargs), spent)
+            finally:
+                buckets[label] += spent[0]
+
+        setattr(owner, name, timed)
+
+    for name in ("decide_namespace", "observe_trend", "observe", "apply_decision"):
+        sync(reconcile_module, name, name)
+    sync(quotas_module.QuotaSnapshot, "used_counts", "used_counts")
+    sync(quotas_module.QuotaSnapshot, "uncharged", "uncharged")
+    sync(reconciler.reporter, "report_usage", "report_usage")
+    sync(reconciler.reporter, "view", "view")
+    coroutine(reconciler.reporter, "report_decision", "report_decision")
+    coroutine(reconciler.companions, "missing_defaults", "missing_defaults")
+    coroutine(reconciler.writer, "apply", "writer.apply")
+    sync(reconciler.budgets, "shape", "budgets.shape")
+    sync(reconciler.budgets, "budgeted", "budgets.budgeted")
+    for name in ("tally", "governance", "current", "watched", "read_status_used"):
+        sync(reconciler.cluster, name, f"cluster.{name}")
+    sync(type(reconciler.cluster.peaks), "observe", "peaks.observe")
+    sync(type(reconciler.cluster.peaks), "peak", "peaks.peak")
+    sync(reconciler.stall, "observe_usage", "stall.observe_usage")
+    coroutine(reconciler, "_reconcile", "_reconcile")
+    for name in ("_next_look", "_phantom", "_uncounted_since", "_quota_for_decision", "_decide"):
+        sync(reconciler, name, name)
+
+
 def instrument(
     runtime: Runtime, reaction_ns: str, reactions: list[float], phases: list[list[float]]
 ) -> None:
@@ -185,6 +241,7 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
     phases: list[list[float]] = []
     holder: list[Runtime] = []
     decision_cpu = [0.0]
+    decision_phases: dict[str, float] = {}
     gc_cpu = [0.0, 0.0]  # seconds of the loop thread's CPU in the cyclic GC; a start mark
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
@@ -198,6 +255,8 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
     def got(runtime: Runtime) -> None:
         holder.append(runtime)
         instrument(runtime, reaction_ns, reactions, phases)
+        if os.environ.get("DYNQUOTA_SCALE_PHASES"):
+            time_phases(runtime, decision_phases)
         time_decisions(runtime, decision_cpu)
 
     stop = asyncio.Event()
@@ -220,6 +279,7 @@ async def operator(kubeconfig: str, stats_path: str, reaction_ns: str) -> None:
                 "ready": runtime.ready.is_set(),
                 "decisions": _total(runtime.metrics.reconciles),
                 "decision_cpu": decision_cpu[0],
+                "decision_phases": decision_phases,
                 "gc_cpu": gc_cpu[0],
                 "gc_counts": gc.get_count(),
                 "gc_tracked": len(gc.get_objects())

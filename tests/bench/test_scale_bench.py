@@ -129,6 +129,8 @@ class Proc:
             if key in stats:
                 figures[key] = float(stats[key])
         figures["t"] = time.monotonic()
+        for phase, seconds in (stats.get("decision_phases") or {}).items():
+            figures[f"phase:{phase}"] = float(seconds)
         self.marks[label] = figures
         return figures
 
@@ -143,6 +145,23 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(10)
+
+
+def decision_phases(d0: dict[str, float], d1: dict[str, float], decisions: float) -> list[str]:
+    """Lines of the decision's CPU by step (ms per decision, nested steps counted in their
+    callers too), when the probe timed them (``DYNQUOTA_SCALE_PHASES=1``)."""
+    steps = {
+        key.removeprefix("phase:"): (d1[key] - d0.get(key, 0.0)) / max(decisions, 1) * 1e3
+        for key in d1
+        if key.startswith("phase:")
+    }
+    if not steps:
+        return []
+    ranked = sorted(steps.items(), key=lambda item: -item[1])
+    return [
+        "decision CPU by step (ms per decision, nested in their callers): "
+        + ", ".join(f"{name} {value:.3f}" for name, value in ranked)
+    ]
 
 
 def start_dynquota(kubeconfig: str, workdir: Path, reaction_ns: str = "") -> Proc:
@@ -614,6 +633,7 @@ def test_scale_b_churn(tmp_path: Path, procs: list[Proc]) -> None:
                 f"idle reaction by phase: {idle_phases}",
                 f"reaction namespace: {len(idle) + len(busy) + 1} crossings, {r.writes:.0f} writes",
                 f"writes at rest ({REST_SECONDS} s): {rest_writes:.0f}",
+                *decision_phases(d0, d1, decisions),
             ],
         )
         assert rest_writes == 0

@@ -181,6 +181,39 @@ async def test_the_reporter_posts_through_the_gate_and_warns_once() -> None:
     assert reporter.views == {}
 
 
+def test_the_reporter_sets_a_keys_series_from_new_inputs_and_again_after_a_removal() -> None:
+    """Issue 25: a key whose inputs did not change since its series were set is skipped; a
+    removal of one of its series (the quota deleted) makes the next report set them again."""
+    clock, leader, state = Clock(), Leader(), SwitchState(engaged=False)
+    cluster = known_cluster(clock)
+    cluster.on_namespace(None, namespace("team-a"))
+    governance = cluster.governance("team-a")
+    assert governance is not None
+    reporter = reporter_of(gate_of(cluster, state, leader), clock)
+    quota = QuotaSnapshot("team-a", "dynquota", "uid", "1", spec_hard={"pods": "14"})
+
+    def sample(name: str) -> float | None:
+        labels = {"namespace": "team-a", "resource": "pods", "enforcement": "unknown"}
+        value: float | None = reporter.metrics.registry.get_sample_value(name, labels)
+        return value
+
+    usage = {"pods": 10, "configmaps": 3}
+    for _ in range(2):
+        reporter.report_usage("team-a", governance, usage, usage, usage, quota)
+        assert (sample("dynquota_hard"), sample("dynquota_usage")) == (14, 10)
+    reporter.quota_deleted("team-a", "not managed")
+    assert sample("dynquota_hard") is None
+    reporter.report_usage("team-a", governance, usage, usage, usage, quota)
+    assert (sample("dynquota_hard"), sample("dynquota_usage")) == (14, 10)
+    grown = {"pods": 11, "configmaps": 3}
+    reporter.report_usage("team-a", governance, grown, usage, grown, quota)
+    assert (sample("dynquota_usage"), sample("dynquota_tally"), sample("dynquota_drift")) == (
+        11,
+        11,
+        1,
+    )
+
+
 # -- the deleter -------------------------------------------------------------------------------
 
 

@@ -927,6 +927,31 @@ async def test_a_tally_ahead_of_the_watched_status_used_is_read_before_deciding(
     assert quotas.hard("team-a")["pods"] == "16"  # ceil(11 * 1.4): not "15 until a recount"
 
 
+async def test_a_tally_ahead_of_the_watched_status_used_is_not_read_for_a_decision_to_write_nothing() -> (
+    None
+):
+    """Issue 25: the read above is for a raise, which objects admitted uncharged lower; a
+    decision from the watched copy that writes nothing stands (under churn most decisions are
+    such, and the charge's own watch event decides again)."""
+    world = World()
+    world.quotas = quotas = CountingQuotas()
+    world.op = world.new_operator()
+    await setup_team(world, pods=10)
+    await world.reconcile("team-a")  # create: hard 14
+    quotas.set_used("team-a", {"pods": "10", "configmaps": "0"})
+    world.op.on_quota("ADDED", copy.deepcopy(quotas.objects["team-a"]))
+    gets, writes = quotas.gets, len(quotas.writes)
+    quotas.set_used("team-a", {"pods": "9", "configmaps": "0"})  # a delete, recounted
+    world.op.on_quota("MODIFIED", copy.deepcopy(quotas.objects["team-a"]))
+    quotas.set_used("team-a", {"pods": "10", "configmaps": "0"})  # charged; not delivered yet
+    world.usage.counts[("team-a", "pods")] = 10
+    world.clock.now = T0 + 60
+    await world.reconcile("team-a")
+    assert (quotas.gets, len(quotas.writes)) == (gets, writes)
+    assert quotas.hard("team-a")["pods"] == "14"
+    assert world.op.reporter.view("team-a").usage["pods"] == 10
+
+
 async def test_the_per_namespace_series_say_enforced_or_dry_run(world: World) -> None:
     """Issue 30: the reporter labels a namespace's series with how its hard is held."""
     await setup_team(world, pods=14)
