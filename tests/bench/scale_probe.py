@@ -127,6 +127,30 @@ def time_phases(runtime: Runtime, buckets: dict[str, float]) -> None:
 
     for name in ("decide_namespace", "observe_trend", "observe", "apply_decision"):
         sync(reconcile_module, name, name)
+    # how often a decision's inputs repeat the namespace's last ones (a memo's hit rate)
+    last: dict[str, Any] = {}
+    timed_decide = reconcile_module.decide_namespace
+    buckets.setdefault("repeats", 0.0)
+
+    def decide_namespace(
+        namespace: str, governance: Any, observed: Any, quota: Any, **kw: Any
+    ) -> Any:
+        replica = kw.get("replica")
+        inputs = (
+            governance,
+            dict(observed.usage),
+            quota,
+            kw.get("kill_switch"),
+            int(kw["now"]),
+            dict(replica.peak) if replica is not None else None,
+            kw.get("current").resource_version if kw.get("current") is not None else None,
+        )
+        if last.get(namespace) == inputs:
+            buckets["repeats"] += 1e-3  # printed per decision in ms: the hit rate
+        last[namespace] = inputs
+        return timed_decide(namespace, governance, observed, quota, **kw)
+
+    reconcile_module.decide_namespace = decide_namespace  # type: ignore[assignment]
     sync(quotas_module.QuotaSnapshot, "used_counts", "used_counts")
     sync(quotas_module.QuotaSnapshot, "uncharged", "uncharged")
     sync(reconciler.reporter, "report_usage", "report_usage")
