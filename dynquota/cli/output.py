@@ -141,12 +141,55 @@ def _compile(template: str) -> list[_Part]:
         if not rest:
             parts.append(("path", None))
             continue
-        path = "$" + rest if rest.startswith((".", "[")) else "$." + rest
+        path = "$" + _quoted_fields(rest if rest.startswith((".", "[")) else "." + rest)
         try:
             parts.append(("path", parse(path)))
         except Exception as exc:  # jsonpath-ng raises its own errors and a bare Exception
             raise OutputError(f"jsonpath {{{expr}}}: {exc}") from exc
     return parts
+
+
+_BARE_FIELD = re.compile(r"[A-Za-z_@][A-Za-z0-9_@-]*|\*|")
+"""A field name jsonpath-ng reads bare (its lexer's ``ID``; ``*``; empty: ``..``)."""
+
+
+def _quoted_fields(path: str) -> str:
+    """``path`` with kubectl's field names in jsonpath-ng's syntax: a ``\\.`` in a name is a
+    dot of the name (``parser.go`` ``parseField``: ``{.hard.requests\\.cpu}``), and a name
+    jsonpath-ng cannot read bare (a dot, a ``/``: ``dynquota\\.io/policy``) is quoted
+    (``.'requests.cpu'``). Subscripts (``[0]``, ``['a.b']``) are copied as written."""
+    if "\\" not in path and "/" not in path:
+        return path
+    out: list[str] = []
+    i = 0
+    while i < len(path):
+        if path[i] == "[":
+            end, quote = i + 1, ""
+            while end < len(path) and (quote or path[end] != "]"):
+                if quote and path[end] == "\\":
+                    end += 1
+                elif path[end] in "\"'":
+                    quote = "" if quote == path[end] else quote or path[end]
+                end += 1
+            out.append(path[i : end + 1])
+            i = end + 1
+            continue
+        if path[i] != ".":  # (jsonpath-ng reports what it cannot parse)
+            out.append(path[i:])
+            break
+        name: list[str] = []
+        i += 1
+        while i < len(path) and path[i] not in ".[":
+            if path[i] == "\\" and i + 1 < len(path):
+                i += 1
+            name.append(path[i])
+            i += 1
+        field = "".join(name)
+        if _BARE_FIELD.fullmatch(field):
+            out.append("." + field)
+        else:
+            out.append(".'" + field.replace("\\", "\\\\").replace("'", "\\'") + "'")
+    return "".join(out)
 
 
 def _split(template: str) -> list[tuple[bool, str]]:

@@ -229,6 +229,21 @@ def test_output_formats() -> None:
     assert columns([("A", "BB", "C"), ("aaa", "b", "")]) == "A    BB  C\naaa  b"
 
 
+def test_jsonpath_reads_a_field_name_with_an_escaped_dot_as_kubectl_does() -> None:
+    """kubectl's parser.go parseField: ``\\.`` is a dot of the name (quota keys and
+    annotation keys hold dots: ``requests.cpu``, ``dynquota.io/policy``)."""
+    document = {
+        "hard": {"requests.cpu": "2", "pods": "10"},
+        "metadata": {"annotations": {"dynquota.io/policy": "p1"}},
+        "rows": [{"hard": {"requests.cpu": "1"}}, {"hard": {"requests.cpu": "500m"}}],
+    }
+    assert render_jsonpath(document, r"{.hard.requests\.cpu}") == "2"
+    assert render_jsonpath(document, r"{.metadata.annotations.dynquota\.io/policy}") == "p1"
+    assert render_jsonpath(document, r"{.rows[*].hard.requests\.cpu}") == "1 500m"
+    assert render_jsonpath(document, "{.hard['requests.cpu']}{.hard.pods}") == "210"
+    assert render_jsonpath(document, r"{.hard.requests\.memory}") == ""  # absent: nothing
+
+
 DOCUMENT = {
     "kind": "Plan",
     "summary": {"text": "a<b & c", "atRisk": 2},
