@@ -101,11 +101,13 @@ def annotations(root: Path) -> dict[str, str]:
         "artifacthub.io/crdsExamples": dump([examples[e["kind"]] for e in entries]),
         "artifacthub.io/images": dump([{"name": "dynquota", "image": image}]),
         "artifacthub.io/license": "Apache-2.0",
-        "artifacthub.io/links": dump([
-            {"name": "Documentation", "url": f"{docs}/install.md"},
-            {"name": "Configuration", "url": f"{docs}/configuration.md"},
-            {"name": "Changelog", "url": f"{REPO}/blob/{tag(root)}/CHANGELOG.md"},
-        ]),  # fmt: skip
+        "artifacthub.io/links": dump(
+            [
+                {"name": "Documentation", "url": f"{docs}/install.md"},
+                {"name": "Configuration", "url": f"{docs}/configuration.md"},
+                {"name": "Changelog", "url": f"{REPO}/blob/{tag(root)}/CHANGELOG.md"},
+            ]
+        ),
         "artifacthub.io/operator": "true",
         "artifacthub.io/prerelease": "false",
     }
@@ -147,6 +149,8 @@ def readme(root: Path, values_table: str) -> str:
     chart = yaml.safe_load((root / "helm" / "dynquota" / "Chart.yaml").read_text())
     ver = version(root)
     docs = f"{REPO}/blob/{tag(root)}/docs"
+    values = yaml.safe_load((root / "helm" / "dynquota" / "values.yaml").read_text())
+    image = values["image"]["repository"]
     crd_rows = "\n".join(
         f"| `{c['metadata']['name']}` | {c['spec']['names']['kind']} | "
         f"{_first_sentence(c['spec']['versions'][0]['schema']['openAPIV3Schema']['description'])} |"
@@ -174,7 +178,7 @@ helm install dynquota oci://ghcr.io/dynquota/charts/dynquota --version {ver} \\
   --namespace dynquota-system --create-namespace
 ```
 
-The default image is `{yaml.safe_load((root / "helm" / "dynquota" / "values.yaml").read_text())["image"]["repository"]}:{ver}`
+The default image is `{image}:{ver}`
 (`image.repository`, `image.tag`; the tag defaults to the chart's `appVersion`). The CLI
 (`dynquota plan`, `status`, `override`, `kill-switch`, `cleanup`, also as `kubectl dynquota`)
 installs from PyPI: `pipx install dynquota=={ver}` or `uv tool install dynquota=={ver}`.

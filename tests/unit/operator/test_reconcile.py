@@ -927,9 +927,7 @@ async def test_a_tally_ahead_of_the_watched_status_used_is_read_before_deciding(
     assert quotas.hard("team-a")["pods"] == "16"  # ceil(11 * 1.4): not "15 until a recount"
 
 
-async def test_a_tally_ahead_of_the_watched_status_used_is_not_read_for_a_decision_to_write_nothing() -> (
-    None
-):
+async def test_a_decision_to_write_nothing_stands_on_a_watched_quota_behind_the_tally() -> None:
     """Issue 25: the read above is for a raise, which objects admitted uncharged lower; a
     decision from the watched copy that writes nothing stands (under churn most decisions are
     such, and the charge's own watch event decides again)."""
