@@ -3,10 +3,13 @@ acting as the identity the kubeconfig (or the flags) ask for (:mod:`dynquota.kub
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client, config
+from yarl import URL
 
 from dynquota import __version__
 from dynquota.kube.identity import Identity, ImpersonatingApiClient, load
@@ -64,10 +67,28 @@ async def new_api_client(
         identity = await load(configuration, kubeconfig, context)
     identity = identity.overridden(as_user, as_uid, as_groups)
     identity.check()
+    _proxy_from_environment(configuration)
     api_client = (
         ImpersonatingApiClient(configuration, identity)
         if identity.impersonating
         else client.ApiClient(configuration=configuration)
     )
     api_client.user_agent = user_agent or DEFAULT_USER_AGENT
+    # kubernetes_asyncio opens its aiohttp session with trust_env=True: every request then
+    # looks up ~/.netrc and the proxy variables in a worker thread, twice (two thread hops a
+    # call: 5 % of the operator's CPU under churn, issue 25). The proxy is looked up once above.
+    api_client.rest_client.pool_manager._trust_env = False
     return api_client
+
+
+def _proxy_from_environment(configuration: client.Configuration) -> None:
+    """Set ``configuration.proxy`` (and its ``Proxy-Authorization``) from ``HTTPS_PROXY``/
+    ``HTTP_PROXY``/``NO_PROXY`` for the apiserver's URL, as aiohttp's ``trust_env`` did per
+    request, when the kubeconfig names no ``proxy-url``. Raises nothing."""
+    if configuration.proxy:
+        return
+    with contextlib.suppress(LookupError, ValueError):
+        proxy, auth = get_env_proxy_for_url(URL(configuration.host or ""))
+        configuration.proxy = str(proxy)
+        if auth is not None:
+            configuration.proxy_headers = {"Proxy-Authorization": auth.encode()}

@@ -47,6 +47,24 @@ def _kubeconfig(tmp_path: Path, server: str, user: dict[str, Any]) -> str:
     return str(path)
 
 
+async def test_the_api_client_reads_the_environments_proxy_once_not_per_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25: aiohttp's trust_env looked up ~/.netrc and the proxy variables in a worker
+    thread at every request; the proxy is looked up once, as aiohttp did (NO_PROXY too)."""
+    for name in ("HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://u:p@proxy.example:3128")
+    kubeconfig = _kubeconfig(tmp_path, "https://10.1.2.3:6443", {})
+    async with await new_api_client(kubeconfig, "plain") as api:
+        assert api.rest_client.pool_manager.trust_env is False
+        assert api.rest_client.proxy == "http://proxy.example:3128"
+        assert api.rest_client.proxy_headers == {"Proxy-Authorization": "Basic dTpw"}
+    monkeypatch.setenv("NO_PROXY", "10.1.2.3")
+    async with await new_api_client(kubeconfig, "plain") as api:
+        assert (api.rest_client.proxy, api.rest_client.pool_manager.trust_env) == (None, False)
+
+
 def _point_at(path: Path, server: str) -> None:
     config = yaml.safe_load(path.read_text())
     config["clusters"][0]["cluster"]["server"] = server
