@@ -202,7 +202,7 @@ class Settings(BaseSettings):
         600, ge=1, description="every namespace is re-queued this often (reads only at rest)"
     )
     coalesce_seconds: float = Field(
-        0.1, ge=0, le=10, description="events for a namespace within this window: one decision"
+        0.25, ge=0, le=10, description="events for a namespace within this window: one decision"
     )
     kubeconfig: str = Field(
         "", description="kubeconfig path; empty: $KUBECONFIG, ~/.kube/config or in-cluster"
