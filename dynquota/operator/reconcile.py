@@ -27,6 +27,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from dynquota._k8s.errors import KubeError
 from dynquota._k8s.workqueue import Outcome, WorkQueue
@@ -141,6 +142,7 @@ class Reconciler:
         # ns -> the keys a quiet namespace's first run took as phantom: admission's charge
         # arrived before the object's own event, whose tally change then runs it at once
         self._confirming: dict[str, frozenset[str]] = {}
+        self._counted: dict[str, Any] = {}  # result -> its reconciles counter (one labels())
 
     def forget(self, namespace: str) -> None:
         """``namespace`` was deleted: what was remembered of it goes."""
@@ -180,7 +182,10 @@ class Reconciler:
             return Outcome(retry=True)
         finally:
             self.metrics.reconcile_seconds.observe(time.monotonic() - started)
-            self.metrics.reconciles.labels(result).inc()
+            counter = self._counted.get(result)
+            if counter is None:
+                counter = self._counted[result] = self.metrics.reconciles.labels(result)
+            counter.inc()
             self.metrics.queue_depth.set(len(self.queue))
 
     async def _reconcile(self, namespace: str) -> tuple[Outcome, ReconcileResult]:

@@ -12,7 +12,7 @@ The rules (sizing, tenant override, kill switch, dry run) are stated as implemen
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from dynquota.names import DEFAULT_OVERRIDE_TTL
 from dynquota.policy.decision import (
@@ -59,6 +59,18 @@ from dynquota.policy.units import unit_for
 from dynquota.quantity import Quantity
 
 __all__ = ["decide", "reject_unmanaged_override"]
+
+
+def _buffer(profile: ResourceProfile, fmt: Callable[[int], str]) -> str:
+    """``buffer 40%`` (``, minimum headroom 2``): the sizing a reason names."""
+    text = f"buffer {profile.buffer_percent}%"
+    if profile.minimum_headroom:
+        text += f", minimum headroom {fmt(profile.minimum_headroom)}"
+    return text
+
+
+def _window(profile: ResourceProfile) -> str:
+    return format_duration(profile.downscale_cooldown)  # as a reason names it (``1h``)
 
 
 def _nothing(note: str, dry_run: bool, events: list[Event] | None = None) -> Decision:
@@ -287,10 +299,7 @@ class _Sizer(KeyRules):
         self._report_state(resource, repairs, stamp_keys, used, profile)
 
         g = unit.granularity
-        buffer = f"buffer {profile.buffer_percent}%"
-        if profile.minimum_headroom:
-            buffer += f", minimum headroom {fmt(profile.minimum_headroom)}"
-        window = format_duration(profile.downscale_cooldown)
+        # (a reason's texts are made in its branch: most decisions under churn change nothing)
         t_used, t_peak = target(used, profile, g), target(peak, profile, g)
         desired: int
         kind: ChangeKind | None = None
@@ -310,18 +319,21 @@ class _Sizer(KeyRules):
             desired, kind = t_used, "create"
             usage_unknown = not unit.tally and resource not in self.usage
             why = "usage unknown yet, " if usage_unknown else f"usage {fmt(used)}, "
-            why += f"{buffer}{'' if usage_unknown else clamp_note(used, profile, unit)}"
+            why += (
+                f"{_buffer(profile, fmt)}{'' if usage_unknown else clamp_note(used, profile, unit)}"
+            )
         elif override.mode in ("expire", "cancel"):
             desired = t_peak
             kind = "override-expired"
             ended = ended_text(override, now, detailed=True)
-            why = f"{ended}, peak {fmt(peak)} over {window}, {buffer}"
+            why = f"{ended}, peak {fmt(peak)} over {_window(profile)}, {_buffer(profile, fmt)}"
             why += clamp_note(peak, profile, unit)
         elif policy_changed:
             desired = t_peak
             kind = "policy"
             why = (
-                f"policy {self.policy}, peak {fmt(peak)} over {window}, {buffer}, "
+                f"policy {self.policy}, peak {fmt(peak)} over {_window(profile)}, "
+                f"{_buffer(profile, fmt)}, "
                 f"minimum {fmt(profile.minimum)}, maximum {fmt(profile.maximum)}"
             )
         elif t_used > base and self._stall_holds(resource, unit, base, used):
@@ -333,7 +345,7 @@ class _Sizer(KeyRules):
                 desired = t_used
                 kind, why = (
                     "upscale",
-                    f"usage {fmt(used)}, {buffer}{clamp_note(used, profile, unit)}",
+                    f"usage {fmt(used)}, {_buffer(profile, fmt)}{clamp_note(used, profile, unit)}",
                 )
             else:
                 if t_used > max(used, base):  # after a repair, only the buffer is left to wait
@@ -371,7 +383,10 @@ class _Sizer(KeyRules):
             if now >= ready_at:
                 desired = t_peak
                 kind = "downscale"
-                why = f"peak {fmt(peak)} over {window}, {buffer}{clamp_note(peak, profile, unit)}"
+                why = (
+                    f"peak {fmt(peak)} over {_window(profile)}, {_buffer(profile, fmt)}"
+                    f"{clamp_note(peak, profile, unit)}"
+                )
             else:
                 self.pending.append(ready_at)
         else:
