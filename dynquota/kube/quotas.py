@@ -119,10 +119,14 @@ class QuotaSnapshot:
             memo[resource] = _units(resource, self.spec_hard.get(resource))
         return memo[resource]
 
+    @cached_property
+    def _state(self) -> QuotaState:
+        return QuotaState.parse(self.spec_hard, self.annotations)
+
     def state(self) -> QuotaState:
         """The quota as :func:`~dynquota.policy.decide` reads it (``spec.hard`` parsed, a
-        malformed quantity left out; the annotations). Pure."""
-        return QuotaState.parse(self.spec_hard, self.annotations)
+        malformed quantity left out; the annotations); parsed once (read only). Pure."""
+        return self._state
 
     def used_counts(self) -> dict[str, int]:
         """``status.used`` as integers in each key's unit (counts; millicores, bytes; rounded
