@@ -16,6 +16,7 @@ so callers (the informers, the operator) handle one small hierarchy:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "TransportError",
     "error_from_response",
     "error_from_status",
+    "redact_userinfo",
 ]
 
 
@@ -39,8 +41,22 @@ class KubeError(Exception):
     """Base of every error raised by :mod:`dynquota.kube`."""
 
 
+_USERINFO = re.compile(r"(?<=://)[^/@\s'\"]*@")
+
+
+def redact_userinfo(text: str) -> str:
+    """``text`` with the user information of every URL in it (``http://user:password@proxy``,
+    as a kubeconfig's ``proxy-url`` may carry; aiohttp puts the proxy's URL in its errors)
+    replaced by ``***@``. Pure."""
+    return _USERINFO.sub("***@", text)
+
+
 class TransportError(KubeError):
-    """The request got no usable answer (connection, TLS, timeout, truncated or bad body)."""
+    """The request got no usable answer (connection, TLS, timeout, truncated or bad body).
+    Its message never holds a URL's credentials (:func:`redact_userinfo`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_userinfo(message))
 
 
 class ApiError(KubeError):

@@ -62,7 +62,13 @@ def explain(exc: BaseException, what: str = "") -> UserError | None:
     import kubernetes_asyncio
     import yaml
 
-    from dynquota._k8s.errors import ApiError, ForbiddenError, NotFoundError, TransportError
+    from dynquota._k8s.errors import (
+        ApiError,
+        ForbiddenError,
+        NotFoundError,
+        TransportError,
+        redact_userinfo,
+    )
     from dynquota.kube.identity import IdentityError, KubeconfigMissingError
 
     prefix = f"{what}: " if what else ""
@@ -99,8 +105,15 @@ def explain(exc: BaseException, what: str = "") -> UserError | None:
             return UserError(f"{prefix}insufficient RBAC permissions (403): {message}")
         if status == 404 and (isinstance(exc, NotFoundError) or "dynamicquotapolicies" in what):
             return UserError(f"{prefix}{CRD_HINT}")
+        if status == 429:
+            # (e.g. "storage is (re)initializing" right after a CRD is re-created)
+            return UserError(
+                f"{prefix}the apiserver asked to retry later (429 Too Many Requests): "
+                f"{message}; run the command again"
+            )
         if status == 0:
-            return UserError(f"{prefix}cannot reach the Kubernetes API: {message or exc}")
+            text = redact_userinfo(f"{message or exc}")
+            return UserError(f"{prefix}cannot reach the Kubernetes API: {text}")
         return None
     if isinstance(exc, aiohttp.ClientError | TransportError | ConnectionError):
         return UserError(f"{prefix}{unreachable(exc)}")
@@ -113,6 +126,8 @@ def unreachable(exc: BaseException) -> str:
     error), else ``cannot reach the Kubernetes API: <the innermost cause>`` (never a repr
     of aiohttp's connection key)."""
     import aiohttp
+
+    from dynquota._k8s.errors import redact_userinfo
 
     chain: list[BaseException] = []
     cause: BaseException | None = exc
@@ -128,7 +143,7 @@ def unreachable(exc: BaseException) -> str:
         if isinstance(error, TimeoutError):
             return "cannot reach the Kubernetes API: no answer before the request timeout"
     innermost = chain[-1]
-    text = str(innermost) or type(innermost).__name__
+    text = redact_userinfo(str(innermost)) or type(innermost).__name__  # (a proxy's password)
     return f"cannot reach the Kubernetes API: {text}"
 
 

@@ -4,6 +4,7 @@ acting as the identity the kubeconfig (or the flags) ask for (:mod:`dynquota.kub
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 from collections.abc import Sequence
 
@@ -84,9 +85,14 @@ async def new_api_client(
 def _proxy_from_environment(configuration: client.Configuration) -> None:
     """Set ``configuration.proxy`` (and its ``Proxy-Authorization``) from ``HTTPS_PROXY``/
     ``HTTP_PROXY``/``NO_PROXY`` for the apiserver's URL, as aiohttp's ``trust_env`` did per
-    request, when the kubeconfig names no ``proxy-url``. Raises nothing."""
+    request, when the kubeconfig names no ``proxy-url``; never for a loopback apiserver
+    (``localhost``, ``127.0.0.0/8``, ``::1``), as kubectl. Raises nothing."""
     if configuration.proxy:
         return
+    with contextlib.suppress(LookupError, ValueError):
+        url = URL(configuration.host or "")
+        if url.host == "localhost" or ipaddress.ip_address(url.host or "").is_loopback:
+            return  # as kubectl (Go's httpproxy): a loopback apiserver is never proxied
     with contextlib.suppress(LookupError, ValueError):
         proxy, auth = get_env_proxy_for_url(URL(configuration.host or ""))
         configuration.proxy = str(proxy)

@@ -10,6 +10,8 @@ import aiohttp
 import pytest
 import yaml
 from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 import dynquota
 from dynquota._k8s.errors import (
@@ -17,6 +19,7 @@ from dynquota._k8s.errors import (
     NotFoundError,
     TransportError,
     error_from_response,
+    redact_userinfo,
 )
 from dynquota.cli import (
     CRD_HINT,
@@ -127,6 +130,37 @@ def test_explain_rbac_crd_and_transport_errors() -> None:
     assert "cannot reach" in str(explain(aiohttp.ServerDisconnectedError()))
     assert "cannot reach" in str(explain(aiohttp.ClientConnectionError("refused")))
     assert explain(ValueError("bug")) is None
+
+
+def test_a_429_is_one_line_and_no_error_shows_a_proxys_password() -> None:
+    """README-only attack: a 429 ("storage is (re)initializing" after a CRD was re-created)
+    was a traceback; a kubeconfig proxy-url's password was printed in every error."""
+    busy = error_from_response(
+        429, b'{"kind":"Status","message":"storage is (re)initializing","code":429}'
+    )
+    assert str(explain(busy, "listing quotabudgets")) == (
+        "listing quotabudgets: the apiserver asked to retry later (429 Too Many Requests): "
+        "storage is (re)initializing; run the command again"
+    )
+    proxied = aiohttp.ClientHttpProxyError(
+        aiohttp.RequestInfo(
+            URL("https://10.1.2.3:6443/api"), "GET", CIMultiDictProxy(CIMultiDict())
+        ),
+        (),
+        status=407,
+        message="Proxy Authentication Required",
+    )
+    text = str(
+        explain(TransportError(f"get namespaces: {proxied!r} via http://kuser:kpass@proxy:3128"))
+    )
+    assert "kpass" not in text
+    assert "kuser" not in text
+    assert "http://***@proxy:3128" in text
+    assert (
+        redact_userinfo("url='http://a:b@h:1/x', https://h/p@q")
+        == "url='http://***@h:1/x', https://h/p@q"
+    )
+    assert "kpass" not in str(explain(aiohttp.ClientConnectionError("http://kuser:kpass@proxy:1")))
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

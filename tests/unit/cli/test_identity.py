@@ -63,6 +63,12 @@ async def test_the_api_client_reads_the_environments_proxy_once_not_per_request(
     monkeypatch.setenv("NO_PROXY", "10.1.2.3")
     async with await new_api_client(kubeconfig, "plain") as api:
         assert (api.rest_client.proxy, api.rest_client.pool_manager.trust_env) == (None, False)
+    # as kubectl: a loopback apiserver (kind, the local control plane) is never proxied
+    monkeypatch.delenv("NO_PROXY")
+    for server in ("https://127.0.0.1:6443", "https://localhost:6443", "https://[::1]:6443"):
+        _point_at(Path(kubeconfig), server)
+        async with await new_api_client(kubeconfig, "plain") as api:
+            assert api.rest_client.proxy is None, server
 
 
 def _point_at(path: Path, server: str) -> None:
