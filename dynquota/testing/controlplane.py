@@ -15,9 +15,8 @@ taint-eviction controllers, so Jobs finish and a lost node's pods are evicted.
 Everything listens on 127.0.0.1 on free ports. Authentication: static tokens (the admin's, in
 group ``system:masters``; each component's own, non-exempt identity, see
 :data:`~dynquota.testing.components.COMPONENT_USERS`) and ServiceAccount tokens;
-authorization: ``Node,RBAC``; the default
-admission plugins stay on, so the ResourceQuota admission plugin enforces quotas. Each
-component's output goes to ``<workdir>/logs/<component>.log``.
+authorization: ``Node,RBAC``; the default admission plugins stay on, so the ResourceQuota
+admission plugin enforces quotas. Output: ``<workdir>/logs/<component>.log``.
 """
 
 from __future__ import annotations
@@ -216,6 +215,17 @@ class LocalControlPlane(SimulatedNodes):
     def start_controller_manager(self) -> None:
         """Start kube-controller-manager again with its original flags; returns once ready."""
         self._start_controller_manager()
+
+    def wait_controller_manager_working(self, timeout: float = 180.0) -> None:
+        """Wait until a restarted controller manager makes ``default`` in a new namespace (a
+        restart's check sees the first start's). Raises :class:`ControlPlaneError`."""
+        probe = f"kcm-ready-{secrets.token_hex(3)}"
+        self.kubectl("create", "namespace", probe)
+        sa = f"/api/v1/namespaces/{probe}/serviceaccounts/default"
+        try:
+            self._wait("kube-controller-manager", lambda: self._api_get(sa), f"no {sa}", timeout)
+        finally:
+            self.kubectl("delete", "namespace", probe, "--wait=false")
 
     def pid(self, name: str) -> int:
         """The process id of component ``name`` (``kube-apiserver``, ``etcd``, ...)."""

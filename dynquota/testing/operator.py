@@ -87,7 +87,7 @@ class OperatorCluster:
                 )
             ),
             f"the default ServiceAccount of {name}",
-            timeout=60,
+            timeout=120,  # (a kube-controller-manager just restarted may take a while)
         )
         return name
 

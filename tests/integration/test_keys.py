@@ -445,6 +445,7 @@ def test_a_key_without_status_used_is_held_while_the_controller_manager_is_down(
         assert quota.status.hard["secrets"] == "4"  # admission still enforces the old hard
     finally:
         c.cp.start_controller_manager()
+        c.cp.wait_controller_manager_working()  # before the next test's namespaces
     # the recount: services used 5 -> 5 * 1.5 = 7.5, capped at the maximum 6
     c.wait_hard(ns, {"pods": "10", "configmaps": "50", "secrets": "6", "services": "6"}, timeout=90)
     assert c.quota(ns).status.used["services"] == "5"

@@ -84,6 +84,7 @@ def test_a_stalled_quota_controller_is_reported_and_holds_raises_on_status_used(
         assert (c.hard(ns) or {}).get("pods") == "14"  # tally-driven: 7 pods, no raise
     finally:
         c.cp.start_controller_manager()
+        c.cp.wait_controller_manager_working()  # before the next test's namespaces
     started = time.monotonic()
     wait_until(lambda: not stalled("copy") and not stalled("recount"), "recovery", timeout=60)
     cleared = time.monotonic() - started
