@@ -111,6 +111,9 @@ class Demo(DemoWatch):
             timeout=14 * t.up,
         )
         wait_until(lambda: self.pods(RUNAWAY) >= t.pods_max, "runaway pods at the cap", 60)
+        # the history is the watch thread's sampling (every 0.3 s): let it see the last raise
+        # too (a loaded make test printed "throttled to 60 ...: 10 -> ... -> 56")
+        wait_until(lambda: self.sampled(RUNAWAY, "pods") >= t.pods_max, "the history's last", 30)
         self.show.line(
             "demo",
             f"2. {RUNAWAY}: throttled to {self.pods(RUNAWAY)} pods instead of 100000: "

@@ -148,6 +148,11 @@ class DemoWatch:
                 self.show.line("demo", f"(watch: {exc})")
             self._stop.wait(0.3)
 
+    def sampled(self, ns: str, resource: str) -> int:
+        """The last hard of ``resource`` in ``ns`` the watch thread recorded (0: none yet)."""
+        series = self.history.get((ns, resource)) or ["0"]
+        return int(series[-1]) if series[-1].isdigit() else 0
+
     def report_wakes(self, ns: str) -> None:
         """Print each new ``Woken`` Event of ``ns``: the operator woke the ReplicaSets the quota
         refused after a raise (the ReplicaSet controller's backoff is not woken by a quota
