@@ -24,7 +24,7 @@ from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.policy import (
     PolicyInfo,
 )
-from dynquota.policy.forecast import Trend
+from dynquota.policy.forecast import Trend, etas
 from dynquota.policy.wake import WorkloadKind
 
 __all__ = [
@@ -248,6 +248,21 @@ class NamespaceView:
     """Per key, the recent usage for the forecasts (:mod:`dynquota.policy.forecast`)."""
     exhaustion: dict[tuple[str, str], float] = field(default_factory=dict)
     """(key, ``hard``/``maximum``) -> seconds until usage reaches it (absent: no forecast)."""
+
+    def observe_trend(
+        self, key: str, used: int, maximum: int, current: QuotaSnapshot | None, steady: float
+    ) -> None:
+        """Observe ``used`` (units of ``key``) in the key's trend at ``steady`` (monotonic
+        seconds); forecast when it reaches the hard of ``current`` and ``maximum`` (into
+        :attr:`exhaustion`)."""
+        trend = self.trends.setdefault(key, Trend())
+        trend.observe(steady, used)
+        hard = current.hard_int(key) if current is not None else None
+        limits = [("maximum", maximum)] if hard is None else [("hard", hard), ("maximum", maximum)]
+        found = etas(trend, [value for _, value in limits], steady)
+        for (limit, _), left in zip(limits, found, strict=True):
+            if left is not None:
+                self.exhaustion[(key, limit)] = left
 
 
 def resource_version_of(obj: Mapping[str, Any]) -> int:

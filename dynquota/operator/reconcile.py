@@ -50,7 +50,7 @@ from dynquota.operator.ports import (
     ReconcileResult,
     SwitchView,
 )
-from dynquota.operator.reporting import Reporter, observe_trend
+from dynquota.operator.reporting import Reporter
 from dynquota.operator.stall import StallWatch
 from dynquota.policy import (
     OVERRIDE,
@@ -330,7 +330,7 @@ class Reconciler:
             if profile is not None:
                 found = peaks.peak(namespace, resource, steady, profile.downscale_cooldown)
                 peak[resource] = usage[resource] if found is None else found
-                observe_trend(view, resource, usage[resource], profile.maximum, current, steady)
+                view.observe_trend(resource, usage[resource], profile.maximum, current, steady)
         lineage = self.cluster.lineage
         replica = Replica(
             peak=peak,

@@ -38,36 +38,14 @@ from dynquota.policy import (
     unit_for,
 )
 from dynquota.policy.decide import reject_unmanaged_override
-from dynquota.policy.forecast import Trend, etas
 from dynquota.quantity import QuantityError, parse_quantity
 
-__all__ = ["NEW_VALUE_AFTER", "Reporter", "observe_trend"]
+__all__ = ["NEW_VALUE_AFTER", "Reporter"]
 
 log = logging.getLogger("dynquota.operator")
 
 NEW_VALUE_AFTER: Final = 60.0
 """Seconds after a recurring Warning before one about a different written value is posted."""
-
-
-def observe_trend(
-    view: NamespaceView,
-    key: str,
-    used: int,
-    maximum: int,
-    current: QuotaSnapshot | None,
-    steady: float,
-) -> None:
-    """Observe ``used`` (units of ``key``) in the key's trend of ``view`` at ``steady``
-    (monotonic seconds); forecast when it reaches hard and ``maximum`` (into
-    ``view.exhaustion``)."""
-    trend = view.trends.setdefault(key, Trend())
-    trend.observe(steady, used)
-    hard = current.hard_int(key) if current is not None else None
-    limits = [("maximum", maximum)] if hard is None else [("hard", hard), ("maximum", maximum)]
-    found = etas(trend, [value for _, value in limits], steady)
-    for (limit, _), left in zip(limits, found, strict=True):
-        if left is not None:
-            view.exhaustion[(key, limit)] = left
 
 
 def _inputs(resource: str) -> tuple[int, tuple[str, ...]]:

@@ -96,6 +96,7 @@ def time_phases(runtime: Runtime, buckets: dict[str, float]) -> None:
     wrappers cost about a microsecond each)."""
     from dynquota.kube import quotas as quotas_module
     from dynquota.operator import reconcile as reconcile_module
+    from dynquota.operator.ports import NamespaceView
 
     reconciler: Any = runtime.operator.reconciler
 
@@ -125,8 +126,9 @@ def time_phases(runtime: Runtime, buckets: dict[str, float]) -> None:
 
         setattr(owner, name, timed)
 
-    for name in ("decide_namespace", "observe_trend", "observe", "apply_decision"):
+    for name in ("decide_namespace", "observe", "apply_decision"):
         sync(reconcile_module, name, name)
+    sync(NamespaceView, "observe_trend", "observe_trend")
     # how often a decision's inputs repeat the namespace's last ones (a memo's hit rate)
     last: dict[str, Any] = {}
     timed_decide = reconcile_module.decide_namespace
