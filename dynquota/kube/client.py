@@ -87,14 +87,14 @@ def _proxy_from_environment(configuration: client.Configuration) -> None:
     ``HTTP_PROXY``/``NO_PROXY`` for the apiserver's URL, as aiohttp's ``trust_env`` did per
     request, when the kubeconfig names no ``proxy-url``; never for a loopback apiserver
     (``localhost``, ``127.0.0.0/8``, ``::1``), as kubectl. Raises nothing."""
-    if configuration.proxy:
+    url = URL(configuration.host or "")
+    if configuration.proxy or url.host in (None, "localhost"):
         return
-    with contextlib.suppress(LookupError, ValueError):
-        url = URL(configuration.host or "")
-        if url.host == "localhost" or ipaddress.ip_address(url.host or "").is_loopback:
+    with contextlib.suppress(ValueError):  # (not an address: a name)
+        if ipaddress.ip_address(url.host).is_loopback:
             return  # as kubectl (Go's httpproxy): a loopback apiserver is never proxied
     with contextlib.suppress(LookupError, ValueError):
-        proxy, auth = get_env_proxy_for_url(URL(configuration.host or ""))
+        proxy, auth = get_env_proxy_for_url(url)
         configuration.proxy = str(proxy)
         if auth is not None:
             configuration.proxy_headers = {"Proxy-Authorization": auth.encode()}

@@ -104,7 +104,7 @@ class QuotaSnapshot:
     # replaces it: its quantities are parsed once (the dicts are not fields: not compared).
     @cached_property
     def _hard_units(self) -> dict[str, int | None]:
-        return {}
+        return {k: _units(k, text) for k, text in self.spec_hard.items()}
 
     @cached_property
     def _used_units(self) -> dict[str, int]:
@@ -114,10 +114,7 @@ class QuotaSnapshot:
         """``spec.hard[resource]`` as an integer in the key's unit (a count; millicores,
         bytes: :func:`dynquota.policy.unit_for`; rounded up), or ``None`` if absent or
         unparsable."""
-        memo = self._hard_units
-        if resource not in memo:
-            memo[resource] = _units(resource, self.spec_hard.get(resource))
-        return memo[resource]
+        return self._hard_units.get(resource)
 
     @cached_property
     def _state(self) -> QuotaState:

@@ -907,10 +907,8 @@ async def test_a_run_decides_from_the_watched_quota_once_it_shows_the_operators_
     assert quotas.writes[-1] == ("delete", "team-a")
 
 
-async def test_a_tally_ahead_of_the_watched_status_used_is_read_before_deciding() -> None:
-    """The pod's event can arrive before the quota's charge of it (two watches): a watched
-    copy whose status.used is below the tally is read again, so a charge not yet delivered is
-    not taken for an object admitted uncharged (CI: raises 15, 21, 30 instead of 14, 20, 28)."""
+async def watched_team_at_10_pods() -> tuple[World, CountingQuotas]:
+    """team-a created at hard 14 with 10 pods charged, its quota delivered by the watch."""
     world = World()
     world.quotas = quotas = CountingQuotas()
     world.op = world.new_operator()
@@ -918,6 +916,14 @@ async def test_a_tally_ahead_of_the_watched_status_used_is_read_before_deciding(
     await world.reconcile("team-a")  # create: hard 14
     quotas.set_used("team-a", {"pods": "10", "configmaps": "0"})
     world.op.on_quota("ADDED", copy.deepcopy(quotas.objects["team-a"]))
+    return world, quotas
+
+
+async def test_a_tally_ahead_of_the_watched_status_used_is_read_before_deciding() -> None:
+    """The pod's event can arrive before the quota's charge of it (two watches): a watched
+    copy whose status.used is below the tally is read again, so a charge not yet delivered is
+    not taken for an object admitted uncharged (CI: raises 15, 21, 30 instead of 14, 20, 28)."""
+    world, quotas = await watched_team_at_10_pods()
     gets = quotas.gets
     quotas.set_used("team-a", {"pods": "11", "configmaps": "0"})  # charged; not delivered yet
     world.usage.counts[("team-a", "pods")] = 11
@@ -931,13 +937,7 @@ async def test_a_decision_to_write_nothing_stands_on_a_watched_quota_behind_the_
     """Issue 25: the read above is for a raise, which objects admitted uncharged lower; a
     decision from the watched copy that writes nothing stands (under churn most decisions are
     such, and the charge's own watch event decides again)."""
-    world = World()
-    world.quotas = quotas = CountingQuotas()
-    world.op = world.new_operator()
-    await setup_team(world, pods=10)
-    await world.reconcile("team-a")  # create: hard 14
-    quotas.set_used("team-a", {"pods": "10", "configmaps": "0"})
-    world.op.on_quota("ADDED", copy.deepcopy(quotas.objects["team-a"]))
+    world, quotas = await watched_team_at_10_pods()
     gets, writes = quotas.gets, len(quotas.writes)
     quotas.set_used("team-a", {"pods": "9", "configmaps": "0"})  # a delete, recounted
     world.op.on_quota("MODIFIED", copy.deepcopy(quotas.objects["team-a"]))
