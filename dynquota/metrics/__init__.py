@@ -271,6 +271,12 @@ class Metrics:
             registry=r,
         )
 
+    def before_collect(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` before the per-namespace gauges are collected (a scrape, a test's
+        read of the registry), in the collecting thread: their writer may defer setting them
+        until they are read (:meth:`dynquota.operator.reporting.Reporter.settle`)."""
+        self._enforcement.before_collect.append(hook)
+
     def set_enforcement(self, namespace: str, mode: str) -> None:
         """Label every per-namespace series of ``namespace`` with ``enforcement=mode``:
         ``enforced`` (its managed quota is written) or ``dry-run`` (decided against a

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import platform
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import metadata
 from typing import Final
 
@@ -95,6 +95,8 @@ class EnforcementLabels(Collector):
     def __init__(self, gauges: Iterable[Gauge]) -> None:
         self._gauges = tuple(gauges)
         self._modes: dict[str, str] = {}
+        self.before_collect: list[Callable[[], None]] = []
+        """Called before the gauges are collected (their writer sets what it deferred)."""
 
     def set(self, namespace: str, mode: str) -> None:
         """Say how ``namespace`` is enforced: one of :data:`ENFORCEMENT_MODES`.
@@ -132,6 +134,8 @@ class EnforcementLabels(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Each gauge's family, every sample with ``enforcement`` added."""
+        for hook in list(self.before_collect):
+            hook()
         for gauge in self._gauges:
             for family in gauge.collect():
                 out = Metric(family.name, family.documentation, family.type)

@@ -12,7 +12,7 @@ was last decided, for ``plan``, the demo and tests).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -246,23 +246,91 @@ class NamespaceView:
     dry_run: bool = False
     trends: dict[str, Trend] = field(default_factory=dict)
     """Per key, the recent usage for the forecasts (:mod:`dynquota.policy.forecast`)."""
-    exhaustion: dict[tuple[str, str], float] = field(default_factory=dict)
-    """(key, ``hard``/``maximum``) -> seconds until usage reaches it (absent: no forecast)."""
+    # key -> (hard or None, maximum, steady) of the last look at it, and the forecasts made
+    # from them: a forecast is fitted when read (a reason, a metric, a view), not at each look
+    _limits: dict[str, tuple[int | None, int, float]] = field(default_factory=dict, repr=False)
+    _forecast: dict[str, tuple[float | None, float | None]] = field(
+        default_factory=dict, repr=False
+    )
 
     def observe_trend(
         self, key: str, used: int, maximum: int, current: QuotaSnapshot | None, steady: float
     ) -> None:
         """Observe ``used`` (units of ``key``) in the key's trend at ``steady`` (monotonic
-        seconds); forecast when it reaches the hard of ``current`` and ``maximum`` (into
-        :attr:`exhaustion`)."""
-        trend = self.trends.setdefault(key, Trend())
+        seconds); when it reaches the hard of ``current`` and ``maximum`` is forecast when
+        read (:meth:`forecast`, :attr:`exhaustion`), from the trend as it is then."""
+        trend = self.trends.get(key)
+        if trend is None:
+            trend = self.trends[key] = Trend()
         trend.observe(steady, used)
-        hard = current.hard_int(key) if current is not None else None
-        limits = [("maximum", maximum)] if hard is None else [("hard", hard), ("maximum", maximum)]
-        found = etas(trend, [value for _, value in limits], steady)
-        for (limit, _), left in zip(limits, found, strict=True):
-            if left is not None:
-                self.exhaustion[(key, limit)] = left
+        self._limits[key] = (
+            current.hard_int(key) if current is not None else None,
+            maximum,
+            steady,
+        )
+        self._forecast.pop(key, None)
+
+    def forget_forecasts(self) -> None:
+        """A new look at the namespace begins: only the keys it observes are forecast."""
+        self._limits.clear()
+        self._forecast.clear()
+
+    def forecast(self, key: str, limit: Literal["hard", "maximum"]) -> float | None:
+        """Seconds from the last look at ``key`` until its usage reaches ``limit`` on its
+        recent trend (:func:`~dynquota.policy.forecast.etas`); ``None``: no forecast (not
+        growing, beyond the horizon, no hard, or ``key`` not observed since the last
+        :meth:`forget_forecasts`)."""
+        found = self._forecast.get(key)
+        if found is None:
+            inputs = self._limits.get(key)
+            if inputs is None:
+                return None
+            hard, maximum, steady = inputs
+            trend = self.trends[key]
+            if hard is None:
+                found = (None, etas(trend, (maximum,), steady)[0])
+            else:
+                at_hard, at_maximum = etas(trend, (hard, maximum), steady)
+                found = (at_hard, at_maximum)
+            self._forecast[key] = found
+        return found[0] if limit == "hard" else found[1]
+
+    @property
+    def exhaustion(self) -> dict[tuple[str, str], float]:
+        """(key, ``hard``/``maximum``) -> seconds until usage reaches it (absent: no
+        forecast), for the keys of the last look."""
+        found: dict[tuple[str, str], float] = {}
+        for key in self._limits:
+            for limit in ("hard", "maximum"):
+                left = self.forecast(key, limit)
+                if left is not None:
+                    found[(key, limit)] = left
+        return found
+
+    def exhaustion_of(self, limit: Literal["hard", "maximum"]) -> Mapping[str, float]:
+        """Key -> seconds until its usage reaches ``limit``, fitted only for the keys looked
+        up (a decision reads it for a key at its limit, in a reason)."""
+        return _Forecasts(self, limit)
+
+
+class _Forecasts(Mapping[str, float]):
+    """:meth:`NamespaceView.exhaustion_of`: the forecasts of one limit, made when read."""
+
+    def __init__(self, view: NamespaceView, limit: Literal["hard", "maximum"]) -> None:
+        self._view = view
+        self._limit: Literal["hard", "maximum"] = limit
+
+    def __getitem__(self, key: str) -> float:
+        left = self._view.forecast(key, self._limit)
+        if left is None:
+            raise KeyError(key)
+        return left
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in list(self._view._limits) if k in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def resource_version_of(obj: Mapping[str, Any]) -> int:

@@ -321,7 +321,7 @@ class Reconciler:
         steady = self.monotonic()  # peak windows: in memory, on a clock that never steps
         peaks = self.cluster.peaks
         view = self.reporter.view(namespace)
-        view.exhaustion = {}
+        view.forget_forecasts()
         for resource in observed.keys:
             if resource not in usage:
                 continue  # usage unknown: held, no peak sample
@@ -343,7 +343,7 @@ class Reconciler:
             born_at=lineage.born_at(self.cluster.namespaces.get(namespace)),
             hard_before=lineage.hard_before(namespace, governance, dry_run, current),
             stalled=self.stall.stalled,
-            exhaustion={r: t for (r, limit), t in view.exhaustion.items() if limit == "maximum"},
+            exhaustion=view.exhaustion_of("maximum"),
         )
         decision = decide_namespace(
             namespace,

@@ -14,15 +14,15 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Final
 
 from cachetools import TTLCache
-from prometheus_client import Gauge
 
 from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.metrics import Metrics
 from dynquota.names import EventReason
+from dynquota.operator.key_series import KeySeries
 from dynquota.operator.ports import WARNING_TTL, EventSink, NamespaceView
 from dynquota.operator.write_gate import EVENT, WriteGate
 from dynquota.policy import (
@@ -46,12 +46,6 @@ log = logging.getLogger("dynquota.operator")
 
 NEW_VALUE_AFTER: Final = 60.0
 """Seconds after a recurring Warning before one about a different written value is posted."""
-
-
-def _inputs(resource: str) -> tuple[int, tuple[str, ...]]:
-    """The key, among a namespace's series children, of what ``resource``'s series were last
-    set from (``k[1][0]`` is the resource, as for its series)."""
-    return (0, (resource, "inputs"))
 
 
 class Reporter:
@@ -82,16 +76,9 @@ class Reporter:
         self.clock = clock
         self.watched = watched
         self.views: dict[str, NamespaceView] = {}
-        self._metric_keys: dict[str, set[str]] = {}
-        # the optional series set per namespace (usage_unknown, exhaustion): a remove of one
-        # never set costs prometheus-client two environment lookups (6 a reconcile in a profile)
-        self._optional: dict[str, set[tuple[str, ...]]] = {}
-        """Per namespace, the quota keys it has per-key metric series for."""
+        self.series = KeySeries(metrics, self.view)
+        """The per-key series of each namespace, set when read."""
         self._overrides: set[str] = set()
-        # ns -> (gauge, labels after the namespace) -> [its child, the value last set]: a
-        # decision sets about 16 series, most to the value they hold (labels() and set() take
-        # a lock each); every removal of a series goes through this class
-        self._children: dict[str, dict[tuple[int, tuple[str, ...]], Any]] = {}
         # keyed by (namespace or object, reason, cause): never by message, which carries usage
         # and tenant text
         self._warned: TTLCache[tuple[str, str, str], tuple[str, float]] = TTLCache(
@@ -106,39 +93,10 @@ class Reporter:
 
     def view(self, namespace: str) -> NamespaceView:
         """The view of ``namespace`` (made empty on first use)."""
-        return self.views.setdefault(namespace, NamespaceView())
-
-    def _set(self, gauge: Gauge, namespace: str, value: float, *labels: str) -> None:
-        """Set the series of ``gauge`` for ``(namespace, *labels)`` to ``value`` (made on
-        first use; nothing is done when it holds that value)."""
-        children = self._children.setdefault(namespace, {})
-        entry = children.get((id(gauge), labels))
-        if entry is None:
-            entry = children[(id(gauge), labels)] = [gauge.labels(namespace, *labels), None]
-        if entry[1] != value:
-            entry[0].set(value)
-            entry[1] = value
-
-    def _remove(self, gauge: Gauge, namespace: str, *labels: str) -> None:
-        """Remove the series of ``gauge`` for ``(namespace, *labels)`` (none: nothing)."""
-        children = self._children.get(namespace)
-        if children is not None:
-            children.pop((id(gauge), labels), None)
-            if labels:
-                children.pop(_inputs(labels[0]), None)  # its key's series are set again
-        with contextlib.suppress(KeyError):
-            gauge.remove(namespace, *labels)
-
-    def _forget_series(self, namespace: str, resources: Iterable[str]) -> None:
-        """Remove the per-key series of ``namespace`` for ``resources``."""
-        resources = tuple(resources)
-        children = self._children.get(namespace)
-        if children is not None:
-            for key in [k for k in children if k[1][0] in resources]:
-                del children[key]
-            if not children:
-                del self._children[namespace]
-        self.metrics.forget_namespace(namespace, resources)
+        view = self.views.get(namespace)
+        if view is None:
+            view = self.views[namespace] = NamespaceView()
+        return view
 
     def forget(self, namespace: str) -> None:
         """``namespace`` was deleted: its view and metric series go."""
@@ -154,21 +112,14 @@ class Reporter:
             self._overrides.discard(namespace)
             with contextlib.suppress(KeyError):
                 self.metrics.overrides_active.remove(namespace)
-        keys = self._metric_keys.pop(namespace, unknown)
-        self._optional.pop(namespace, None)
-        if keys is not None:
-            self._forget_series(namespace, keys)
-        else:
-            self.metrics.forget_enforcement(namespace)
-        self._children.pop(namespace, None)
+        self.series.forget(namespace, unknown)
 
     def quota_deleted(self, namespace: str, why: str) -> None:
         """dynquota deleted the managed quota of ``namespace`` (``why``): the view says so and
         its hard series go."""
         view = self.record_view(namespace, "delete", (why,))
         view.hard = {}
-        for resource in self._metric_keys.get(namespace, TRACKED_RESOURCES):
-            self._remove(self.metrics.hard, namespace, resource)
+        self.series.remove_hard(namespace, TRACKED_RESOURCES)
 
     # -- reporting -------------------------------------------------------------------------------
 
@@ -181,11 +132,12 @@ class Reporter:
         usage: Mapping[str, int],
         current: QuotaSnapshot | None,
     ) -> None:
-        """Per-key gauges, in each key's base unit (objects, cores, bytes); a status-driven
-        key whose ``status.used`` is missing sets ``dynquota_usage_unknown`` instead."""
-        m = self.metrics
-        if governance.kind != "managed" and namespace in self._metric_keys:
-            # (only this method sets these series: none to remove for a namespace not in it)
+        """Record what ``namespace``'s usage is in its view; its per-key gauges, in each
+        key's base unit (objects, cores, bytes), are set from these when next read
+        (:class:`~dynquota.operator.key_series.KeySeries`): a status-driven key whose
+        ``status.used`` is missing sets ``dynquota_usage_unknown`` instead."""
+        if governance.kind != "managed" and self.series.governed(namespace):
+            # (only the series set from here need removing: none for a namespace not in it)
             self.not_governed(namespace)
         view = self.view(namespace)
         view.usage = dict(usage)
@@ -196,65 +148,10 @@ class Reporter:
             for r, p in governance.profiles.items()
             if r in usage
         }
-        if governance.kind != "managed":
-            return
-        keys = resource_order(governance.profiles)
-        stale = self._metric_keys.get(namespace, set()) - set(keys)
-        if stale:
-            self._forget_series(namespace, stale)
-        self._metric_keys[namespace] = set(keys)
-        optional = self._optional.setdefault(namespace, set())
-        children = self._children.setdefault(namespace, {})
-        for resource in keys:
-            profile = governance.profiles[resource]
-            hard = current.hard_int(resource) if current is not None else None
-            # every series of the key is a function of these: under churn most decisions
-            # change one key, and each _set is a dictionary walk (kept with the series: a
-            # removal of one of them drops it)
-            inputs = (
-                profile,
-                hard,
-                usage.get(resource),
-                tally.get(resource),
-                status_used.get(resource),
-                view.exhaustion.get((resource, "hard")),
-                view.exhaustion.get((resource, "maximum")),
+        if governance.kind == "managed":
+            self.series.report(
+                namespace, governance, view.tally, view.status_used, view.usage, current
             )
-            if children.get(_inputs(resource)) == inputs:
-                continue
-            children[_inputs(resource)] = inputs
-            unit = unit_for(resource)
-            if hard is not None:
-                self._set(m.hard, namespace, unit.base(hard), resource)
-            self._set(m.maximum, namespace, unit.base(profile.maximum), resource)
-            if resource not in usage and hard is not None:
-                # in the quota but not counted: held (docs/metrics.md)
-                self._set(m.usage_unknown, namespace, 1, resource)
-                optional.add(("unknown", resource))
-                continue
-            if ("unknown", resource) in optional:
-                optional.discard(("unknown", resource))
-                self._remove(m.usage_unknown, namespace, resource)
-            if resource not in usage:
-                continue  # not in the quota (held for a default, or KeyNotCounted): no usage
-            used = usage[resource]
-            self._set(m.usage, namespace, unit.base(used), resource)
-            self._set(
-                m.target, namespace, unit.base(target(used, profile, unit.granularity)), resource
-            )
-            self._set(m.above_maximum, namespace, 1 if used > profile.maximum else 0, resource)
-            for limit in ("hard", "maximum"):
-                left = view.exhaustion.get((resource, limit))
-                if left is not None:
-                    self._set(m.exhaustion, namespace, left, resource, limit)
-                    optional.add(("exhaustion", resource, limit))
-                elif ("exhaustion", resource, limit) in optional:
-                    optional.discard(("exhaustion", resource, limit))
-                    self._remove(m.exhaustion, namespace, resource, limit)
-            if resource in tally:
-                self._set(m.tally, namespace, tally[resource], resource)
-                if resource in status_used:
-                    self._set(m.drift, namespace, tally[resource] - status_used[resource], resource)
 
     async def report_decision(
         self,
@@ -289,24 +186,22 @@ class Reporter:
                     direction = "up" if new_q > old_q else "down"
                     self.metrics.resizes.labels(direction, change.kind).inc()
             if quota is not None and governance.kind == "managed" and decision.action != "nothing":
-                for resource in resource_order(governance.profiles):  # (else report_usage's)
-                    hard = quota.hard_int(resource)
-                    if hard is not None:
-                        self._set(
-                            self.metrics.hard, namespace, unit_for(resource).base(hard), resource
-                        )
+                keys = resource_order(governance.profiles)  # (else report_usage's)
+                self.series.set_hard(
+                    namespace, {r: v for r in keys if (v := quota.hard_int(r)) is not None}
+                )
         elif governance.kind == "managed":
             # the simulated quota's hard (a decision that changes nothing carries none: the
             # series went when the enforced quota was released, and must not stay away)
             simulated_hard = simulated.hard if simulated is not None else {}
+            hard: dict[str, int] = {}
             for resource in resource_order(governance.profiles):
                 value = decision.hard.get(resource)
                 if value is None and resource in simulated_hard:
                     value = unit_for(resource).units(simulated_hard[resource])
                 if value is not None:
-                    self._set(
-                        self.metrics.hard, namespace, unit_for(resource).base(value), resource
-                    )
+                    hard[resource] = value
+            self.series.set_hard(namespace, hard)
         active = quota is not None and OVERRIDE_GRANTED_AT in quota.annotations
         if decision.dry_run:
             active = simulated is not None and (OVERRIDE_GRANTED_AT in simulated.annotations)

@@ -207,7 +207,7 @@ def decide(
     sizer.unenforced = unenforced
     sizer.uncharged = dict(uncharged or {})
     sizer.stalled = stalled
-    sizer.exhaustion = dict(exhaustion or {})
+    sizer.exhaustion = exhaustion if exhaustion is not None else {}  # (read for a reason)
     sizer.newborn = born_at is not None and t - born_at < NEWBORN
     sizer.hard_before = dict(hard_before or {}) if quota is None else {}
     return sizer.run(dry_run or governance.dry_run)

@@ -12,6 +12,7 @@ for counted keys and as quantity strings (``"500m"``, ``"4Gi"``) for the others.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Final
 
@@ -186,9 +187,14 @@ DEFAULT_PROFILES: Final[Mapping[str, ResourceProfile]] = {
 def resource_order(keys: Iterable[str]) -> list[str]:
     """Display and decision order of quota keys: ``pods``, ``configmaps``, then the others
     sorted by name."""
-    listed = [str(k) for k in keys]
-    return [r for r in TRACKED_RESOURCES if r in listed] + sorted(
-        k for k in listed if k not in TRACKED_RESOURCES
+    return list(_order(tuple(str(k) for k in keys)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _order(listed: tuple[str, ...]) -> tuple[str, ...]:
+    # (a decision orders the same few key sets several times: cached)
+    return tuple(r for r in TRACKED_RESOURCES if r in listed) + tuple(
+        sorted(k for k in listed if k not in TRACKED_RESOURCES)
     )
 
 

@@ -93,7 +93,7 @@ class SizerBase:
         """The namespace was created moments ago: its usage is not adopted past the maximum."""
         self.hard_before: dict[str, Quantity | int] = {}
         """Key -> the hard of a managed quota deleted since (kill switch, others): a cap."""
-        self.exhaustion: dict[str, float] = {}
+        self.exhaustion: Mapping[str, float] = {}
         """Key -> seconds until usage reaches the maximum on its trend (the tenant line)."""
         self.stalled = False
         """The quota controller is stalled: raises resting on ``status.used`` are held."""

@@ -107,7 +107,9 @@ async def test_status_used_above_the_tally_counts_after_a_sync_period_and_drift_
     world.clock.now = T0 + 60
     await world.reconcile("team-a")
     assert world.quotas.hard("team-a")["pods"] == "20"  # U = tally 14: no raise on phantoms
-    assert world.op.metrics.drift.labels("team-a", "pods")._value.get() == -6
+    # (read as a scrape reads it: the per-key series are set when collected)
+    drift = {"namespace": "team-a", "resource": "pods", "enforcement": "enforced"}
+    assert world.op.metrics.registry.get_sample_value("dynquota_drift", drift) == -6
     assert world.op.views["team-a"].usage["pods"] == 14
     world.clock.now = T0 + 60 + world.op.settings.quota_sync_period
     await world.reconcile("team-a")

@@ -1,0 +1,107 @@
+"""Issue 25: the per-key series of a namespace are set from its last decision when they are
+read (a scrape), not at every decision; what a read returns is what setting them at every
+decision gave, also after a write's hard or a removal, and from another thread."""
+
+from __future__ import annotations
+
+import asyncio
+
+from dynquota.kube.quotas import QuotaSnapshot
+from dynquota.metrics import Metrics
+from dynquota.operator.cluster_view import ClusterView
+from dynquota.operator.key_series import KeySeries
+from dynquota.operator.ports import NamespaceView
+from dynquota.policy import Governance
+from dynquota.policy.forecast import etas
+from dynquota.settings import Settings
+
+from .fakes import Clock, namespace, policy
+
+SETTINGS = Settings(metrics_port=0, probe_port=0)
+
+
+def governed(ns: str = "team-a") -> Governance:
+    cluster = ClusterView(SETTINGS, clock=Clock())
+    cluster.on_policy(None, policy())
+    cluster.on_policies_synced()
+    cluster.on_namespace(None, namespace(ns))
+    governance = cluster.governance(ns)
+    assert governance is not None and governance.kind == "managed"
+    return governance
+
+
+def series() -> tuple[KeySeries, Metrics, dict[str, NamespaceView]]:
+    metrics = Metrics()
+    views: dict[str, NamespaceView] = {}
+    return KeySeries(metrics, lambda ns: views.setdefault(ns, NamespaceView())), metrics, views
+
+
+def scrape(metrics: Metrics, name: str, resource: str = "pods") -> float | None:
+    labels = {"namespace": "team-a", "resource": resource, "enforcement": "unknown"}
+    value: float | None = metrics.registry.get_sample_value(name, labels)
+    return value
+
+
+def quota(pods: str) -> QuotaSnapshot:
+    return QuotaSnapshot("team-a", "dynquota", "uid", "1", spec_hard={"pods": pods})
+
+
+def held(metrics: Metrics) -> int:
+    """Series the usage gauge holds, read past the collect hook (what a decision set)."""
+    return sum(len(family.samples) for family in metrics.usage.collect())
+
+
+def test_a_report_sets_nothing_until_the_series_are_read() -> None:
+    keys, metrics, _ = series()
+    usage = {"pods": 10, "configmaps": 3}
+    for pods in (8, 9, 10):
+        keys.report("team-a", governed(), {**usage, "pods": pods}, usage, usage, quota("14"))
+        assert held(metrics) == 0  # a decision sets no series
+    assert (scrape(metrics, "dynquota_hard"), scrape(metrics, "dynquota_usage")) == (14, 10)
+    assert scrape(metrics, "dynquota_tally") == 10  # the last report's, not the first's
+    assert held(metrics) == 2  # pods and configmaps
+
+
+def test_a_writes_hard_and_a_removal_stand_over_the_report_before_them() -> None:
+    keys, metrics, _ = series()
+    usage = {"pods": 10, "configmaps": 3}
+    keys.report("team-a", governed(), usage, usage, usage, quota("10"))
+    keys.set_hard("team-a", {"pods": 14})  # the write after that decision
+    assert scrape(metrics, "dynquota_hard") == 14
+    keys.report("team-a", governed(), usage, usage, usage, quota("14"))
+    keys.remove_hard("team-a", ["pods", "configmaps"])  # the quota deleted
+    assert scrape(metrics, "dynquota_hard") is None
+    assert scrape(metrics, "dynquota_usage") == 10
+    keys.report("team-a", governed(), usage, usage, usage, quota("14"))
+    keys.forget("team-a")  # no longer governed: a report not set yet is dropped
+    assert (scrape(metrics, "dynquota_usage"), keys.governed("team-a")) == (None, False)
+
+
+async def test_a_read_in_another_thread_sets_the_series_on_the_event_loop() -> None:
+    keys, metrics, _ = series()
+    usage = {"pods": 10, "configmaps": 3}
+    keys.report("team-a", governed(), usage, usage, usage, quota("14"))
+    loop_thread = asyncio.get_running_loop()
+    settled_on: list[object] = []
+    settle = keys.settle
+
+    def recorded(namespace: str | None = None) -> None:
+        settled_on.append(asyncio.get_running_loop())
+        settle(namespace)
+
+    keys.settle = recorded  # type: ignore[method-assign]
+    assert await asyncio.to_thread(scrape, metrics, "dynquota_usage") == 10
+    assert settled_on == [loop_thread]
+
+
+def test_a_views_forecast_is_fitted_when_read_from_its_last_look() -> None:
+    view = NamespaceView()
+    for t, used in enumerate((10, 12, 14, 16, 18)):
+        view.observe_trend("pods", used, 100, quota("30"), 60.0 * t)
+    trend = view.trends["pods"]
+    at_hard, at_maximum = etas(trend, (30, 100), 240.0)
+    assert at_hard is not None and at_maximum is not None
+    assert view.exhaustion == {("pods", "hard"): at_hard, ("pods", "maximum"): at_maximum}
+    assert dict(view.exhaustion_of("maximum")) == {"pods": at_maximum}
+    view.forget_forecasts()  # the next look observes no key: no forecast
+    assert (view.exhaustion, view.forecast("pods", "hard")) == ({}, None)
