@@ -67,7 +67,9 @@ class KeySeries:
         # namespace has about 16 series, most set to the value they hold (labels() and set()
         # take a lock each); every removal of a series goes through this class
         self._children: dict[str, dict[tuple[int, tuple[str, ...]], Any]] = {}
-        # ns -> what its last report looked at, series not set from it yet (settle)
+        # ns -> what its last report looked at (_last), and the same when the series are not
+        # set from it yet (_due)
+        self._last: dict[str, tuple[Any, ...]] = {}
         self._due: dict[str, tuple[Any, ...]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         metrics.before_collect(self.settle_for_collect)
@@ -90,7 +92,21 @@ class KeySeries:
         mappings are kept, not copied: the caller does not change them afterwards."""
         if self._loop is None:
             self._loop = _running_loop()
-        self._due[namespace] = (governance, tally, status_used, usage, current)
+        self._due[namespace] = self._last[namespace] = (
+            governance,
+            tally,
+            status_used,
+            usage,
+            current,
+        )
+
+    def wrote(self, namespace: str, quota: QuotaSnapshot) -> None:
+        """The managed quota of ``namespace`` is ``quota`` after a write: its series show it
+        (its hard, the keys it holds without a count) until the next report. The watch event
+        of our own write need not bring a decision that reports it."""
+        last = self._last.get(namespace)
+        if last is not None:
+            self._due[namespace] = self._last[namespace] = (*last[:4], quota)
 
     def settle(self, namespace: str | None = None) -> None:
         """Set the series of ``namespace`` (``None``: of every namespace) from its last
@@ -131,8 +147,8 @@ class KeySeries:
         done.wait(SETTLE_WAIT)
 
     def set_hard(self, namespace: str, hard: Mapping[str, int]) -> None:
-        """Set ``dynquota_hard`` of ``namespace`` per key (the key's units) after a write or a
-        dry run's simulated one (its last report's series first: they hold the old hard)."""
+        """Set ``dynquota_hard`` of ``namespace`` per key (the key's units): a dry run's
+        simulated quota (its last report's series first: they hold the real quota's)."""
         self.settle(namespace)
         for resource, value in hard.items():
             self._set(self.metrics.hard, namespace, unit_for(resource).base(value), resource)
@@ -149,6 +165,7 @@ class KeySeries:
         ``enforcement`` label; ``unknown``: the keys whose series to remove when none were
         recorded for it. A report not set yet is dropped."""
         self._due.pop(namespace, None)
+        self._last.pop(namespace, None)
         keys = self._metric_keys.pop(namespace, unknown)
         self._optional.pop(namespace, None)
         if keys is not None:

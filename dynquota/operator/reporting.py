@@ -186,10 +186,7 @@ class Reporter:
                     direction = "up" if new_q > old_q else "down"
                     self.metrics.resizes.labels(direction, change.kind).inc()
             if quota is not None and governance.kind == "managed" and decision.action != "nothing":
-                keys = resource_order(governance.profiles)  # (else report_usage's)
-                self.series.set_hard(
-                    namespace, {r: v for r in keys if (v := quota.hard_int(r)) is not None}
-                )
+                self.series.wrote(namespace, quota)
         elif governance.kind == "managed":
             # the simulated quota's hard (a decision that changes nothing carries none: the
             # series went when the enforced quota was released, and must not stay away)

@@ -16,6 +16,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kubernetes
@@ -147,19 +148,22 @@ def run_pressure(
     timeout: float = 30,
     creators: dict[str, Callable[[], None]] | None = None,
 ) -> dict[str, list[int]]:
-    """For every key at once (their cooldowns overlap): wait until the next expected hard is
-    enforced (:func:`enforced`), then create until refused (with ``creators[key]``, else
-    :func:`creator`). Returns how many were created per step and key."""
+    """For every key at once (their cooldowns overlap), each in its own thread: wait until the
+    next expected hard is enforced (:func:`enforced`), then create until refused (with
+    ``creators[key]``, else :func:`creator`). Returns how many were created per step and key.
+
+    One thread a key: filled one after the other, the last keys of a step began long after
+    their raise on a loaded machine, and a cooldown could end before the fill did (a make
+    test run: services 5 -> 6 at usage 4 before the fifth was created)."""
     made = {key: (creators or {}).get(key) or creator(c, ns, key) for key in expected}
-    created: dict[str, list[int]] = {key: [] for key in expected}
-    for step in range(max(len(v) for v in expected.values())):
-        for key, values in expected.items():
-            if step >= len(values):
-                continue
+
+    def press(key: str) -> list[int]:
+        counts: list[int] = []
+        for step, value in enumerate(expected[key]):
             try:
                 wait_until(
-                    lambda k=key, v=values[step]: enforced(c, ns, k) == v,
-                    f"{ns}: {key} = {values[step]} in spec.hard and status.hard (step {step}; "
+                    lambda v=value: enforced(c, ns, key) == v,
+                    f"{ns}: {key} = {value} in spec.hard and status.hard (step {step}; "
                     f"before: {c.hard(ns)})",
                     timeout=timeout,
                 )
@@ -170,8 +174,12 @@ def run_pressure(
                     f"{exc}; at the end: spec.hard {quota and quota.spec.hard}, status.hard "
                     f"{status and status.hard}, status.used {status and status.used}"
                 ) from exc
-            created[key].append(fill(made[key]))
-    return created
+            counts.append(fill(made[key]))
+        return counts
+
+    with ThreadPoolExecutor(max_workers=len(expected), thread_name_prefix="press") as pool:
+        futures = {key: pool.submit(press, key) for key in expected}
+        return {key: future.result() for key, future in futures.items()}
 
 
 def can_i(kubeconfig: str, verb: str, resource: str, group: str = "") -> bool:

@@ -77,6 +77,24 @@ def test_a_writes_hard_and_a_removal_stand_over_the_report_before_them() -> None
     assert (scrape(metrics, "dynquota_usage"), keys.governed("team-a")) == (None, False)
 
 
+def test_after_a_write_the_series_show_the_written_quota() -> None:
+    """A key removed by a write (KeyNotCounted) leaves dynquota_usage_unknown at once: the
+    watch event of our own write need not bring a decision that reports it (a flaky
+    integration test left the series at 1)."""
+    keys, metrics, _ = series()
+    usage = {"pods": 10, "configmaps": 3}
+    held_key = QuotaSnapshot(
+        "team-a", "dynquota", "uid", "1", spec_hard={"pods": "14", "secrets": "4"}
+    )
+    governance = governed()
+    governance.profiles["secrets"] = governance.profiles["pods"]
+    keys.report("team-a", governance, usage, usage, usage, held_key)
+    assert scrape(metrics, "dynquota_usage_unknown", "secrets") == 1
+    keys.wrote("team-a", quota("20"))  # secrets removed, pods raised
+    assert scrape(metrics, "dynquota_usage_unknown", "secrets") is None
+    assert scrape(metrics, "dynquota_hard") == 20
+
+
 async def test_a_read_in_another_thread_sets_the_series_on_the_event_loop() -> None:
     keys, metrics, _ = series()
     usage = {"pods": 10, "configmaps": 3}
