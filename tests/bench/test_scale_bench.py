@@ -79,6 +79,7 @@ MAX_BYTES_PER_OBJECT = 120
 MAX_RSS_MIB = 250
 MAX_IDLE_REACTION_P99_MS = 50
 MAX_DECISION_CPU_MS = 0.5
+SCRAPE_SECONDS = float(os.environ.get("DYNQUOTA_SCALE_SCRAPE_SECONDS", "15"))  # scale_probe's
 MAX_CPU_SHARE_OF_KOPF = 1 / 3
 
 
@@ -125,7 +126,16 @@ class Proc:
         """Record /proc figures and the stats file's counters under ``label``."""
         figures = self.proc()
         stats = self.stats()
-        for key in ("events", "decisions", "decision_cpu", "gc_cpu", "writes", "objects"):
+        for key in (
+            "events",
+            "decisions",
+            "decision_cpu",
+            "gc_cpu",
+            "writes",
+            "objects",
+            "scrapes",
+            "scrape_cpu",
+        ):
             if key in stats:
                 figures[key] = float(stats[key])
         figures["t"] = time.monotonic()
@@ -596,6 +606,8 @@ def test_scale_b_churn(tmp_path: Path, procs: list[Proc]) -> None:
         decisions = d1["decisions"] - d0["decisions"]
         writes = d1["writes"] - d0["writes"]
         cpu_per_decision_ms = (d1["decision_cpu"] - d0["decision_cpu"]) / max(decisions, 1) * 1e3
+        scrapes = d1["scrapes"] - d0["scrapes"]
+        scrape_ms = (d1["scrape_cpu"] - d0["scrape_cpu"]) / max(scrapes, 1) * 1e3
         per_event = (d1["cpu"] - d0["cpu"]) / max(events, 1) * 1000
         kopf_per_event = (k1["cpu"] - k0["cpu"]) / max(k_events, 1) * 1000
 
@@ -626,6 +638,9 @@ def test_scale_b_churn(tmp_path: Path, procs: list[Proc]) -> None:
                 f"CPU per decision (the reconcile's own steps): {cpu_per_decision_ms:.3f} ms "
                 f"(gate < {MAX_DECISION_CPU_MS} ms); cyclic GC: "
                 f"{d1['gc_cpu'] - d0['gc_cpu']:.2f} s of dynquota's CPU under churn",
+                f"scrapes of /metrics under churn (every {SCRAPE_SECONDS:.0f} s, in dynquota's "
+                f"CPU): {scrapes:.0f}, {scrape_ms:.1f} ms each (the per-key series a decision "
+                "leaves to them)",
                 comparison(d1, k1, "end of churn"),
                 comparison(d2, k2, f"after {REST_SECONDS} s at rest"),
                 f"reaction (tally change -> patch sent, in the operator) idle: {ms(idle)}; "
