@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from prometheus_client import Gauge
 
@@ -27,7 +27,7 @@ from dynquota.metrics import Metrics
 from dynquota.operator.ports import NamespaceView
 from dynquota.policy import Governance, resource_order, target, unit_for
 
-__all__ = ["SETTLE_WAIT", "KeySeries"]
+__all__ = ["SETTLE_WAIT", "KeySeries", "UsageReport"]
 
 SETTLE_WAIT: Final = 5.0
 """Seconds a collect in another thread waits for the event loop to set the pending series."""
@@ -38,6 +38,18 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+class UsageReport(NamedTuple):
+    """What the decision of a managed namespace looked at: its policy's governance, the counts
+    per key (the tally, ``status.used`` and the usage ``U`` sized from) and the managed quota
+    (``None``: none). Kept, not copied: the reporter does not change them afterwards."""
+
+    governance: Governance
+    tally: Mapping[str, int]
+    status_used: Mapping[str, int]
+    usage: Mapping[str, int]
+    current: QuotaSnapshot | None
 
 
 def _inputs(resource: str) -> tuple[int, tuple[str, ...]]:
@@ -69,8 +81,8 @@ class KeySeries:
         self._children: dict[str, dict[tuple[int, tuple[str, ...]], Any]] = {}
         # ns -> what its last report looked at (_last), and the same when the series are not
         # set from it yet (_due)
-        self._last: dict[str, tuple[Any, ...]] = {}
-        self._due: dict[str, tuple[Any, ...]] = {}
+        self._last: dict[str, UsageReport] = {}
+        self._due: dict[str, UsageReport] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         metrics.before_collect(self.settle_for_collect)
 
@@ -78,27 +90,12 @@ class KeySeries:
         """``namespace`` has per-key series (or a report due to set them)."""
         return namespace in self._metric_keys or namespace in self._due
 
-    def report(
-        self,
-        namespace: str,
-        governance: Governance,
-        tally: Mapping[str, int],
-        status_used: Mapping[str, int],
-        usage: Mapping[str, int],
-        current: QuotaSnapshot | None,
-    ) -> None:
-        """What the decision of a managed ``namespace`` looked at (counts per key; the
-        managed quota ``current``): its series are set from the last of these when read. The
-        mappings are kept, not copied: the caller does not change them afterwards."""
+    def report(self, namespace: str, report: UsageReport) -> None:
+        """What the decision of a managed ``namespace`` looked at: its series are set from the
+        last of these when read."""
         if self._loop is None:
             self._loop = _running_loop()
-        self._due[namespace] = self._last[namespace] = (
-            governance,
-            tally,
-            status_used,
-            usage,
-            current,
-        )
+        self._due[namespace] = self._last[namespace] = report
 
     def wrote(self, namespace: str, quota: QuotaSnapshot) -> None:
         """The managed quota of ``namespace`` is ``quota`` after a write: its series show it
@@ -106,19 +103,19 @@ class KeySeries:
         of our own write need not bring a decision that reports it."""
         last = self._last.get(namespace)
         if last is not None:
-            self._due[namespace] = self._last[namespace] = (*last[:4], quota)
+            self._due[namespace] = self._last[namespace] = last._replace(current=quota)
 
     def settle(self, namespace: str | None = None) -> None:
         """Set the series of ``namespace`` (``None``: of every namespace) from its last
         :meth:`report`, if not done yet."""
         if namespace is None:
             due, self._due = self._due, {}
-            for ns, args in due.items():
-                self._set_usage_series(ns, *args)
+            for ns, report in due.items():
+                self._set_usage_series(ns, report)
         else:
-            args = self._due.pop(namespace, ())
-            if args:
-                self._set_usage_series(namespace, *args)
+            pending = self._due.pop(namespace, None)
+            if pending is not None:
+                self._set_usage_series(namespace, pending)
 
     def settle_for_collect(self) -> None:
         """:meth:`settle` every namespace, on the event loop the reports came from: called by
@@ -174,15 +171,8 @@ class KeySeries:
             self.metrics.forget_enforcement(namespace)
         self._children.pop(namespace, None)
 
-    def _set_usage_series(
-        self,
-        namespace: str,
-        governance: Governance,
-        tally: Mapping[str, int],
-        status_used: Mapping[str, int],
-        usage: Mapping[str, int],
-        current: QuotaSnapshot | None,
-    ) -> None:
+    def _set_usage_series(self, namespace: str, report: UsageReport) -> None:
+        governance, tally, status_used, usage, current = report
         m = self.metrics
         view = self._view(namespace)
         keys = resource_order(governance.profiles)

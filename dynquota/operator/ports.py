@@ -300,7 +300,7 @@ class NamespaceView:
         """(key, ``hard``/``maximum``) -> seconds until usage reaches it (absent: no
         forecast), for the keys of the last look."""
         found: dict[tuple[str, str], float] = {}
-        for key in self._limits:
+        for key in list(self._limits):  # (a copy: the demo reads views in its own thread)
             for limit in ("hard", "maximum"):
                 left = self.forecast(key, limit)
                 if left is not None:

@@ -22,7 +22,7 @@ from dynquota.kube.events import EventType, ObjectRef
 from dynquota.kube.quotas import MANAGED_QUOTA_NAME, QuotaSnapshot
 from dynquota.metrics import Metrics
 from dynquota.names import EventReason
-from dynquota.operator.key_series import KeySeries
+from dynquota.operator.key_series import KeySeries, UsageReport
 from dynquota.operator.ports import WARNING_TTL, EventSink, NamespaceView
 from dynquota.operator.write_gate import EVENT, WriteGate
 from dynquota.policy import (
@@ -149,9 +149,8 @@ class Reporter:
             if r in usage
         }
         if governance.kind == "managed":
-            self.series.report(
-                namespace, governance, view.tally, view.status_used, view.usage, current
-            )
+            looked = UsageReport(governance, view.tally, view.status_used, view.usage, current)
+            self.series.report(namespace, looked)
 
     async def report_decision(
         self,

@@ -9,7 +9,7 @@ import asyncio
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.metrics import Metrics
 from dynquota.operator.cluster_view import ClusterView
-from dynquota.operator.key_series import KeySeries
+from dynquota.operator.key_series import KeySeries, UsageReport
 from dynquota.operator.ports import NamespaceView
 from dynquota.policy import Governance
 from dynquota.policy.forecast import etas
@@ -26,7 +26,8 @@ def governed(ns: str = "team-a") -> Governance:
     cluster.on_policies_synced()
     cluster.on_namespace(None, namespace(ns))
     governance = cluster.governance(ns)
-    assert governance is not None and governance.kind == "managed"
+    assert governance is not None
+    assert governance.kind == "managed"
     return governance
 
 
@@ -55,7 +56,9 @@ def test_a_report_sets_nothing_until_the_series_are_read() -> None:
     keys, metrics, _ = series()
     usage = {"pods": 10, "configmaps": 3}
     for pods in (8, 9, 10):
-        keys.report("team-a", governed(), {**usage, "pods": pods}, usage, usage, quota("14"))
+        keys.report(
+            "team-a", UsageReport(governed(), {**usage, "pods": pods}, usage, usage, quota("14"))
+        )
         assert held(metrics) == 0  # a decision sets no series
     assert (scrape(metrics, "dynquota_hard"), scrape(metrics, "dynquota_usage")) == (14, 10)
     assert scrape(metrics, "dynquota_tally") == 10  # the last report's, not the first's
@@ -65,14 +68,14 @@ def test_a_report_sets_nothing_until_the_series_are_read() -> None:
 def test_a_writes_hard_and_a_removal_stand_over_the_report_before_them() -> None:
     keys, metrics, _ = series()
     usage = {"pods": 10, "configmaps": 3}
-    keys.report("team-a", governed(), usage, usage, usage, quota("10"))
+    keys.report("team-a", UsageReport(governed(), usage, usage, usage, quota("10")))
     keys.set_hard("team-a", {"pods": 14})  # the write after that decision
     assert scrape(metrics, "dynquota_hard") == 14
-    keys.report("team-a", governed(), usage, usage, usage, quota("14"))
+    keys.report("team-a", UsageReport(governed(), usage, usage, usage, quota("14")))
     keys.remove_hard("team-a", ["pods", "configmaps"])  # the quota deleted
     assert scrape(metrics, "dynquota_hard") is None
     assert scrape(metrics, "dynquota_usage") == 10
-    keys.report("team-a", governed(), usage, usage, usage, quota("14"))
+    keys.report("team-a", UsageReport(governed(), usage, usage, usage, quota("14")))
     keys.forget("team-a")  # no longer governed: a report not set yet is dropped
     assert (scrape(metrics, "dynquota_usage"), keys.governed("team-a")) == (None, False)
 
@@ -88,7 +91,7 @@ def test_after_a_write_the_series_show_the_written_quota() -> None:
     )
     governance = governed()
     governance.profiles["secrets"] = governance.profiles["pods"]
-    keys.report("team-a", governance, usage, usage, usage, held_key)
+    keys.report("team-a", UsageReport(governance, usage, usage, usage, held_key))
     assert scrape(metrics, "dynquota_usage_unknown", "secrets") == 1
     keys.wrote("team-a", quota("20"))  # secrets removed, pods raised
     assert scrape(metrics, "dynquota_usage_unknown", "secrets") is None
@@ -98,7 +101,7 @@ def test_after_a_write_the_series_show_the_written_quota() -> None:
 async def test_a_read_in_another_thread_sets_the_series_on_the_event_loop() -> None:
     keys, metrics, _ = series()
     usage = {"pods": 10, "configmaps": 3}
-    keys.report("team-a", governed(), usage, usage, usage, quota("14"))
+    keys.report("team-a", UsageReport(governed(), usage, usage, usage, quota("14")))
     loop_thread = asyncio.get_running_loop()
     settled_on: list[object] = []
     settle = keys.settle
@@ -118,7 +121,8 @@ def test_a_views_forecast_is_fitted_when_read_from_its_last_look() -> None:
         view.observe_trend("pods", used, 100, quota("30"), 60.0 * t)
     trend = view.trends["pods"]
     at_hard, at_maximum = etas(trend, (30, 100), 240.0)
-    assert at_hard is not None and at_maximum is not None
+    assert at_hard is not None
+    assert at_maximum is not None
     assert view.exhaustion == {("pods", "hard"): at_hard, ("pods", "maximum"): at_maximum}
     assert dict(view.exhaustion_of("maximum")) == {"pods": at_maximum}
     view.forget_forecasts()  # the next look observes no key: no forecast
