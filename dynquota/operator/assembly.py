@@ -150,7 +150,12 @@ class Operator:
         # every part writes through one: a decision waits for the watch to show our own write
         writes = RecordingQuotas(quotas, failures, RECONCILE_WRITER, cluster.wrote)
         self.reporter = reporter = Reporter(
-            events, write_gate, metrics, clock, watched=cluster.watched
+            events,
+            write_gate,
+            metrics,
+            clock,
+            watched=cluster.watched,
+            monotonic=monotonic if monotonic is not None else clock,
         )
         self.deleter = deleter = Deleter(
             writes,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
@@ -50,6 +51,8 @@ class UsageReport(NamedTuple):
     status_used: Mapping[str, int]
     usage: Mapping[str, int]
     current: QuotaSnapshot | None
+    dry_run: bool = False
+    """Decided against a simulated quota: ``dynquota_hard`` is its hard (set apart)."""
 
 
 def _inputs(resource: str) -> tuple[int, tuple[str, ...]]:
@@ -65,16 +68,20 @@ class KeySeries:
         metrics: the replica's metrics (its per-namespace gauges; :meth:`settle_for_collect`
             is hooked to their collect).
         view: the view of a namespace (its forecasts: ``dynquota_exhaustion_seconds``).
+        monotonic: the clock of the views' trends (seconds; a read is a look at them).
     """
 
-    def __init__(self, metrics: Metrics, view: Callable[[str], NamespaceView]) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        view: Callable[[str], NamespaceView],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.metrics = metrics
         self._view = view
+        self._monotonic = monotonic
         self._metric_keys: dict[str, set[str]] = {}
         """Per namespace, the quota keys it has per-key metric series for."""
-        # the optional series set per namespace (usage_unknown, exhaustion): a remove of one
-        # never set costs prometheus-client two environment lookups (6 a reconcile in a profile)
-        self._optional: dict[str, set[tuple[str, ...]]] = {}
         # ns -> (gauge, labels after the namespace) -> [its child, the value last set]: a
         # namespace has about 16 series, most set to the value they hold (labels() and set()
         # take a lock each); every removal of a series goes through this class
@@ -83,6 +90,9 @@ class KeySeries:
         # set from it yet (_due)
         self._last: dict[str, UsageReport] = {}
         self._due: dict[str, UsageReport] = {}
+        # namespaces with a forecast series: every read looks at them again (growth that
+        # stopped brings no decision, and only new samples flatten a trend)
+        self._forecasting: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         metrics.before_collect(self.settle_for_collect)
 
@@ -109,6 +119,10 @@ class KeySeries:
         """Set the series of ``namespace`` (``None``: of every namespace) from its last
         :meth:`report`, if not done yet."""
         if namespace is None:
+            for ns in self._forecasting:
+                last = self._last.get(ns)
+                if last is not None:
+                    self._due.setdefault(ns, last)
             due, self._due = self._due, {}
             for ns, report in due.items():
                 self._set_usage_series(ns, report)
@@ -122,7 +136,7 @@ class KeySeries:
         the registry's collect, which a test or the demo may run in another thread (it waits
         up to :data:`SETTLE_WAIT` seconds for the loop; past that the series are collected as
         they stand)."""
-        if not self._due:
+        if not self._due and not self._forecasting:
             return
         loop = self._loop
         if loop is None or not loop.is_running() or _running_loop() is loop:
@@ -163,8 +177,8 @@ class KeySeries:
         recorded for it. A report not set yet is dropped."""
         self._due.pop(namespace, None)
         self._last.pop(namespace, None)
+        self._forecasting.discard(namespace)
         keys = self._metric_keys.pop(namespace, unknown)
-        self._optional.pop(namespace, None)
         if keys is not None:
             self._forget_series(namespace, keys)
         else:
@@ -172,26 +186,34 @@ class KeySeries:
         self._children.pop(namespace, None)
 
     def _set_usage_series(self, namespace: str, report: UsageReport) -> None:
-        governance, tally, status_used, usage, current = report
+        governance, tally, status_used, usage, current, dry_run = report
         m = self.metrics
         view = self._view(namespace)
+        now = self._monotonic()
         keys = resource_order(governance.profiles)
         stale = self._metric_keys.get(namespace, set()) - set(keys)
         if stale:
             self._forget_series(namespace, stale)
         self._metric_keys[namespace] = set(keys)
-        optional = self._optional.setdefault(namespace, set())
         children = self._children.setdefault(namespace, {})
+        forecasting = False
         for resource in keys:
             profile = governance.profiles[resource]
             hard = current.hard_int(resource) if current is not None else None
+            if resource in usage:
+                # a read is a look: usage unchanged since the last decision is what flattens
+                # a trend that stopped growing (else its forecast stays until the next event)
+                view.observe_trend(resource, usage[resource], profile.maximum, current, now)
+            exhaustion = {limit: view.forecast(resource, limit) for limit in ("hard", "maximum")}
+            if resource in usage and any(left is not None for left in exhaustion.values()):
+                forecasting = True
             # every series of the key is a function of these: under churn most decisions
             # change one key, and each _set is a dictionary walk (kept with the series: a
             # removal of one of them drops it)
-            exhaustion = {limit: view.forecast(resource, limit) for limit in ("hard", "maximum")}
             inputs = (
                 profile,
                 hard,
+                dry_run,
                 usage.get(resource),
                 tally.get(resource),
                 status_used.get(resource),
@@ -202,19 +224,26 @@ class KeySeries:
                 continue
             children[_inputs(resource)] = inputs
             unit = unit_for(resource)
-            if hard is not None:
+            if dry_run:
+                pass  # its hard is the simulated quota's (set_hard)
+            elif hard is not None:
                 self._set(m.hard, namespace, unit.base(hard), resource)
+            else:
+                self._drop(m.hard, namespace, resource)  # (e.g. removed with KeyNotCounted)
             self._set(m.maximum, namespace, unit.base(profile.maximum), resource)
             if resource not in usage and hard is not None:
                 # in the quota but not counted: held (docs/metrics.md)
                 self._set(m.usage_unknown, namespace, 1, resource)
-                optional.add(("unknown", resource))
-                continue
-            if ("unknown", resource) in optional:
-                optional.discard(("unknown", resource))
-                self._remove(m.usage_unknown, namespace, resource)
+            else:
+                self._drop(m.usage_unknown, namespace, resource)
             if resource not in usage:
-                continue  # not in the quota (held for a default, or KeyNotCounted): no usage
+                # not counted (no status.used: dry run, kill switch, a new quota, a stalled
+                # quota controller) or not in the quota: no usage, target or forecast to show
+                for gauge in (m.usage, m.target, m.above_maximum, m.tally, m.drift):
+                    self._drop(gauge, namespace, resource)
+                for limit in exhaustion:
+                    self._drop(m.exhaustion, namespace, resource, limit)
+                continue
             used = usage[resource]
             self._set(m.usage, namespace, unit.base(used), resource)
             self._set(
@@ -224,14 +253,28 @@ class KeySeries:
             for limit, left in exhaustion.items():
                 if left is not None:
                     self._set(m.exhaustion, namespace, left, resource, limit)
-                    optional.add(("exhaustion", resource, limit))
-                elif ("exhaustion", resource, limit) in optional:
-                    optional.discard(("exhaustion", resource, limit))
-                    self._remove(m.exhaustion, namespace, resource, limit)
+                else:
+                    self._drop(m.exhaustion, namespace, resource, limit)
             if resource in tally:
                 self._set(m.tally, namespace, tally[resource], resource)
-                if resource in status_used:
-                    self._set(m.drift, namespace, tally[resource] - status_used[resource], resource)
+            else:
+                self._drop(m.tally, namespace, resource)
+            if resource in tally and resource in status_used:
+                self._set(m.drift, namespace, tally[resource] - status_used[resource], resource)
+            else:
+                self._drop(m.drift, namespace, resource)  # drift is tally - status.used
+        if forecasting:
+            self._forecasting.add(namespace)
+        else:
+            self._forecasting.discard(namespace)
+
+    def _drop(self, gauge: Gauge, namespace: str, *labels: str) -> None:
+        """Remove the series of ``gauge`` for ``(namespace, *labels)`` if this class set it
+        (a remove of one never set costs prometheus-client two environment lookups)."""
+        children = self._children.get(namespace)
+        if children is not None and children.pop((id(gauge), labels), None) is not None:
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, *labels)
 
     def _set(self, gauge: Gauge, namespace: str, value: float, *labels: str) -> None:
         """Set the series of ``gauge`` for ``(namespace, *labels)`` to ``value`` (made on

@@ -359,7 +359,9 @@ class Reconciler:
             budgeted=self.budgets.budgeted(namespace),
             replica=replica,
         )
-        self.reporter.report_usage(namespace, governance, tally, status_used, usage, current)
+        self.reporter.report_usage(
+            namespace, governance, tally, status_used, usage, current, dry_run=dry_run
+        )
         return decision
 
     def _phantom(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
@@ -59,6 +60,8 @@ class Reporter:
             cache's hour).
         watched: the managed quota of a namespace as its watch delivered it last (the uid
             of the ``Woken`` Event's object).
+        monotonic: the clock of the views' trends (seconds that never step; default
+            ``time.monotonic``): a read of the series looks at them.
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class Reporter:
         clock: Callable[[], float],
         *,
         watched: Callable[[str], QuotaSnapshot | None],
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.events = events
         self.write_gate = write_gate
@@ -76,7 +80,7 @@ class Reporter:
         self.clock = clock
         self.watched = watched
         self.views: dict[str, NamespaceView] = {}
-        self.series = KeySeries(metrics, self.view)
+        self.series = KeySeries(metrics, self.view, monotonic or time.monotonic)
         """The per-key series of each namespace, set when read."""
         self._overrides: set[str] = set()
         # keyed by (namespace or object, reason, cause): never by message, which carries usage
@@ -131,8 +135,11 @@ class Reporter:
         status_used: Mapping[str, int],
         usage: Mapping[str, int],
         current: QuotaSnapshot | None,
+        *,
+        dry_run: bool = False,
     ) -> None:
-        """Record what ``namespace``'s usage is in its view; its per-key gauges, in each
+        """Record what ``namespace``'s usage is in its view (``dry_run``: decided against a
+        simulated quota); its per-key gauges, in each
         key's base unit (objects, cores, bytes), are set from these when next read
         (:class:`~dynquota.operator.key_series.KeySeries`): a status-driven key whose
         ``status.used`` is missing sets ``dynquota_usage_unknown`` instead."""
@@ -149,7 +156,9 @@ class Reporter:
             if r in usage
         }
         if governance.kind == "managed":
-            looked = UsageReport(governance, view.tally, view.status_used, view.usage, current)
+            looked = UsageReport(
+                governance, view.tally, view.status_used, view.usage, current, dry_run
+            )
             self.series.report(namespace, looked)
 
     async def report_decision(

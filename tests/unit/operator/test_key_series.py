@@ -31,10 +31,13 @@ def governed(ns: str = "team-a") -> Governance:
     return governance
 
 
-def series() -> tuple[KeySeries, Metrics, dict[str, NamespaceView]]:
+def series(
+    clock: Clock | None = None,
+) -> tuple[KeySeries, Metrics, dict[str, NamespaceView]]:
     metrics = Metrics()
     views: dict[str, NamespaceView] = {}
-    return KeySeries(metrics, lambda ns: views.setdefault(ns, NamespaceView())), metrics, views
+    keys = KeySeries(metrics, lambda ns: views.setdefault(ns, NamespaceView()), clock or Clock())
+    return keys, metrics, views
 
 
 def scrape(metrics: Metrics, name: str, resource: str = "pods") -> float | None:
@@ -96,6 +99,61 @@ def test_after_a_write_the_series_show_the_written_quota() -> None:
     keys.wrote("team-a", quota("20"))  # secrets removed, pods raised
     assert scrape(metrics, "dynquota_usage_unknown", "secrets") is None
     assert scrape(metrics, "dynquota_hard") == 20
+    # the key is out of spec.hard: so is its hard series (a README-only attack saw it stay)
+    assert scrape(metrics, "dynquota_hard", "secrets") is None
+    assert scrape(metrics, "dynquota_maximum", "secrets") == 100  # the policy still sizes it
+
+
+def test_a_key_whose_count_went_shows_no_usage_and_drift_needs_both_counts() -> None:
+    """A status-driven key whose status.used went (dry run, the kill switch, a re-created
+    quota, a stalled quota controller) is held: usage unknown, no usage, target or forecast
+    left from before; drift (tally - status.used) only while both are known."""
+    keys, metrics, _ = series()
+    governance = governed()
+    governance.profiles["secrets"] = governance.profiles["pods"]
+    both = QuotaSnapshot("team-a", "dynquota", "uid", "1", spec_hard={"pods": "14", "secrets": "5"})
+    counted = {"pods": 10, "secrets": 3}
+    keys.report("team-a", UsageReport(governance, {"pods": 10}, counted, counted, both))
+    assert (scrape(metrics, "dynquota_usage", "secrets"), scrape(metrics, "dynquota_drift")) == (
+        3,
+        0,
+    )
+    keys.report("team-a", UsageReport(governance, {"pods": 12}, {}, {"pods": 12}, both))
+    assert scrape(metrics, "dynquota_usage_unknown", "secrets") == 1
+    assert scrape(metrics, "dynquota_usage", "secrets") is None
+    assert scrape(metrics, "dynquota_target", "secrets") is None
+    assert (scrape(metrics, "dynquota_usage"), scrape(metrics, "dynquota_drift")) == (12, None)
+
+
+def test_a_dry_runs_report_leaves_its_simulated_hard() -> None:
+    keys, metrics, _ = series()
+    usage = {"pods": 10, "configmaps": 3}
+    keys.set_hard("team-a", {"pods": 30})  # the simulated quota's
+    keys.report("team-a", UsageReport(governed(), usage, {}, usage, None, dry_run=True))
+    assert scrape(metrics, "dynquota_hard") == 30
+
+
+def test_a_read_looks_at_the_trend_so_a_stopped_growth_loses_its_forecast() -> None:
+    """Growth that stopped brings no decision: the reads (scrapes) add its flat samples, so
+    the forecast goes instead of staying as the last decision left it (a README-only attack
+    saw a 65 s countdown for minutes on a flat namespace)."""
+    clock = Clock()
+    clock.now = 0.0
+    keys, metrics, views = series(clock)
+    governance = governed()
+    view = views.setdefault("team-a", NamespaceView())
+    for step, used in enumerate((10, 20, 30, 40, 50)):
+        clock.now = 30.0 * step
+        view.forget_forecasts()
+        view.observe_trend("pods", used, 1000, quota("60"), clock.now)
+        usage = {"pods": used, "configmaps": 3}
+        keys.report("team-a", UsageReport(governance, usage, usage, usage, quota("60")))
+    labels = {"namespace": "team-a", "resource": "pods", "limit": "hard"}
+    assert metrics.registry.get_sample_value("dynquota_exhaustion_seconds", labels) == 30.0
+    for _ in range(20):  # 10 minutes of scrapes, usage flat at 50
+        clock.now += 30.0
+        metrics.registry.get_sample_value("dynquota_exhaustion_seconds", labels)
+    assert metrics.registry.get_sample_value("dynquota_exhaustion_seconds", labels) is None
 
 
 async def test_a_read_in_another_thread_sets_the_series_on_the_event_loop() -> None:
