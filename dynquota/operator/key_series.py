@@ -261,8 +261,7 @@ class KeySeries:
                 self._drop(m.tally, namespace, resource)
             if resource in tally and resource in status_used:
                 self._set(m.drift, namespace, tally[resource] - status_used[resource], resource)
-            else:
-                self._drop(m.drift, namespace, resource)  # drift is tally - status.used
+            # (else the last drift stays: a dry run keeps every series, docs/metrics.md)
         if forecasting:
             self._forecasting.add(namespace)
         else:

@@ -16,7 +16,6 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kubernetes
@@ -148,22 +147,23 @@ def run_pressure(
     timeout: float = 30,
     creators: dict[str, Callable[[], None]] | None = None,
 ) -> dict[str, list[int]]:
-    """For every key at once (their cooldowns overlap), each in its own thread: wait until the
-    next expected hard is enforced (:func:`enforced`), then create until refused (with
-    ``creators[key]``, else :func:`creator`). Returns how many were created per step and key.
+    """For every key at once (their cooldowns overlap): wait until the next expected hard is
+    enforced (:func:`enforced`), then create until refused (with ``creators[key]``, else
+    :func:`creator`). Returns how many were created per step and key.
 
-    One thread a key: filled one after the other, the last keys of a step began long after
-    their raise on a loaded machine, and a cooldown could end before the fill did (a make
-    test run: services 5 -> 6 at usage 4 before the fifth was created)."""
+    The keys are filled one after the other: creates in one namespace at the same time race
+    for its quota's status.used (409s that quota admission and :func:`fill` retry, slowly:
+    fills in threads missed their cooldowns more often than serial ones)."""
     made = {key: (creators or {}).get(key) or creator(c, ns, key) for key in expected}
-
-    def press(key: str) -> list[int]:
-        counts: list[int] = []
-        for step, value in enumerate(expected[key]):
+    created: dict[str, list[int]] = {key: [] for key in expected}
+    for step in range(max(len(v) for v in expected.values())):
+        for key, values in expected.items():
+            if step >= len(values):
+                continue
             try:
                 wait_until(
-                    lambda v=value: enforced(c, ns, key) == v,
-                    f"{ns}: {key} = {value} in spec.hard and status.hard (step {step}; "
+                    lambda k=key, v=values[step]: enforced(c, ns, k) == v,
+                    f"{ns}: {key} = {values[step]} in spec.hard and status.hard (step {step}; "
                     f"before: {c.hard(ns)})",
                     timeout=timeout,
                 )
@@ -174,12 +174,8 @@ def run_pressure(
                     f"{exc}; at the end: spec.hard {quota and quota.spec.hard}, status.hard "
                     f"{status and status.hard}, status.used {status and status.used}"
                 ) from exc
-            counts.append(fill(made[key]))
-        return counts
-
-    with ThreadPoolExecutor(max_workers=len(expected), thread_name_prefix="press") as pool:
-        futures = {key: pool.submit(press, key) for key in expected}
-        return {key: future.result() for key, future in futures.items()}
+            created[key].append(fill(made[key]))
+    return created
 
 
 def can_i(kubeconfig: str, verb: str, resource: str, group: str = "") -> bool:
@@ -224,15 +220,17 @@ def test_status_driven_keys_throttle_a_runaway_next_to_the_pod_tally(
     c.policy(
         "p-keys",
         scope,
-        # 6 s: the test fills six keys one after the other at each step; with 2 s a loaded CI
-        # machine was still creating secrets when their cooldown ended (4 -> 5 at usage 3)
-        pods=profile(2, 5, up="6s"),
-        secrets=profile(4, 20, up="6s"),
-        services=profile(2, 6, up="6s"),
+        # 10 s: the test fills six keys one after the other at each step, and each fill must
+        # end before its key's cooldown does (else the next raise comes a step early): with
+        # 2 s a loaded CI machine was still creating secrets when it ended (4 -> 5 at usage
+        # 3); with 6 s a loaded make test reached services after it (5 -> 6 at usage 4)
+        pods=profile(2, 5, up="10s"),
+        secrets=profile(4, 20, up="10s"),
+        services=profile(2, 6, up="10s"),
         **{
-            "count/jobs.batch": profile(2, 5, up="6s"),
-            "requests.storage": profile("2Gi", "5Gi", up="6s"),
-            devices: profile(1, 3, up="6s"),
+            "count/jobs.batch": profile(2, 5, up="10s"),
+            "requests.storage": profile("2Gi", "5Gi", up="10s"),
+            devices: profile(1, 3, up="10s"),
         },
     )
     # the apiserver stores count/deployment.apps (a typo); the operator refuses it, naming it
