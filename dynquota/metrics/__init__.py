@@ -274,7 +274,7 @@ class Metrics:
     def before_collect(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` before the per-namespace gauges are collected (a scrape, a test's
         read of the registry), in the collecting thread: their writer may defer setting them
-        until they are read (:meth:`dynquota.operator.reporting.Reporter.settle`)."""
+        until they are read (:meth:`dynquota.operator.key_series.KeySeries.settle_for_collect`)."""
         self._enforcement.before_collect.append(hook)
 
     def set_enforcement(self, namespace: str, mode: str) -> None:

@@ -168,8 +168,10 @@ class KeySeries:
         """Remove ``dynquota_hard`` of ``namespace`` (its quota was deleted) for the keys it
         has series for (``keys`` when none were recorded)."""
         self.settle(namespace)
+        children = self._children.get(namespace, {})
         for resource in self._metric_keys.get(namespace, keys):
-            self._remove(self.metrics.hard, namespace, resource)
+            self._drop(self.metrics.hard, namespace, resource)
+            children.pop(_inputs(resource), None)  # its key's series are set again
 
     def forget(self, namespace: str, unknown: Iterable[str] | None = None) -> None:
         """Remove every per-key series of ``namespace`` (no policy governs it now), with its
@@ -285,16 +287,6 @@ class KeySeries:
         if entry[1] != value:
             entry[0].set(value)
             entry[1] = value
-
-    def _remove(self, gauge: Gauge, namespace: str, *labels: str) -> None:
-        """Remove the series of ``gauge`` for ``(namespace, *labels)`` (none: nothing)."""
-        children = self._children.get(namespace)
-        if children is not None:
-            children.pop((id(gauge), labels), None)
-            if labels:
-                children.pop(_inputs(labels[0]), None)  # its key's series are set again
-        with contextlib.suppress(KeyError):
-            gauge.remove(namespace, *labels)
 
     def _forget_series(self, namespace: str, resources: Iterable[str]) -> None:
         """Remove the per-key series of ``namespace`` for ``resources``."""

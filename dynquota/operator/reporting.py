@@ -139,10 +139,9 @@ class Reporter:
         dry_run: bool = False,
     ) -> None:
         """Record what ``namespace``'s usage is in its view (``dry_run``: decided against a
-        simulated quota); its per-key gauges, in each
-        key's base unit (objects, cores, bytes), are set from these when next read
-        (:class:`~dynquota.operator.key_series.KeySeries`): a status-driven key whose
-        ``status.used`` is missing sets ``dynquota_usage_unknown`` instead."""
+        simulated quota); its per-key gauges, in each key's base unit (objects, cores,
+        bytes), are set from these when next read
+        (:class:`~dynquota.operator.key_series.KeySeries`)."""
         if governance.kind != "managed" and self.series.governed(namespace):
             # (only the series set from here need removing: none for a namespace not in it)
             self.not_governed(namespace)

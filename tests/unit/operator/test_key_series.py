@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from dynquota.kube.quotas import QuotaSnapshot
 from dynquota.metrics import Metrics
 from dynquota.operator.cluster_view import ClusterView
 from dynquota.operator.key_series import KeySeries, UsageReport
 from dynquota.operator.ports import NamespaceView
 from dynquota.policy import Governance
-from dynquota.policy.forecast import etas
 from dynquota.settings import Settings
 
 from .fakes import Clock, namespace, policy
@@ -179,11 +180,12 @@ def test_a_views_forecast_is_fitted_when_read_from_its_last_look() -> None:
     view = NamespaceView()
     for t, used in enumerate((10, 12, 14, 16, 18)):
         view.observe_trend("pods", used, 100, quota("30"), 60.0 * t)
-    trend = view.trends["pods"]
-    at_hard, at_maximum = etas(trend, (30, 100), 240.0)
-    assert at_hard is not None
-    assert at_maximum is not None
-    assert view.exhaustion == {("pods", "hard"): at_hard, ("pods", "maximum"): at_maximum}
-    assert dict(view.exhaustion_of("maximum")) == {"pods": at_maximum}
+    # a straight line, 2 pods a minute, at 18 at the last look: 12 to the hard 30 is 360 s, 82
+    # to the maximum 100 is 2,460 s
+    found = view.exhaustion
+    assert found.keys() == {("pods", "hard"), ("pods", "maximum")}
+    assert found[("pods", "hard")] == pytest.approx(360.0)
+    assert found[("pods", "maximum")] == pytest.approx(2460.0)
+    assert dict(view.exhaustion_of("maximum")) == {"pods": found[("pods", "maximum")]}
     view.forget_forecasts()  # the next look observes no key: no forecast
     assert (view.exhaustion, view.forecast("pods", "hard")) == ({}, None)
